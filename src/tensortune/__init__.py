@@ -1,0 +1,1 @@
+"""tensortune: fast auto-tuning of tensor programs on Apache TVM MetaSchedule."""

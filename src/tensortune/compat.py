@@ -1,0 +1,90 @@
+"""The one module that imports TVM's MetaSchedule.
+
+Everything else in tensortune reaches MetaSchedule through the names re-exported here, so a
+future TVM rename (``tvm.meta_schedule`` became ``tvm.s_tir.meta_schedule`` in 0.27) is
+handled in one place.
+
+Importing ``tvm.s_tir.tensor_intrin`` parses hundreds of TVMScript intrinsics, mostly for GPUs
+(15-30 s); MetaSchedule imports it in every ``TuneContext`` and every builder.  On CPU targets
+we register empty stand-ins for the CUDA/ROCm/Hexagon intrinsic modules first, which brings the
+import to ~2 s.  Set ``TENSORTUNE_GPU_INTRINSICS=1`` to import the real ones (GPU targets).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import types
+
+_GPU_INTRIN_MODULES = ("cuda", "rocm", "hexagon")
+
+
+def stub_gpu_intrinsics() -> None:
+    """Make the GPU tensor-intrinsic modules cheap no-ops unless GPU intrinsics are wanted."""
+    if os.environ.get("TENSORTUNE_GPU_INTRINSICS") == "1":
+        return
+    for name in _GPU_INTRIN_MODULES:
+        full = f"tvm.s_tir.tensor_intrin.{name}"
+        sys.modules.setdefault(full, types.ModuleType(full))
+
+
+stub_gpu_intrinsics()
+
+import tvm  # noqa: E402
+import tvm_ffi  # noqa: E402
+from tvm.ir.utils import derived_object  # noqa: E402
+from tvm.s_tir import meta_schedule as ms  # noqa: E402
+from tvm.s_tir.meta_schedule.arg_info import ArgInfo  # noqa: E402
+from tvm.s_tir.meta_schedule.builder import BuilderInput, BuilderResult, PyBuilder  # noqa: E402
+from tvm.s_tir.meta_schedule.database import (  # noqa: E402
+    PyDatabase,
+    TuningRecord,
+    Workload,
+)
+from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback  # noqa: E402
+from tvm.s_tir.meta_schedule.runner import (  # noqa: E402
+    PyRunner,
+    PyRunnerFuture,
+    RunnerFuture,
+    RunnerInput,
+    RunnerResult,
+)
+from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate  # noqa: E402
+from tvm.s_tir.meta_schedule.tune_context import TuneContext  # noqa: E402
+
+TVM_VERSION: str = tvm.__version__
+
+
+def structural_hash(mod: tvm.IRModule) -> str:
+    """Structural hash as an unsigned decimal string (the form MetaSchedule's JSON files use)."""
+    return str(tvm_ffi.structural_hash(mod) & 0xFFFFFFFFFFFFFFFF)
+
+
+def structural_equal(a: object, b: object) -> bool:
+    return bool(tvm_ffi.structural_equal(a, b))
+
+
+__all__ = [
+    "TVM_VERSION",
+    "ArgInfo",
+    "BuilderInput",
+    "BuilderResult",
+    "MeasureCandidate",
+    "PyBuilder",
+    "PyDatabase",
+    "PyMeasureCallback",
+    "PyRunner",
+    "PyRunnerFuture",
+    "RunnerFuture",
+    "RunnerInput",
+    "RunnerResult",
+    "TuneContext",
+    "TuningRecord",
+    "Workload",
+    "derived_object",
+    "ms",
+    "structural_equal",
+    "structural_hash",
+    "tvm",
+    "tvm_ffi",
+]

@@ -1,0 +1,48 @@
+"""A MetaSchedule ``Builder`` backed by persistent worker processes."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+
+from tensortune.compat import BuilderInput, BuilderResult, PyBuilder, derived_object
+from tensortune.measure.pool import WorkerPool
+from tensortune.measure.status import Status, tagged
+
+
+@derived_object
+class PersistentBuilder(PyBuilder):
+    """Builds candidates in parallel in ``max_workers`` long-lived processes.
+
+    Each artifact is a shared library in a directory of its own (MetaSchedule's
+    RemoveBuildArtifact callback deletes the artifact's directory after the run).
+    """
+
+    def __init__(self, max_workers: int | None = None, timeout_s: float = 60.0) -> None:
+        super().__init__()
+        self.max_workers = max_workers or len(os.sched_getaffinity(0))
+        self.timeout_s = timeout_s
+        self._pool = WorkerPool(self.max_workers)
+        self._root = tempfile.mkdtemp(prefix="tensortune-build-")
+
+    def build(self, build_inputs: list[BuilderInput]) -> list[BuilderResult]:
+        jobs = []
+        for bi in build_inputs:
+            out_dir = tempfile.mkdtemp(dir=self._root)
+            jobs.append((bi.mod, dict(bi.target.export()), os.path.join(out_dir, "kernel.so")))
+        results = []
+        for (_, _, path), outcome in zip(
+            jobs, self._pool.map("build", jobs, self.timeout_s), strict=True
+        ):
+            if outcome.kind == "ok":
+                results.append(BuilderResult(outcome.value, None))
+                continue
+            shutil.rmtree(os.path.dirname(path), ignore_errors=True)
+            status = Status.TIMEOUT if outcome.kind == "timeout" else Status.BUILD_ERROR
+            results.append(BuilderResult(None, tagged(status, f"build: {outcome.message}")))
+        return results
+
+    def close(self) -> None:
+        self._pool.close()
+        shutil.rmtree(self._root, ignore_errors=True)

@@ -1,0 +1,167 @@
+"""Persistent worker processes with a per-request deadline.
+
+A request that overruns its deadline, or whose worker dies (a kernel that segfaults), costs that
+one worker: it is killed and a fresh one is started, and the other requests carry on.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from multiprocessing.connection import Connection, wait
+from typing import Any
+
+
+_START_TIMEOUT_S = 120.0  # a cold TVM import on a loaded 2-core machine can take half a minute
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How one request ended: ``kind`` is "ok", "error", "timeout" or "crash"."""
+
+    kind: str
+    value: Any = None
+    message: str = ""
+    seconds: float = 0.0
+
+
+class _Worker:
+    """One worker process (``python -m tensortune.measure.worker``) and its duplex connection.
+
+    A plain subprocess rather than multiprocessing's spawn: spawn re-imports the parent's
+    ``__main__``, which breaks user scripts that lack an ``if __name__ == "__main__"`` guard.
+    """
+
+    def __init__(self, env: dict[str, str]) -> None:
+        parent, child = socket.socketpair()
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "tensortune.measure.worker", str(child.fileno())],
+            pass_fds=(child.fileno(),),
+            env={**os.environ, **env},
+            stdin=subprocess.DEVNULL,
+        )
+        child.close()
+        self.conn = Connection(parent.detach())
+        self.ready = False
+
+    def wait_ready(self) -> None:
+        if self.ready:
+            return
+        if not self.conn.poll(_START_TIMEOUT_S):
+            self.kill()
+            raise RuntimeError("measurement worker did not start")
+        try:
+            self.conn.recv()
+        except EOFError:
+            raise RuntimeError(
+                f"measurement worker died while starting ({_exit_text(self.process.wait())})"
+            ) from None
+        self.ready = True
+
+    def exit_code(self) -> int | None:
+        try:
+            return self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        self.exit_code()
+        self.conn.close()
+
+
+class WorkerPool:
+    """``size`` persistent workers that share the same environment (e.g. ``TVM_NUM_THREADS``)."""
+
+    def __init__(self, size: int, env: dict[str, str] | None = None) -> None:
+        self.size = max(1, size)
+        self.env = dict(env or {})
+        self._workers: list[_Worker] = []
+        self.restarts = 0
+
+    def _ensure(self) -> list[_Worker]:
+        while len(self._workers) < self.size:
+            self._workers.append(_Worker(self.env))
+        for w in self._workers:
+            w.wait_ready()
+        return self._workers
+
+    def _replace(self, w: _Worker) -> _Worker:
+        w.kill()
+        fresh = _Worker(self.env)
+        self._workers[self._workers.index(w)] = fresh
+        self.restarts += 1
+        return fresh
+
+    def map(self, name: str, jobs: Sequence[tuple], timeout_s: float) -> list[Outcome]:
+        """Run ``worker.<name>(*job)`` for every job, at most ``size`` at a time, in order."""
+        results: list[Outcome | None] = [None] * len(jobs)
+        pending = list(range(len(jobs)))[::-1]
+        busy: dict[Connection, tuple[_Worker, int, float]] = {}
+        idle = list(self._ensure())
+        while pending or busy:
+            while pending and idle:
+                w = idle.pop()
+                if not w.ready:
+                    w.wait_ready()
+                i = pending.pop()
+                w.conn.send((name, jobs[i]))
+                busy[w.conn] = (w, i, time.monotonic())
+            now = time.monotonic()
+            next_deadline = min(start + timeout_s for _, _, start in busy.values())
+            for conn in wait(list(busy), timeout=max(0.0, next_deadline - now)):
+                w, i, start = busy.pop(conn)  # type: ignore[arg-type]
+                elapsed = time.monotonic() - start
+                try:
+                    kind, value = conn.recv()  # type: ignore[union-attr]
+                except (EOFError, OSError):
+                    results[i] = Outcome("crash", message=_exit_text(w.exit_code()), seconds=elapsed)
+                    idle.append(self._replace(w))
+                    continue
+                if kind == "ok":
+                    results[i] = Outcome("ok", value=value, seconds=elapsed)
+                else:
+                    results[i] = Outcome("error", message=str(value), seconds=elapsed)
+                idle.append(w)
+            now = time.monotonic()
+            for conn, (w, i, start) in list(busy.items()):
+                if now - start >= timeout_s:
+                    busy.pop(conn)
+                    results[i] = Outcome(
+                        "timeout", message=f"no answer in {timeout_s:g} s", seconds=now - start
+                    )
+                    idle.append(self._replace(w))
+        return [r for r in results if r is not None]
+
+    def close(self) -> None:
+        for w in self._workers:
+            try:
+                w.conn.send(None)
+            except OSError:
+                pass
+        for w in self._workers:
+            w.kill()
+        self._workers.clear()
+
+    def __enter__(self) -> WorkerPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _exit_text(code: int | None) -> str:
+    if code is not None and code < 0:
+        import signal
+
+        try:
+            return f"worker killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"worker killed by signal {-code}"
+    return f"worker exited with code {code}"

@@ -1,0 +1,99 @@
+"""A MetaSchedule ``Runner`` that times candidates one at a time in a persistent process."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from tensortune.compat import (
+    PyRunner,
+    RunnerFuture,
+    RunnerInput,
+    derived_object,
+    ms,
+)
+from tensortune.measure.pool import WorkerPool
+from tensortune.measure.status import Status, tagged
+from tensortune.measure.worker import Signature
+
+
+@dataclass(frozen=True)
+class TimingConfig:
+    """How each candidate is timed by TVM's time evaluator.
+
+    ``repeat`` timings are kept (all of them are stored; reports use their median).  Each
+    timing runs the kernel ``number`` times, raised until one timing lasts ``min_repeat_ms``.
+    ``cache_flush`` evicts the arguments from the CPU caches before each timing.
+    """
+
+    number: int = 1
+    repeat: int = 5
+    min_repeat_ms: int = 10
+    cache_flush: bool = False
+
+
+def signature_of(args_info: list) -> Signature:
+    return [(str(a.dtype), [int(d) for d in a.shape]) for a in args_info]
+
+
+@derived_object
+class PersistentRunner(PyRunner):
+    """Runs candidates serially: two kernels timed at once on two cores corrupt both timings.
+
+    The worker's TVM thread pool is sized by ``num_threads`` (``TVM_NUM_THREADS``), which must
+    match the target's ``num-cores``.  With ``check_correctness``, each candidate's output is
+    compared with a reference build of its workload registered by :meth:`add_reference`.
+    """
+
+    def __init__(
+        self,
+        timing: TimingConfig | None = None,
+        *,
+        num_threads: int | None = None,
+        timeout_s: float = 30.0,
+        check_correctness: bool = False,
+    ) -> None:
+        super().__init__()
+        self.timing = timing or TimingConfig()
+        self.num_threads = num_threads or len(os.sched_getaffinity(0))
+        self.timeout_s = timeout_s
+        self.check_correctness = check_correctness
+        self._pool = WorkerPool(1, {"TVM_NUM_THREADS": str(self.num_threads)})
+        self._references: dict[str, str | None] = {}  # signature text -> library (None: ambiguous)
+
+    def add_reference(self, signature: Signature, library: str) -> None:
+        """Register an unscheduled build of a workload as the reference for its signature.
+
+        Two workloads with the same argument signature make the check ambiguous, so it is
+        skipped for that signature rather than compared against the wrong reference.
+        """
+        key = repr(signature)
+        self._references[key] = library if key not in self._references else None
+
+    def run(self, runner_inputs: list[RunnerInput]) -> list[RunnerFuture]:
+        t = self.timing
+        jobs = []
+        for ri in runner_inputs:
+            sig = signature_of(ri.args_info)
+            ref = self._references.get(repr(sig)) if self.check_correctness else None
+            jobs.append(
+                (ri.artifact_path, sig, t.number, t.repeat, t.min_repeat_ms, t.cache_flush, ref)
+            )
+        futures: list[RunnerFuture] = []
+        for outcome in self._pool.map("run", jobs, self.timeout_s):
+            futures.append(_future(outcome))
+        return futures
+
+    def close(self) -> None:
+        self._pool.close()
+
+
+def _future(outcome) -> RunnerFuture:
+    done = ms.runner.local_runner.LocalRunnerFuture
+    if outcome.kind == "ok":
+        if outcome.value["mismatch"]:
+            return done(error_message=tagged(Status.WRONG_RESULT, outcome.value["mismatch"]))
+        return done(res=outcome.value["costs"])
+    if outcome.kind == "timeout":
+        return done(error_message=tagged(Status.TIMEOUT, f"run: {outcome.message}"))
+    return done(error_message=tagged(Status.RUN_ERROR, f"run: {outcome.message}"))

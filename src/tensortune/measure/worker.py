@@ -1,0 +1,147 @@
+"""What runs inside a measurement worker process.
+
+A worker imports TVM once and then serves build or run requests until it is told to stop, so no
+request pays the 1-30 s of process start and TVM import that MetaSchedule's ``LocalBuilder``
+pays per batch.  This module must not import TVM at module level: the parent imports it to
+spawn the worker, and the worker sets its environment (thread count, torch blocking) first.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from typing import Any
+
+Signature = list[tuple[str, list[int]]]  # (dtype, shape) of each argument, in order
+
+
+def serve(conn: Any) -> None:
+    """Worker main loop: receive ``(name, args)``, reply ``("ok", value)`` or ``("error", text)``."""
+    # tvm_ffi imports torch when it can: +2-4 s per worker and a sys.modules large enough to
+    # double TVMScript parsing time.  Builders and runners never need torch.
+    sys.modules.setdefault("torch", None)  # type: ignore[arg-type]
+    from tensortune.compat import stub_gpu_intrinsics
+
+    stub_gpu_intrinsics()
+    import tvm  # noqa: F401  (pay the import before the first request's clock starts)
+
+    conn.send(("ready", os.getpid()))
+    while True:
+        try:
+            request = conn.recv()
+        except EOFError:
+            return
+        if request is None:
+            return
+        name, args = request
+        try:
+            conn.send(("ok", _HANDLERS[name](*args)))
+        except Exception as e:
+            conn.send(("error", _describe(e)))
+
+
+def _describe(e: BaseException) -> str:
+    lines = [ln for ln in str(e).strip().splitlines() if ln.strip()]
+    detail = lines[-1] if lines else ""
+    return f"{type(e).__name__}: {detail}" if detail else traceback.format_exc(limit=1).strip()
+
+
+def build(mod: Any, target: dict, out_path: str) -> str:
+    """Compile a scheduled module and link it into a shared library, ready to ``dlopen``.
+
+    Linking here (in parallel workers) rather than in the runner keeps the serial run phase
+    short; ``export_library`` also forces LLVM code generation, which TVM otherwise defers to
+    the first call.
+    """
+    import tvm
+    from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
+
+    # Same preparation as MetaSchedule's default_build: candidates whose weights were laid out
+    # anew (RewriteLayout) take the rewritten weights directly.
+    mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
+    executable = tvm.compile(mod, target=tvm.target.Target(target))
+    executable.export_library(out_path)
+    return out_path
+
+
+_loaded: dict[str, Any] = {}
+
+
+def _load(path: str) -> Any:
+    import tvm
+
+    if path not in _loaded:
+        if len(_loaded) > 64:  # references stay; candidates are loaded once each anyway
+            _loaded.clear()
+        _loaded[path] = tvm.runtime.load_module(path)
+    return _loaded[path]
+
+
+def _arguments(signature: Signature, seed: int) -> list:
+    import numpy as np
+    import tvm
+
+    rng = np.random.default_rng(seed)
+    dev = tvm.cpu()
+    out = []
+    for dtype, shape in signature:
+        if dtype.startswith(("int", "uint")):
+            data = rng.integers(0, 8, size=shape).astype(dtype)
+        elif dtype == "bool":
+            data = rng.integers(0, 2, size=shape).astype(bool)
+        else:
+            data = rng.uniform(-1.0, 1.0, size=shape).astype(dtype)
+        out.append(tvm.runtime.tensor(data, dev))
+    return out
+
+
+def run(
+    path: str,
+    signature: Signature,
+    number: int,
+    repeat: int,
+    min_repeat_ms: int,
+    cache_flush: bool,
+    reference: str | None,
+) -> dict:
+    """Time a built kernel; with a reference library, also compare outputs first."""
+    import numpy as np
+    import tvm
+
+    module = _load(path)
+    args = _arguments(signature, seed=0)
+    if reference is not None:
+        module(*args)
+        expected = _arguments(signature, seed=0)
+        _load(reference)(*expected)
+        got, want = args[-1].numpy(), expected[-1].numpy()
+        scale = float(np.abs(want).max()) if want.size else 0.0
+        if got.shape != want.shape or not np.allclose(
+            got, want, rtol=1e-3, atol=1e-4 * max(1.0, scale), equal_nan=True
+        ):
+            err = float(np.abs(got - want).max()) if got.shape == want.shape else float("nan")
+            return {"costs": [], "mismatch": f"output differs from the reference (max error {err:.3g})"}
+    evaluator = module.time_evaluator(
+        module.entry_name,
+        tvm.cpu(),
+        number=number,
+        repeat=repeat,
+        min_repeat_ms=min_repeat_ms,
+        # TVM's flush evicts every argument but the first (the input being streamed) from cache.
+        f_preproc="cache_flush_cpu_non_first_arg" if cache_flush else "",
+    )
+    return {"costs": [float(c) for c in evaluator(*args).results], "mismatch": None}
+
+
+def _ping() -> int:
+    return os.getpid()
+
+
+_HANDLERS = {"build": build, "run": run, "ping": _ping}
+
+
+if __name__ == "__main__":
+    from multiprocessing.connection import Connection
+
+    serve(Connection(int(sys.argv[1])))

@@ -1,0 +1,133 @@
+"""MetaSchedule ``Database`` over a tensortune records store.
+
+TVM's own ``tune_tasks`` and ``relax.transform.MetaScheduleApplyDatabase`` read and write our
+store through this adapter.  It only ever returns records measured on ``hardware`` (by default
+this machine), so records from other machines are never mistaken for local ones.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+from tensortune.compat import (
+    TVM_VERSION,
+    PyDatabase,
+    TuningRecord,
+    Workload,
+    derived_object,
+    tvm,
+)
+from tensortune.hardware import Hardware, current_hardware, target_key
+from tensortune.measure.status import FAILED_COST
+from tensortune.records.schema import Record
+from tensortune.records.storage import RecordStore
+
+
+def to_plain(value: object) -> object:
+    """MetaSchedule JSON (which may hold IntImm/FloatImm/containers) → plain Python for json."""
+    if isinstance(value, tvm.tirx.IntImm | tvm.tirx.FloatImm):
+        return value.value
+    if isinstance(value, str | int | float | bool) or value is None:
+        return value
+    if hasattr(value, "items"):
+        return {str(k): to_plain(v) for k, v in value.items()}
+    if hasattr(value, "__iter__"):
+        return [to_plain(v) for v in value]
+    return value
+
+
+def to_tuning_record(record: Record, workload: Workload) -> TuningRecord:
+    payload = [
+        record.trace_json(),
+        list(record.run_secs) if record.ok else [FAILED_COST],
+        json.loads(record.target),
+        json.loads(record.args_info),
+    ]
+    return TuningRecord.from_json(payload, workload)
+
+
+@derived_object
+class StoreDatabase(PyDatabase):
+    """A ``PyDatabase`` view of ``store`` for one hardware (and, optionally, one target)."""
+
+    def __init__(
+        self,
+        store: RecordStore,
+        *,
+        hardware: Hardware | None = None,
+        target: dict | None = None,
+        run_id: str = "",
+    ) -> None:
+        super().__init__()
+        self.store = store
+        self.hardware_id = store.register_hardware(hardware or current_hardware())
+        self.target = target_key(target) if target is not None else None
+        self.run_id = run_id
+
+    def has_workload(self, mod) -> bool:
+        return self.store.workload_id(mod, create=False) is not None
+
+    def commit_workload(self, mod) -> Workload:
+        self.store.workload_id(mod)
+        return Workload(mod)
+
+    def commit_tuning_record(self, record: TuningRecord) -> None:
+        secs = [float(s) for s in record.run_secs or []]
+        ok = bool(secs) and max(secs) < FAILED_COST / 10
+        self.store.add([
+            Record(
+                workload_id=self.store.workload_id(record.workload.mod),
+                hardware_id=self.hardware_id,
+                target=target_key(record.target),
+                trace=json.dumps(to_plain(record.trace.as_json(remove_postproc=False))),
+                args_info=json.dumps([to_plain(a.as_json()) for a in record.args_info]),
+                run_secs=tuple(secs) if ok else (),
+                status="ok" if ok else "run_error",
+                error=None if ok else "failed (reported by MetaSchedule without a message)",
+                run_id=self.run_id,
+                tvm_version=TVM_VERSION,
+                created_at=time.time(),
+            )
+        ])  # fmt: skip
+
+    def _records(self, mod, target: str | None, limit: int | None) -> list[Record]:
+        wid = self.store.workload_id(mod, create=False)
+        if wid is None:
+            return []
+        return list(
+            self.store.query(workload_id=wid, hardware_id=self.hardware_id, target=target,
+                             ok_only=True, best_first=True, limit=limit)  # fmt: skip
+        )
+
+    def get_top_k(self, workload: Workload, top_k: int) -> list[TuningRecord]:
+        records = self._records(workload.mod, self.target, top_k)
+        return [to_tuning_record(r, workload) for r in records]
+
+    def get_all_tuning_records(self) -> list[TuningRecord]:
+        out = []
+        for w in self.store.workloads():
+            workload = Workload(w.mod())
+            for r in self.store.query(workload_id=w.id, hardware_id=self.hardware_id,
+                                      target=self.target):  # fmt: skip
+                out.append(to_tuning_record(r, workload))
+        return out
+
+    def query_tuning_record(self, mod, target, workload_name: str | None = None):
+        records = self._records(mod, target_key(target), 1)
+        return to_tuning_record(records[0], Workload(mod)) if records else None
+
+    def query_schedule(self, mod, target, workload_name: str | None = None):
+        record = self.query_tuning_record(mod, target, workload_name)
+        if record is None:
+            return None
+        sch = tvm.s_tir.Schedule(mod)
+        record.trace.apply_to_schedule(sch, remove_postproc=False)
+        return sch
+
+    def query_ir_module(self, mod, target, workload_name: str | None = None):
+        sch = self.query_schedule(mod, target, workload_name)
+        return None if sch is None else sch.mod
+
+    def __len__(self) -> int:
+        return self.store.count(hardware_id=self.hardware_id, target=self.target)

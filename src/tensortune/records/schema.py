@@ -1,0 +1,57 @@
+"""What one measurement record holds, and the store's schema version."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import dataclass, field
+
+# Bump with a migration in sqlite.py whenever the tables change.
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One measured candidate: a schedule (trace) of a workload on a hardware/target.
+
+    ``run_secs`` holds every timing repeat; ``cost`` is their median.  ``trace`` and
+    ``args_info`` are MetaSchedule's JSON forms as text, ``target`` the canonical target text.
+    """
+
+    workload_id: int
+    hardware_id: str
+    target: str
+    trace: str
+    args_info: str
+    run_secs: tuple[float, ...]
+    status: str
+    error: str | None = None
+    run_id: str = ""
+    tvm_version: str = ""
+    created_at: float = 0.0
+    id: int | None = field(default=None, compare=False)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok" and bool(self.run_secs)
+
+    @property
+    def cost(self) -> float:
+        """Median run time in seconds; infinite for failed measurements."""
+        return statistics.median(self.run_secs) if self.ok else float("inf")
+
+    def trace_json(self) -> list:
+        return json.loads(self.trace)
+
+
+@dataclass(frozen=True, slots=True)
+class StoredWorkload:
+    id: int
+    shash: str
+    name: str
+    mod_json: str
+
+    def mod(self):
+        from tensortune.compat import tvm
+
+        return tvm.ir.load_json(self.mod_json)

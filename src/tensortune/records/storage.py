@@ -1,0 +1,97 @@
+"""The storage interface behind every records store, chosen by URL.
+
+Algorithms keep no durable state: everything a tuning run must not lose lives behind this
+interface, so resuming is simply opening the same URL again.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Iterable, Iterator
+
+from tensortune.errors import RecordsError
+from tensortune.hardware import Hardware
+from tensortune.records.schema import Record, StoredWorkload
+
+DEFAULT_URL = "sqlite:///tensortune.db"
+
+
+class RecordStore(abc.ABC):
+    """Measurement records, the workloads they belong to and the hardware they ran on."""
+
+    url: str
+
+    @abc.abstractmethod
+    def workload_id(self, mod, name: str = "", *, create: bool = True) -> int | None:
+        """Id of the structurally equal workload, created when missing (``create``)."""
+
+    @abc.abstractmethod
+    def workload(self, workload_id: int) -> StoredWorkload: ...
+
+    @abc.abstractmethod
+    def workloads(self) -> list[StoredWorkload]: ...
+
+    @abc.abstractmethod
+    def register_hardware(self, hardware: Hardware) -> str:
+        """Store a hardware description; returns its id."""
+
+    @abc.abstractmethod
+    def hardware(self) -> dict[str, Hardware]: ...
+
+    @abc.abstractmethod
+    def add(self, records: Iterable[Record]) -> None:
+        """Commit records atomically: all of them or, on any error, none."""
+
+    @abc.abstractmethod
+    def query(
+        self,
+        *,
+        workload_id: int | None = None,
+        hardware_id: str | None = None,
+        target: str | None = None,
+        ok_only: bool = False,
+        best_first: bool = False,
+        limit: int | None = None,
+    ) -> Iterator[Record]: ...
+
+    @abc.abstractmethod
+    def count(
+        self,
+        *,
+        workload_id: int | None = None,
+        hardware_id: str | None = None,
+        target: str | None = None,
+    ) -> int: ...
+
+    @abc.abstractmethod
+    def summary(self) -> list[tuple]:
+        """Per (workload, hardware, target): name, workload id, hardware id, target, record
+        count, successful count, best cost (seconds, None if nothing succeeded)."""
+
+    @abc.abstractmethod
+    def close(self) -> None: ...
+
+    def __enter__(self) -> RecordStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def open_records(url: str = DEFAULT_URL) -> RecordStore:
+    """Open (creating if needed) the records store named by ``url``.
+
+    ``sqlite:///relative/path.db`` and ``sqlite:////absolute/path.db`` are supported; a plain
+    file path is taken as a SQLite file.
+    """
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        scheme, rest = "sqlite", "/" + url
+    if scheme == "sqlite":
+        from tensortune.records.sqlite import SQLiteStore
+
+        path = rest[1:] if rest.startswith("/") else rest
+        if not path:
+            raise RecordsError(f"records URL {url!r} names no file (try sqlite:///records.db)")
+        return SQLiteStore(path, url=url)
+    raise RecordsError(f"unsupported records URL scheme '{scheme}' in {url!r} (supported: sqlite)")

@@ -1,0 +1,233 @@
+"""``tensortune.tune``: tune workloads or a model with MetaSchedule, through our measurement and
+records store.  Resuming is the default: records already in the store count toward the budget.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tensortune.errors import TensortuneError
+from tensortune.hardware import current_hardware, parse_target, runtime_threads, target_key
+from tensortune.records.schema import Record
+from tensortune.records.storage import DEFAULT_URL, RecordStore, open_records
+from tensortune.workloads.task import Task
+
+
+@dataclass
+class TaskResult:
+    name: str
+    weight: int
+    flop: float
+    trials: int
+    ok: int
+    best_seconds: float | None
+
+    @property
+    def gflops(self) -> float | None:
+        if not self.best_seconds or not self.flop:
+            return None
+        return self.flop / self.best_seconds / 1e9
+
+
+@dataclass
+class TuneResult:
+    run_id: str
+    records_url: str
+    target: dict
+    hardware_id: str
+    trials_requested: int
+    trials_before: int
+    tasks: list[TaskResult] = field(default_factory=list)
+
+    @property
+    def trials_total(self) -> int:
+        return sum(t.trials for t in self.tasks)
+
+
+ProgressFn = Callable[[int, Task, list[Record], "TaskResult"], None]
+
+
+def resolve_tasks(
+    workloads: Sequence[str | Task] | None = None,
+    *,
+    model: object | None = None,
+    workloads_from: str | os.PathLike | None = None,
+    target: dict | None = None,
+) -> list[Task]:
+    """The tasks named by operator specs / TVMScript files, a model, or a MetaSchedule database."""
+    from tensortune.workloads.sources import task_from_spec, tasks_from_database
+
+    given = sum(x is not None and x != [] for x in (workloads, model, workloads_from))
+    if given != 1:
+        raise TensortuneError("give exactly one of: workloads, a model, or a workloads directory")
+    if workloads:
+        return [w if isinstance(w, Task) else task_from_spec(w) for w in workloads]
+    if workloads_from is not None:
+        return tasks_from_database(workloads_from)
+    from tensortune.workloads.models import load_model
+
+    return load_model(model, target=_tvm_target(target or parse_target(None))).tasks
+
+
+def _tvm_target(target: dict):
+    from tensortune.compat import tvm
+
+    return tvm.target.Target(target)
+
+
+def tune(
+    workloads: Sequence[str | Task] | None = None,
+    *,
+    model: object | None = None,
+    workloads_from: str | os.PathLike | None = None,
+    trials: int,
+    records: str | RecordStore = DEFAULT_URL,
+    work_dir: str | os.PathLike = "tensortune-work",
+    target: dict | str | None = None,
+    strategy: object = "evolutionary",
+    cost_model: object = "xgb",
+    task_scheduler: object = "gradient",
+    trials_per_round: int = 64,
+    max_trials_per_task: int | None = None,
+    builder: object | None = None,
+    runner: object | None = None,
+    timing: object | None = None,
+    check_correctness: bool = True,
+    seed: int = 0,
+    progress: ProgressFn | None = None,
+) -> TuneResult:
+    """Tune until the store holds ``trials`` measurements of these tasks on this hardware/target.
+
+    ``strategy``, ``cost_model`` and ``task_scheduler`` take MetaSchedule's names or objects
+    (ours or TVM's). ``builder``/``runner`` default to tensortune's persistent-worker ones.
+    """
+    from tensortune.compat import ms
+    from tensortune.measure.builder import PersistentBuilder
+    from tensortune.measure.runner import PersistentRunner, signature_of
+    from tensortune.records.ms_database import StoreDatabase
+    from tensortune.search.space import tune_context
+    from tensortune.tuning.callback import RecordToStore
+
+    if trials <= 0:
+        raise TensortuneError("trials must be positive")
+    target = parse_target(target)
+    tasks = resolve_tasks(workloads, model=model, workloads_from=workloads_from, target=target)
+    store = open_records(records) if isinstance(records, str) else records
+    hardware = current_hardware()
+    hw_id = store.register_hardware(hardware)
+    tkey = target_key(target)
+    run_id = uuid.uuid4().hex[:12]
+    wids = [store.workload_id(t.mod, t.name) for t in tasks]
+    done = [store.count(workload_id=w, hardware_id=hw_id, target=tkey) for w in wids]
+    result = TuneResult(run_id, store.url, target, hw_id, trials, sum(done))
+
+    cap = max_trials_per_task or trials
+    remaining = trials - sum(done)
+    todo = [i for i, d in enumerate(done) if d < cap]
+    if remaining > 0 and todo:
+        work = Path(work_dir)
+        work.mkdir(parents=True, exist_ok=True)
+        loggers = ms.logging.get_loggers_from_work_dir(str(work), [tasks[i].name for i in todo])
+        _quiet_console()
+        contexts = [
+            tune_context(tasks[i].mod, target, seed=seed + i, task_name=tasks[i].name,
+                         strategy=_strategy(strategy), logger=lg)
+            for i, lg in zip(todo, loggers, strict=True)
+        ]  # fmt: skip
+        own_builder = builder is None
+        own_runner = runner is None
+        builder = builder or PersistentBuilder()
+        runner = runner or PersistentRunner(
+            timing, num_threads=runtime_threads(target), check_correctness=check_correctness
+        )
+        try:
+            if own_builder and own_runner and check_correctness:
+                _add_references(builder, runner, [tasks[i] for i in todo], target, signature_of)
+
+            def on_batch(k: int, batch: list[Record]) -> None:
+                i = todo[k]
+                done[i] += len(batch)
+                if progress is not None:
+                    progress(i, tasks[i], batch, _task_result(store, tasks[i], wids[i], hw_id, tkey))
+
+            callbacks = [
+                RecordToStore(store, workload_ids=[wids[i] for i in todo], hardware_id=hw_id,
+                              target=tkey, run_id=run_id, on_batch=on_batch),
+                ms.measure_callback.RemoveBuildArtifact(),
+                ms.measure_callback.UpdateCostModel(),
+            ]  # fmt: skip
+            ms.tune_tasks(
+                tasks=contexts,
+                task_weights=[float(tasks[i].weight) for i in todo],
+                work_dir=str(work),
+                max_trials_global=remaining,
+                max_trials_per_task=cap,
+                num_trials_per_iter=max(1, min(trials_per_round, remaining)),
+                builder=builder,
+                runner=runner,
+                database=StoreDatabase(store, hardware=hardware, target=target, run_id=run_id),
+                cost_model=_cost_model(cost_model),
+                measure_callbacks=callbacks,
+                task_scheduler=task_scheduler,
+            )
+        finally:
+            for part, own in ((builder, own_builder), (runner, own_runner)):
+                if own:
+                    part.close()  # type: ignore[union-attr]
+    result.tasks = [_task_result(store, t, w, hw_id, tkey) for t, w in zip(tasks, wids, strict=True)]
+    return result
+
+
+def _task_result(store: RecordStore, task: Task, wid: int, hw_id: str, tkey: str) -> TaskResult:
+    trials = store.count(workload_id=wid, hardware_id=hw_id, target=tkey)
+    ok = list(store.query(workload_id=wid, hardware_id=hw_id, target=tkey, ok_only=True))
+    best = min((r.cost for r in ok), default=math.inf)
+    return TaskResult(task.name, task.weight, task.flop, trials, len(ok),
+                      None if math.isinf(best) else best)  # fmt: skip
+
+
+def _quiet_console() -> None:
+    """MetaSchedule logs every round to stdout as well as to the work dir; keep only the files
+    (and warnings) so our own progress lines stay readable."""
+    for name, lg in [("", logging.getLogger()), *logging.Logger.manager.loggerDict.items()]:
+        if not name.startswith("tvm") or not isinstance(lg, logging.Logger):
+            continue
+        for h in lg.handlers:
+            if type(h) is logging.StreamHandler:
+                h.setLevel(logging.WARNING)
+
+
+def _strategy(strategy: object) -> object:
+    from tensortune.compat import ms
+
+    if isinstance(strategy, str):
+        return ms.search_strategy.SearchStrategy.create(strategy)
+    return strategy.clone() if hasattr(strategy, "clone") else strategy
+
+
+def _cost_model(cost_model: object) -> object:
+    from tensortune.compat import ms
+
+    if isinstance(cost_model, str):
+        if cost_model == "xgb":
+            return ms.cost_model.XGBModel(num_tuning_cores=len(os.sched_getaffinity(0)))
+        return ms.cost_model.CostModel.create(cost_model)
+    return cost_model
+
+
+def _add_references(builder, runner, tasks: list[Task], target: dict, signature_of) -> None:
+    """Build each workload unscheduled once, so the runner can check candidates' outputs."""
+    from tensortune.compat import ArgInfo, BuilderInput
+
+    tvm_target = _tvm_target(target)
+    built = builder.build([BuilderInput(t.mod, tvm_target) for t in tasks])
+    for task, b in zip(tasks, built, strict=True):
+        if b.artifact_path:
+            runner.add_reference(signature_of(ArgInfo.from_prim_func(task.mod["main"])),
+                                 b.artifact_path)  # fmt: skip

@@ -1,0 +1,305 @@
+"""Whole models → Relax → MetaSchedule tuning tasks.
+
+Three sources: a zoo network name (see ``networks``), a path to an ``.onnx`` file, or a
+``torch.nn.Module`` with example inputs.  Torch and ONNX are imported only on their routes, so
+a tuning venv without them can still load the other kind.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from tensortune.compat import ms, tvm
+from tensortune.errors import WorkloadError
+from tensortune.workloads.networks import NETWORKS, get_network
+from tensortune.workloads.task import Task
+
+if TYPE_CHECKING:
+    import onnx
+    import torch
+
+# Importer messages that name the offending operators, ONNX and torch.export respectively.
+_UNSUPPORTED_OP_PATTERNS = (
+    re.compile(r"not supported for frontend ONNX: (.+)"),
+    re.compile(r"Unsupported function types \[(.+)\]"),
+)
+
+
+@dataclass
+class Model:
+    """A model ready to tune.
+
+    ``mod`` is the Relax module with weights bound as constants, before the fusion pipeline:
+    what ``tvm.compile`` (untuned) or ``ms.relax_integration.compile_relax`` take.
+    """
+
+    name: str
+    mod: tvm.IRModule
+    tasks: list[Task]
+    inputs: list[np.ndarray]
+    torch_module: object | None = None
+    torch_inputs: tuple | None = None
+
+
+def load_model(
+    source: str | os.PathLike[str] | torch.nn.Module,
+    *,
+    target: tvm.target.Target,
+    input_shapes: dict[str, list[int]] | None = None,
+    example_inputs: tuple[torch.Tensor, ...] | None = None,
+    name: str | None = None,
+) -> Model:
+    """Import ``source`` and extract its tuning tasks for ``target``.
+
+    ``source`` is a zoo network name, a path to an ``.onnx`` file (``input_shapes`` fixes its
+    dynamic or missing input dimensions), or an ``nn.Module`` (``example_inputs`` required; the
+    module is switched to eval mode).  ``name`` overrides the model's name.
+    Raises ``WorkloadError`` for anything the user can fix.
+    """
+    if _is_torch_module(source):
+        if example_inputs is None:
+            raise WorkloadError("an nn.Module source needs example_inputs=(tensor, ...)")
+        _reject_input_shapes(input_shapes)
+        module_name = name or type(source).__name__
+        return _from_torch(module_name, source, tuple(example_inputs), target)
+    if not isinstance(source, str | os.PathLike):
+        raise WorkloadError(
+            f"cannot load a model from {type(source).__name__}; "
+            "give a network name, an .onnx path or an nn.Module"
+        )
+    if _names_a_file(source):
+        path = Path(source)
+        return _from_onnx(name or path.stem, path, target, input_shapes)
+    network = get_network(str(source))
+    _reject_input_shapes(input_shapes)
+    module, inputs = network.make()
+    return _from_torch(name or network.name, module, inputs, target)
+
+
+# --------------------------------------------------------------------------------------------
+# Source dispatch
+
+
+def _is_torch_module(source: object) -> bool:
+    # an nn.Module can only exist if torch is already imported, so there is no need to import it
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(source, torch.nn.Module)
+
+
+def _names_a_file(source: str | os.PathLike[str]) -> bool:
+    if not isinstance(source, str):
+        return True
+    if source in NETWORKS:
+        return False
+    return source.endswith(".onnx") or os.sep in source or os.path.exists(source)
+
+
+def _reject_input_shapes(input_shapes: dict[str, list[int]] | None) -> None:
+    # torch sources have fixed example inputs; ignoring the option silently would mislead
+    if input_shapes:
+        raise WorkloadError("input_shapes applies to ONNX models only")
+
+
+# --------------------------------------------------------------------------------------------
+# torch route: torch.export → Relax with parameters → weights bound as constants
+
+
+def _from_torch(
+    name: str, module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], target: tvm.target.Target
+) -> Model:
+    import torch
+    from tvm.relax.frontend.torch import from_exported_program
+
+    if not all(isinstance(t, torch.Tensor) for t in inputs):
+        raise WorkloadError(f"example inputs of {name} must all be torch.Tensor")
+    module = module.eval()
+    with warnings.catch_warnings():
+        # torch 2.13 warns about its own deprecated LeafSpec while copying the exported program
+        warnings.filterwarnings("ignore", message=r".*treespec, LeafSpec", category=FutureWarning)
+        try:
+            exported = torch.export.export(module, inputs)
+        except Exception as exc:
+            raise WorkloadError(f"torch.export failed for {name}: {_first_line(exc)}") from exc
+        try:
+            mod = from_exported_program(
+                exported, keep_params_as_input=True, unwrap_unit_return_tuple=True
+            )
+        except Exception as exc:
+            raise _import_error(name, exc) from exc
+    mod = _bind_params(mod)
+    return Model(
+        name=name,
+        mod=mod,
+        tasks=_extract_tasks(name, mod, target),
+        inputs=[t.detach().cpu().numpy() for t in inputs],
+        torch_module=module,
+        torch_inputs=inputs,
+    )
+
+
+def _bind_params(mod: tvm.IRModule) -> tvm.IRModule:
+    """Turn the importer's weight parameters into constants of ``main``."""
+    from tvm import relax
+
+    num_inputs = int(mod["main"].attrs["num_input"])
+    mod, detached = relax.frontend.detach_params(mod)
+    # detach_params gives {"main": [Tensor, ...]} in parameter order; BindParams wants names
+    weights = detached.get("main", [])
+    params = {var.name: w for var, w in zip(mod["main"].params[num_inputs:], weights, strict=True)}
+    return relax.transform.BindParams("main", params)(mod) if params else mod
+
+
+# --------------------------------------------------------------------------------------------
+# ONNX route
+
+
+def _from_onnx(
+    name: str,
+    path: Path,
+    target: tvm.target.Target,
+    input_shapes: dict[str, list[int]] | None,
+) -> Model:
+    from tvm.relax.frontend.onnx import from_onnx
+
+    graph = _read_onnx(path)
+    shapes, dtypes = _onnx_inputs(graph, input_shapes or {})
+    try:
+        mod = from_onnx(graph, shape_dict=shapes)  # weights become constants
+    except Exception as exc:
+        raise _import_error(name, exc) from exc
+    rng = np.random.default_rng(0)
+    inputs = [_example_array(rng, shapes[k], dtypes[k]) for k in shapes]
+    return Model(name=name, mod=mod, tasks=_extract_tasks(name, mod, target), inputs=inputs)
+
+
+def _read_onnx(path: Path) -> onnx.ModelProto:
+    import onnx
+
+    if not path.is_file():
+        raise WorkloadError(f"model file not found: {path}")
+    try:
+        graph = onnx.load(str(path))
+    except Exception as exc:
+        raise WorkloadError(f"cannot read ONNX file {path}: {_first_line(exc)}") from exc
+    # protobuf parses many garbage byte strings without complaint, into an empty model
+    if not graph.graph.node:
+        raise WorkloadError(f"{path} is not a valid ONNX model (its graph has no nodes)")
+    return graph
+
+
+def _onnx_inputs(
+    graph: onnx.ModelProto, overrides: dict[str, list[int]]
+) -> tuple[dict[str, list[int]], dict[str, np.dtype]]:
+    """Static shape and dtype of each real graph input (initializers excluded)."""
+    from onnx.helper import tensor_dtype_to_np_dtype
+
+    weights = {init.name for init in graph.graph.initializer}
+    shapes: dict[str, list[int]] = {}
+    dtypes: dict[str, np.dtype] = {}
+    for value in graph.graph.input:
+        if value.name in weights:
+            continue
+        tensor = value.type.tensor_type
+        dtypes[value.name] = np.dtype(tensor_dtype_to_np_dtype(tensor.elem_type))
+        if value.name in overrides:
+            shapes[value.name] = [int(d) for d in overrides[value.name]]
+            continue
+        dims = [d.dim_value if d.dim_value > 0 else None for d in tensor.shape.dim]
+        if not tensor.HasField("shape") or None in dims:
+            shown = [d.dim_value or d.dim_param or "?" for d in tensor.shape.dim] or "unknown rank"
+            raise WorkloadError(
+                f"ONNX input {value.name!r} has no static shape ({shown}); "
+                f"pass input_shapes={{{value.name!r}: [...]}}"
+            )
+        shapes[value.name] = [int(d) for d in dims]
+    unknown = sorted(set(overrides) - set(shapes))
+    if unknown:
+        raise WorkloadError(f"input_shapes names {unknown}, but the model's inputs are {[*shapes]}")
+    return shapes, dtypes
+
+
+def _example_array(rng: np.random.Generator, shape: list[int], dtype: np.dtype) -> np.ndarray:
+    # integer inputs are usually indices (token ids), where only zero is always in range
+    if np.issubdtype(dtype, np.floating):
+        return rng.standard_normal(shape).astype(dtype)
+    return np.zeros(shape, dtype=dtype)
+
+
+# --------------------------------------------------------------------------------------------
+# Task extraction
+
+
+def _extract_tasks(name: str, mod: tvm.IRModule, target: tvm.target.Target) -> list[Task]:
+    from tvm.s_tir.analysis import estimate_tir_flops
+
+    extracted = ms.relax_integration.extract_tasks(_fuse(mod, target), target)
+    tasks = []
+    for task in extracted:
+        # the module tune_relax hands to its TuneContext (extracted_tasks_to_tune_contexts)
+        prim = task.dispatched[0] if task.dispatched else task.mod
+        if _is_scheduled(task.mod):
+            continue  # tune_relax skips these too: there is nothing left to search
+        try:
+            flop = float(estimate_tir_flops(prim))
+        except Exception:
+            flop = 0.0  # the estimate gives up on some data-dependent loops; it only feeds reports
+        tasks.append(
+            Task(name=task.task_name, mod=prim, weight=int(task.weight), flop=flop, source=name)
+        )
+    if not tasks:
+        raise WorkloadError(f"model {name} has no tunable operators")
+    return tasks
+
+
+def _fuse(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
+    """Lower and fuse as ``compile_relax`` does, so task keys match at compile time.
+
+    ``extract_tasks`` only sees ``call_tir``'ed PrimFuncs, so an un-legalized module has none.
+    ``compile_relax`` runs the target's library dispatch (sort/scan/sampling on CPU) before
+    legalization; the zero pipeline does not, so the dispatch passes run first here.
+    """
+    from tvm import relax
+
+    try:
+        dispatch = relax.pipeline.library_dispatch_passes(target)
+    except (ValueError, AttributeError):
+        dispatch = []  # the same fallback as compile_relax, for unregistered targets
+    with target:
+        mod = tvm.transform.Sequential(dispatch)(mod)
+        return relax.get_pipeline("zero")(mod)
+
+
+def _is_scheduled(mod: tvm.IRModule) -> bool:
+    attrs = mod.attrs
+    return bool(attrs is not None and attrs.get("tirx.is_scheduled", False))
+
+
+# --------------------------------------------------------------------------------------------
+# Error messages
+
+
+def _import_error(name: str, exc: Exception) -> WorkloadError:
+    message = str(exc)
+    for pattern in _UNSUPPORTED_OP_PATTERNS:
+        found = pattern.search(message)
+        if found:
+            ops = ", ".join(op.strip(" '\"") for op in found.group(1).splitlines()[0].split(","))
+            return WorkloadError(f"cannot import {name}: unsupported operator(s): {ops}")
+    return WorkloadError(f"cannot import {name}: {_first_line(exc)}")
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    text = lines[0] if lines else type(exc).__name__
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+__all__ = ["Model", "load_model"]

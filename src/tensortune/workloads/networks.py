@@ -1,0 +1,337 @@
+"""The network zoo: small hand-written PyTorch models with random weights.
+
+Nothing is downloaded and torchvision is not used (it does not import next to torch 2.13 here),
+so every architecture is spelled out below.  Torch is imported only when a network is built:
+``import tensortune.workloads.networks`` must work in a venv without torch.
+
+Attention is written as matmul, scale, mask, softmax, matmul rather than
+``scaled_dot_product_attention``, so that the Relax importer sees operators it can legalize
+and MetaSchedule gets ordinary matmul/softmax tasks.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import TYPE_CHECKING
+
+from tensortune.errors import WorkloadError
+
+if TYPE_CHECKING:
+    import torch
+
+Maker = Callable[[], "tuple[torch.nn.Module, tuple[torch.Tensor, ...]]"]
+
+
+@dataclass(frozen=True)
+class NetworkDef:
+    """A zoo entry; ``make()`` returns the model in eval mode and its example inputs."""
+
+    name: str
+    description: str
+    make: Maker
+
+
+# --------------------------------------------------------------------------------------------
+# Module classes.  They subclass torch.nn.Module, so they are defined on first use.
+
+
+@functools.cache
+def _cnn_layers() -> SimpleNamespace:
+    from torch import nn
+
+    def conv_bn(cin: int, cout: int, k: int, stride: int = 1, groups: int = 1) -> nn.Sequential:
+        return nn.Sequential(
+            nn.Conv2d(cin, cout, k, stride, k // 2, groups=groups, bias=False),
+            nn.BatchNorm2d(cout),
+        )
+
+    def _shortcut(cin: int, cout: int, stride: int) -> nn.Module:
+        if stride == 1 and cin == cout:
+            return nn.Identity()
+        return conv_bn(cin, cout, 1, stride)
+
+    class BasicBlock(nn.Module):
+        """ResNet-18/34 block: two 3x3 convolutions and a (projected) shortcut."""
+
+        expansion = 1
+
+        def __init__(self, cin: int, width: int, stride: int) -> None:
+            super().__init__()
+            self.body = nn.Sequential(
+                conv_bn(cin, width, 3, stride), nn.ReLU(), conv_bn(width, width, 3)
+            )
+            self.skip = _shortcut(cin, width, stride)
+            self.relu = nn.ReLU()
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.relu(self.body(x) + self.skip(x))
+
+    class Bottleneck(nn.Module):
+        """ResNet-50 block: 1x1 reduce, 3x3, 1x1 expand (x4), stride on the 3x3 (v1.5)."""
+
+        expansion = 4
+
+        def __init__(self, cin: int, width: int, stride: int) -> None:
+            super().__init__()
+            cout = width * self.expansion
+            self.body = nn.Sequential(
+                conv_bn(cin, width, 1), nn.ReLU(),
+                conv_bn(width, width, 3, stride), nn.ReLU(),
+                conv_bn(width, cout, 1),
+            )  # fmt: skip
+            self.skip = _shortcut(cin, cout, stride)
+            self.relu = nn.ReLU()
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.relu(self.body(x) + self.skip(x))
+
+    class ResNet(nn.Module):
+        def __init__(self, block: type, depths: tuple[int, ...], classes: int = 1000) -> None:
+            super().__init__()
+            self.stem = nn.Sequential(conv_bn(3, 64, 7, 2), nn.ReLU(), nn.MaxPool2d(3, 2, 1))
+            stages: list[nn.Module] = []
+            cin = 64
+            for i, depth in enumerate(depths):
+                width = 64 * 2**i
+                for j in range(depth):
+                    stages.append(block(cin, width, 2 if j == 0 and i > 0 else 1))
+                    cin = width * block.expansion
+            self.stages = nn.Sequential(*stages)
+            self.fc = nn.Linear(cin, classes)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.fc(self.stages(self.stem(x)).mean(dim=(2, 3)))
+
+    class InvertedResidual(nn.Module):
+        """MobileNetV2 block: 1x1 expand, 3x3 depthwise, 1x1 linear projection."""
+
+        def __init__(self, cin: int, cout: int, stride: int, expand: int) -> None:
+            super().__init__()
+            hidden = cin * expand
+            layers: list[nn.Module] = []
+            if expand != 1:
+                layers += [conv_bn(cin, hidden, 1), nn.ReLU6()]
+            layers += [conv_bn(hidden, hidden, 3, stride, groups=hidden), nn.ReLU6()]
+            layers += [conv_bn(hidden, cout, 1)]
+            self.body = nn.Sequential(*layers)
+            self.residual = stride == 1 and cin == cout
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x + self.body(x) if self.residual else self.body(x)
+
+    class MobileNetV2(nn.Module):
+        # (expansion, output channels, repeats, first stride), from the MobileNetV2 paper
+        CONFIG = (
+            (1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2),
+            (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1),
+        )  # fmt: skip
+
+        def __init__(self, classes: int = 1000) -> None:
+            super().__init__()
+            layers: list[nn.Module] = [conv_bn(3, 32, 3, 2), nn.ReLU6()]
+            cin = 32
+            for expand, cout, repeats, stride in self.CONFIG:
+                for j in range(repeats):
+                    layers.append(InvertedResidual(cin, cout, stride if j == 0 else 1, expand))
+                    cin = cout
+            layers += [conv_bn(cin, 1280, 1), nn.ReLU6()]
+            self.features = nn.Sequential(*layers)
+            self.classifier = nn.Linear(1280, classes)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.classifier(self.features(x).mean(dim=(2, 3)))
+
+    return SimpleNamespace(
+        BasicBlock=BasicBlock, Bottleneck=Bottleneck, ResNet=ResNet, MobileNetV2=MobileNetV2
+    )
+
+
+@functools.cache
+def _transformer_layers() -> SimpleNamespace:
+    import torch
+    from torch import nn
+
+    class SelfAttention(nn.Module):
+        """Multi-head self-attention with a fused QKV projection, written out op by op."""
+
+        def __init__(self, dim: int, heads: int, causal_len: int = 0) -> None:
+            super().__init__()
+            self.heads, self.scale = heads, (dim // heads) ** -0.5
+            self.qkv, self.out = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+            self.causal = causal_len > 0
+            if self.causal:
+                # additive mask (-inf above the diagonal) so that masking is a plain add
+                mask = torch.full((causal_len, causal_len), float("-inf")).triu(1)
+                self.register_buffer("mask", mask, persistent=False)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            b, s, d = x.shape
+            qkv = self.qkv(x).reshape(b, s, 3, self.heads, d // self.heads)
+            q, k, v = qkv.permute(2, 0, 3, 1, 4)  # each (b, heads, s, head_dim)
+            scores = torch.matmul(q, k.transpose(-1, -2)) * self.scale
+            if self.causal:
+                scores = scores + self.mask[:s, :s]
+            ctx = torch.matmul(torch.softmax(scores, dim=-1), v)
+            return self.out(ctx.transpose(1, 2).reshape(b, s, d))
+
+    def mlp(dim: int, hidden: int, gelu: str = "none") -> nn.Sequential:
+        return nn.Sequential(
+            nn.Linear(dim, hidden), nn.GELU(approximate=gelu), nn.Linear(hidden, dim)
+        )
+
+    class PostNormLayer(nn.Module):
+        """BERT encoder layer: residual then LayerNorm, around attention and the FFN."""
+
+        def __init__(self, dim: int, heads: int, ffn: int) -> None:
+            super().__init__()
+            self.attn, self.ffn = SelfAttention(dim, heads), mlp(dim, ffn)
+            self.ln1, self.ln2 = nn.LayerNorm(dim, eps=1e-12), nn.LayerNorm(dim, eps=1e-12)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            x = self.ln1(x + self.attn(x))
+            return self.ln2(x + self.ffn(x))
+
+    class PreNormLayer(nn.Module):
+        """ViT / GPT-2 block: LayerNorm first, residual around each sub-layer."""
+
+        def __init__(
+            self, dim: int, heads: int, ffn: int, causal_len: int = 0, gelu: str = "none"
+        ) -> None:
+            super().__init__()
+            self.attn, self.ffn = SelfAttention(dim, heads, causal_len), mlp(dim, ffn, gelu)
+            self.ln1, self.ln2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            x = x + self.attn(self.ln1(x))
+            return x + self.ffn(self.ln2(x))
+
+    class ViT(nn.Module):
+        def __init__(
+            self, image: int, patch: int, dim: int, depth: int, heads: int, classes: int = 1000
+        ) -> None:
+            super().__init__()
+            tokens = (image // patch) ** 2 + 1
+            self.patch = nn.Conv2d(3, dim, patch, patch)
+            self.cls = nn.Parameter(torch.randn(1, 1, dim) * 0.02)
+            self.pos = nn.Parameter(torch.randn(1, tokens, dim) * 0.02)
+            self.blocks = nn.Sequential(*(PreNormLayer(dim, heads, 4 * dim) for _ in range(depth)))
+            self.norm, self.head = nn.LayerNorm(dim), nn.Linear(dim, classes)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            x = self.patch(x).flatten(2).transpose(1, 2)  # (b, patches, dim)
+            x = torch.cat([self.cls.expand(x.shape[0], -1, -1), x], dim=1) + self.pos
+            return self.head(self.norm(self.blocks(x))[:, 0])
+
+    return SimpleNamespace(PostNormLayer=PostNormLayer, PreNormLayer=PreNormLayer, ViT=ViT)
+
+
+# --------------------------------------------------------------------------------------------
+# Builders: each returns (model in eval mode, example inputs), with seeded random weights.
+
+
+def _finish(model: torch.nn.Module, *shape: int) -> tuple[torch.nn.Module, tuple[torch.Tensor]]:
+    import torch
+
+    # seeded again so the input does not depend on how many weights the model drew
+    torch.manual_seed(1)
+    return model.eval(), (torch.randn(*shape),)
+
+
+def _seeded() -> None:
+    import torch
+
+    torch.manual_seed(0)
+
+
+def _resnet(depth: int, batch: int) -> Maker:
+    def make() -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
+        _seeded()
+        nets = _cnn_layers()
+        if depth == 18:
+            model = nets.ResNet(nets.BasicBlock, (2, 2, 2, 2))
+        else:
+            model = nets.ResNet(nets.Bottleneck, (3, 4, 6, 3))
+        return _finish(model, batch, 3, 224, 224)
+
+    return make
+
+
+def _mobilenetv2(batch: int) -> Maker:
+    def make() -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
+        _seeded()
+        return _finish(_cnn_layers().MobileNetV2(), batch, 3, 224, 224)
+
+    return make
+
+
+def _bert(seq: int) -> Maker:
+    def make() -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
+        from torch import nn
+
+        _seeded()
+        layer = _transformer_layers().PostNormLayer
+        model = nn.Sequential(*(layer(768, 12, 3072) for _ in range(12)))
+        return _finish(model, 1, seq, 768)
+
+    return make
+
+
+def _vit_tiny() -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
+    _seeded()
+    model = _transformer_layers().ViT(image=224, patch=16, dim=192, depth=12, heads=3)
+    return _finish(model, 1, 3, 224, 224)
+
+
+def _gpt2_block(seq: int) -> Maker:
+    def make() -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
+        _seeded()
+        model = _transformer_layers().PreNormLayer(768, 12, 3072, causal_len=seq, gelu="tanh")
+        return _finish(model, 1, seq, 768)
+
+    return make
+
+
+_DEFS = (
+    NetworkDef("resnet18", "ResNet-18 (BasicBlock 2-2-2-2), input 1x3x224x224", _resnet(18, 1)),
+    NetworkDef("resnet18-b4", "ResNet-18, batch 4: input 4x3x224x224", _resnet(18, 4)),
+    NetworkDef(
+        "resnet50", "ResNet-50 v1.5 (Bottleneck 3-4-6-3), input 1x3x224x224", _resnet(50, 1)
+    ),
+    NetworkDef("mobilenetv2", "MobileNetV2 (width 1.0), input 1x3x224x224", _mobilenetv2(1)),
+    NetworkDef("mobilenetv2-b4", "MobileNetV2, batch 4: input 4x3x224x224", _mobilenetv2(4)),
+    NetworkDef(
+        "bert-base",
+        "BERT-base encoder (12 layers, hidden 768, 12 heads, FFN 3072), hidden states 1x128x768",
+        _bert(128),
+    ),
+    NetworkDef("bert-base-s64", "BERT-base encoder, seq 64: hidden states 1x64x768", _bert(64)),
+    NetworkDef(
+        "vit-tiny",
+        "ViT-Tiny/16 (dim 192, depth 12, 3 heads, cls token, head), input 1x3x224x224",
+        _vit_tiny,
+    ),
+    NetworkDef(
+        "gpt2-block",
+        "one GPT-2-small decoder block (768, 12 heads, causal, tanh GELU), input 1x128x768",
+        _gpt2_block(128),
+    ),
+    NetworkDef(
+        "gpt2-block-s256",
+        "one GPT-2-small decoder block, seq 256: input 1x256x768",
+        _gpt2_block(256),
+    ),
+)
+
+NETWORKS: dict[str, NetworkDef] = {d.name: d for d in _DEFS}
+
+
+def get_network(name: str) -> NetworkDef:
+    """The zoo entry called ``name``; ``WorkloadError`` listing the known names otherwise."""
+    try:
+        return NETWORKS[name]
+    except KeyError:
+        known = ", ".join(NETWORKS)
+        raise WorkloadError(f"unknown network {name!r}; known: {known}") from None

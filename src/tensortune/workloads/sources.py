@@ -1,0 +1,99 @@
+"""Turn what the user names (operator specs, TVMScript files, MetaSchedule databases) into tasks."""
+
+from __future__ import annotations
+
+import json
+import runpy
+from pathlib import Path
+
+from tensortune.errors import WorkloadError
+from tensortune.workloads.ops import parse_spec
+from tensortune.workloads.task import Task
+
+
+def task_from_spec(spec: str) -> Task:
+    """A task for ``op:shape`` or for a TVMScript ``.py`` file holding one PrimFunc or IRModule."""
+    if spec.endswith(".py") or Path(spec).is_file():
+        return _task_from_tvmscript(Path(spec))
+    op = parse_spec(spec)
+    return Task(name=str(op), mod=op.to_module(), weight=1, flop=op.flop, source=str(op))
+
+
+def _task_from_tvmscript(path: Path) -> Task:
+    from tensortune.compat import tvm
+
+    if not path.is_file():
+        raise WorkloadError(f"workload file not found: {path}")
+    try:
+        namespace = runpy.run_path(str(path), run_name="__tensortune_workload__")
+    except Exception as e:
+        raise WorkloadError(f"cannot read TVMScript file {path}: {_brief(e)}") from None
+    found = [
+        (name, value)
+        for name, value in namespace.items()
+        if isinstance(value, tvm.IRModule | tvm.tirx.PrimFunc) and not name.startswith("_")
+    ]
+    if len(found) != 1:
+        names = ", ".join(n for n, _ in found) or "none"
+        raise WorkloadError(
+            f"{path} must define exactly one PrimFunc or IRModule at top level (found: {names})"
+        )
+    name, value = found[0]
+    mod = value if isinstance(value, tvm.IRModule) else tvm.IRModule({"main": value})
+    mod = _with_main(mod, path)
+    return Task(name=f"{path.stem}.{name}", mod=mod, flop=estimate_flop(mod), source=str(path))
+
+
+def _with_main(mod, path: Path):
+    from tensortune.compat import tvm
+
+    funcs = [(gv, f) for gv, f in mod.functions.items() if isinstance(f, tvm.tirx.PrimFunc)]
+    if len(funcs) != 1:
+        raise WorkloadError(f"{path}: the IRModule must hold exactly one PrimFunc to tune")
+    gv, func = funcs[0]
+    if gv.name_hint == "main":
+        return mod
+    return tvm.IRModule({"main": func.with_attr("global_symbol", "main")})
+
+
+def tasks_from_database(directory: str | Path) -> list[Task]:
+    """Every workload of a MetaSchedule JSON database directory, as a task."""
+    from tensortune.compat import ms
+
+    path = Path(directory) / "database_workload.json"
+    if not path.is_file():
+        raise WorkloadError(f"{directory} is not a MetaSchedule database: no {path.name}")
+    tasks = []
+    for lineno, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            workload = ms.database.Workload.from_json(json.loads(line))
+        except Exception as e:
+            raise WorkloadError(f"{path}:{lineno}: unreadable workload: {_brief(e)}") from None
+        tasks.append(
+            Task(
+                name=f"{Path(directory).name}.w{len(tasks)}",
+                mod=workload.mod,
+                flop=estimate_flop(workload.mod),
+                source=str(directory),
+            )
+        )
+    if not tasks:
+        raise WorkloadError(f"{path} holds no workloads")
+    return tasks
+
+
+def estimate_flop(mod) -> float:
+    """TVM's static FLOP estimate of a TIR module (0.0 when it cannot tell)."""
+    from tensortune.compat import tvm
+
+    try:
+        return float(tvm.s_tir.analysis.estimate_tir_flops(mod))
+    except Exception:
+        return 0.0
+
+
+def _brief(e: BaseException) -> str:
+    lines = [ln for ln in str(e).strip().splitlines() if ln.strip()]
+    return lines[-1] if lines else type(e).__name__

@@ -1,0 +1,24 @@
+"""A tuning task: one TIR workload to tune, with how often it occurs in its model."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import tvm
+
+
+@dataclass(frozen=True)
+class Task:
+    """One workload to tune.
+
+    ``weight`` is the number of times the workload occurs in its model (1 for a lone operator);
+    ``flop`` is the floating-point operation count of one execution, used for GFLOP/s reports.
+    """
+
+    name: str
+    mod: tvm.IRModule
+    weight: int = 1
+    flop: float = 0.0
+    source: str = ""

@@ -1,0 +1,110 @@
+"""load_model: torch and ONNX routes on a tiny CNN, bad inputs, and one zoo network (slow)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("onnx")
+
+from tensortune.compat import tvm  # noqa: E402
+from tensortune.errors import WorkloadError  # noqa: E402
+from tensortune.workloads.models import Model, load_model  # noqa: E402
+
+TARGET = tvm.target.Target({"kind": "llvm", "num-cores": 2})
+
+
+class TinyCNN(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1, bias=False)
+        self.bn = torch.nn.BatchNorm2d(8)
+        self.fc = torch.nn.Linear(8, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(torch.relu(self.bn(self.conv(x))).mean(dim=(2, 3)))
+
+
+def tiny() -> tuple[torch.nn.Module, tuple[torch.Tensor]]:
+    torch.manual_seed(0)
+    return TinyCNN().eval(), (torch.randn(1, 3, 16, 16),)
+
+
+def assert_tunable(model: Model) -> None:
+    assert model.tasks
+    for task in model.tasks:
+        assert isinstance(task.weight, int) and task.weight > 0
+        assert isinstance(task.mod, tvm.IRModule)
+        assert any(isinstance(f, tvm.tirx.PrimFunc) for f in task.mod.functions.values())
+        assert task.source == model.name
+    assert any(task.flop > 0 for task in model.tasks)
+    assert isinstance(model.mod["main"], tvm.relax.Function)
+
+
+def test_torch_module() -> None:
+    module, inputs = tiny()
+    model = load_model(module, example_inputs=inputs, target=TARGET)
+    assert_tunable(model)
+    assert model.name == "TinyCNN"
+    assert model.torch_module is module and model.torch_inputs == inputs
+    assert [a.shape for a in model.inputs] == [(1, 3, 16, 16)]
+    # weights are bound as constants: the only parameter left is the image
+    assert len(model.mod["main"].params) == 1
+
+
+def test_torch_module_needs_example_inputs() -> None:
+    with pytest.raises(WorkloadError, match="example_inputs"):
+        load_model(tiny()[0], target=TARGET)
+
+
+def test_onnx_file(tmp_path: Path) -> None:
+    module, inputs = tiny()
+    path = tmp_path / "tiny.onnx"
+    torch.onnx.export(
+        module, inputs, str(path), dynamo=False, opset_version=17, input_names=["image"]
+    )
+    model = load_model(path, target=TARGET)
+    assert_tunable(model)
+    assert model.name == "tiny" and model.torch_module is None
+    assert [(a.shape, a.dtype) for a in model.inputs] == [((1, 3, 16, 16), np.float32)]
+
+
+def test_onnx_dynamic_dim_needs_input_shapes(tmp_path: Path) -> None:
+    module, inputs = tiny()
+    path = tmp_path / "dyn.onnx"
+    torch.onnx.export(
+        module, inputs, str(path), dynamo=False, opset_version=17,
+        input_names=["image"], dynamic_axes={"image": {0: "batch"}},
+    )  # fmt: skip
+    with pytest.raises(WorkloadError, match="input_shapes"):
+        load_model(path, target=TARGET)
+    model = load_model(path, target=TARGET, input_shapes={"image": [2, 3, 16, 16]})
+    assert_tunable(model)
+    assert model.inputs[0].shape == (2, 3, 16, 16)
+
+
+def test_unknown_network() -> None:
+    with pytest.raises(WorkloadError, match=r"unknown network 'nope'; known: .*resnet18"):
+        load_model("nope", target=TARGET)
+
+
+def test_garbage_onnx(tmp_path: Path) -> None:
+    path = tmp_path / "garbage.onnx"
+    path.write_bytes(b"this is not a protobuf \x00\xff\x13" * 10)
+    with pytest.raises(WorkloadError, match=r"garbage\.onnx"):
+        load_model(str(path), target=TARGET)
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(WorkloadError, match="not found"):
+        load_model(str(tmp_path / "missing.onnx"), target=TARGET)
+
+
+@pytest.mark.slow
+def test_resnet18() -> None:
+    model = load_model("resnet18", target=TARGET)
+    assert len(model.tasks) > 10
+    assert sum(task.weight for task in model.tasks) > len(model.tasks)
