@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -33,6 +34,17 @@ def tiny() -> tuple[torch.nn.Module, tuple[torch.Tensor]]:
     return TinyCNN().eval(), (torch.randn(1, 3, 16, 16),)
 
 
+def export_onnx(path: Path, **kwargs: object) -> None:
+    """Export the tiny CNN with the legacy exporter (the default one needs onnxscript)."""
+    module, inputs = tiny()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # "legacy exporter" notices
+        torch.onnx.export(
+            module, inputs, str(path), dynamo=False, opset_version=17, input_names=["image"],
+            **kwargs,
+        )  # fmt: skip
+
+
 def assert_tunable(model: Model) -> None:
     assert model.tasks
     for task in model.tasks:
@@ -61,11 +73,8 @@ def test_torch_module_needs_example_inputs() -> None:
 
 
 def test_onnx_file(tmp_path: Path) -> None:
-    module, inputs = tiny()
     path = tmp_path / "tiny.onnx"
-    torch.onnx.export(
-        module, inputs, str(path), dynamo=False, opset_version=17, input_names=["image"]
-    )
+    export_onnx(path)
     model = load_model(path, target=TARGET)
     assert_tunable(model)
     assert model.name == "tiny" and model.torch_module is None
@@ -73,12 +82,8 @@ def test_onnx_file(tmp_path: Path) -> None:
 
 
 def test_onnx_dynamic_dim_needs_input_shapes(tmp_path: Path) -> None:
-    module, inputs = tiny()
     path = tmp_path / "dyn.onnx"
-    torch.onnx.export(
-        module, inputs, str(path), dynamo=False, opset_version=17,
-        input_names=["image"], dynamic_axes={"image": {0: "batch"}},
-    )  # fmt: skip
+    export_onnx(path, dynamic_axes={"image": {0: "batch"}})
     with pytest.raises(WorkloadError, match="input_shapes"):
         load_model(path, target=TARGET)
     model = load_model(path, target=TARGET, input_shapes={"image": [2, 3, 16, 16]})

@@ -116,8 +116,8 @@ def parse_target(target: str | dict | None) -> dict:
         text = target.strip()
         if not text.startswith("{"):
             raise TargetError(
-                f"target must be a JSON object such as '{{\"kind\": \"llvm\", \"mcpu\": "
-                f"\"skylake-avx512\"}}', not the string {target!r}"
+                f'target must be a JSON object such as \'{{"kind": "llvm", "mcpu": '
+                f'"skylake-avx512"}}\', not the string {target!r}'
             )
         try:
             target = json.loads(text)

@@ -6,6 +6,7 @@ one worker: it is killed and a fresh one is started, and the other requests carr
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -15,7 +16,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import Any
-
 
 _START_TIMEOUT_S = 120.0  # a cold TVM import on a loaded 2-core machine can take half a minute
 
@@ -121,7 +121,8 @@ class WorkerPool:
                 try:
                     kind, value = conn.recv()  # type: ignore[union-attr]
                 except (EOFError, OSError):
-                    results[i] = Outcome("crash", message=_exit_text(w.exit_code()), seconds=elapsed)
+                    message = _exit_text(w.exit_code())
+                    results[i] = Outcome("crash", message=message, seconds=elapsed)
                     idle.append(self._replace(w))
                     continue
                 if kind == "ok":
@@ -141,10 +142,8 @@ class WorkerPool:
 
     def close(self) -> None:
         for w in self._workers:
-            try:
+            with contextlib.suppress(OSError):
                 w.conn.send(None)
-            except OSError:
-                pass
         for w in self._workers:
             w.kill()
         self._workers.clear()

@@ -17,14 +17,8 @@ Signature = list[tuple[str, list[int]]]  # (dtype, shape) of each argument, in o
 
 
 def serve(conn: Any) -> None:
-    """Worker main loop: receive ``(name, args)``, reply ``("ok", value)`` or ``("error", text)``."""
-    # tvm_ffi imports torch when it can: +2-4 s per worker and a sys.modules large enough to
-    # double TVMScript parsing time.  Builders and runners never need torch.
-    sys.modules.setdefault("torch", None)  # type: ignore[arg-type]
-    from tensortune.compat import stub_gpu_intrinsics
-
-    stub_gpu_intrinsics()
-    import tvm  # noqa: F401  (pay the import before the first request's clock starts)
+    """Serve requests: receive ``(name, args)``, reply ``("ok", value)`` or ``("error", text)``."""
+    import tensortune.compat  # noqa: F401  (TVM without torch; paid before the first request)
 
     conn.send(("ready", os.getpid()))
     while True:
@@ -121,7 +115,8 @@ def run(
             got, want, rtol=1e-3, atol=1e-4 * max(1.0, scale), equal_nan=True
         ):
             err = float(np.abs(got - want).max()) if got.shape == want.shape else float("nan")
-            return {"costs": [], "mismatch": f"output differs from the reference (max error {err:.3g})"}
+            message = f"output differs from the reference (max error {err:.3g})"
+            return {"costs": [], "mismatch": message}
     evaluator = module.time_evaluator(
         module.entry_name,
         tvm.cpu(),

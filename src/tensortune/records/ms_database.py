@@ -96,8 +96,14 @@ class StoreDatabase(PyDatabase):
         if wid is None:
             return []
         return list(
-            self.store.query(workload_id=wid, hardware_id=self.hardware_id, target=target,
-                             ok_only=True, best_first=True, limit=limit)  # fmt: skip
+            self.store.query(
+                workload_id=wid,
+                hardware_id=self.hardware_id,
+                target=target,
+                ok_only=True,
+                best_first=True,
+                limit=limit,
+            )
         )
 
     def get_top_k(self, workload: Workload, top_k: int) -> list[TuningRecord]:

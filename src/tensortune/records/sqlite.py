@@ -121,7 +121,7 @@ class SQLiteStore(RecordStore):
             self._db.execute("COMMIT")
         except sqlite3.OperationalError as e:
             if "full" in str(e):
-                raise RecordsError(f"records store {self.path}: disk full, nothing written") from None
+                raise RecordsError(f"records store {self.path}: disk full") from None
             raise RecordsError(f"records store {self.path}: {e}") from None
         except sqlite3.DatabaseError as e:
             raise RecordsError(f"records store {self.path} is corrupt: {e}") from None

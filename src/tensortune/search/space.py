@@ -5,8 +5,15 @@ from __future__ import annotations
 from tensortune.compat import MeasureCandidate, TuneContext, ms, tvm
 
 
-def tune_context(mod: tvm.IRModule, target: dict, *, seed: int = 0, task_name: str = "main",
-                 strategy: object = None, logger: object = None) -> TuneContext:
+def tune_context(
+    mod: tvm.IRModule,
+    target: dict,
+    *,
+    seed: int = 0,
+    task_name: str = "main",
+    strategy: object = None,
+    logger: object = None,
+) -> TuneContext:
     """A TuneContext with the target's default schedule rules, postprocessors and mutators."""
     return TuneContext(
         mod,
@@ -20,8 +27,9 @@ def tune_context(mod: tvm.IRModule, target: dict, *, seed: int = 0, task_name: s
     )  # fmt: skip
 
 
-def sample_candidates(mod: tvm.IRModule, target: dict, count: int, *, seed: int = 0
-                      ) -> list[MeasureCandidate]:
+def sample_candidates(
+    mod: tvm.IRModule, target: dict, count: int, *, seed: int = 0
+) -> list[MeasureCandidate]:
     """``count`` distinct random schedules of ``mod`` drawn from its design space."""
     ctx = tune_context(mod, target, seed=seed, strategy=ms.search_strategy.ReplayTrace())
     spaces = ctx.space_generator.generate_design_space(ctx.mod)

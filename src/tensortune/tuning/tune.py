@@ -133,6 +133,7 @@ def tune(
     if remaining > 0 and todo:
         work = Path(work_dir)
         work.mkdir(parents=True, exist_ok=True)
+        logging.getLogger("tvm.s_tir.meta_schedule").addFilter(_not_log_dir_notice)
         loggers = ms.logging.get_loggers_from_work_dir(str(work), [tasks[i].name for i in todo])
         _quiet_console()
         contexts = [
@@ -154,7 +155,8 @@ def tune(
                 i = todo[k]
                 done[i] += len(batch)
                 if progress is not None:
-                    progress(i, tasks[i], batch, _task_result(store, tasks[i], wids[i], hw_id, tkey))
+                    summary = _task_result(store, tasks[i], wids[i], hw_id, tkey)
+                    progress(i, tasks[i], batch, summary)
 
             callbacks = [
                 RecordToStore(store, workload_ids=[wids[i] for i in todo], hardware_id=hw_id,
@@ -180,7 +182,9 @@ def tune(
             for part, own in ((builder, own_builder), (runner, own_runner)):
                 if own:
                     part.close()  # type: ignore[union-attr]
-    result.tasks = [_task_result(store, t, w, hw_id, tkey) for t, w in zip(tasks, wids, strict=True)]
+    result.tasks = [
+        _task_result(store, t, w, hw_id, tkey) for t, w in zip(tasks, wids, strict=True)
+    ]
     return result
 
 
@@ -190,6 +194,10 @@ def _task_result(store: RecordStore, task: Task, wid: int, hw_id: str, tkey: str
     best = min((r.cost for r in ok), default=math.inf)
     return TaskResult(task.name, task.weight, task.flop, trials, len(ok),
                       None if math.isinf(best) else best)  # fmt: skip
+
+
+def _not_log_dir_notice(record: logging.LogRecord) -> bool:
+    return not record.getMessage().startswith("Logging directory")
 
 
 def _quiet_console() -> None:

@@ -54,7 +54,7 @@ def load_model(
     *,
     target: tvm.target.Target,
     input_shapes: dict[str, list[int]] | None = None,
-    example_inputs: tuple[torch.Tensor, ...] | None = None,
+    example_inputs: tuple[torch.Tensor, ...] | torch.Tensor | None = None,
     name: str | None = None,
 ) -> Model:
     """Import ``source`` and extract its tuning tasks for ``target``.
@@ -68,6 +68,8 @@ def load_model(
         if example_inputs is None:
             raise WorkloadError("an nn.Module source needs example_inputs=(tensor, ...)")
         _reject_input_shapes(input_shapes)
+        if isinstance(example_inputs, sys.modules["torch"].Tensor):
+            example_inputs = (example_inputs,)  # tuple() would split a lone tensor along dim 0
         module_name = name or type(source).__name__
         return _from_torch(module_name, source, tuple(example_inputs), target)
     if not isinstance(source, str | os.PathLike):
@@ -202,11 +204,14 @@ def _onnx_inputs(
     from onnx.helper import tensor_dtype_to_np_dtype
 
     weights = {init.name for init in graph.graph.initializer}
+    inputs = [value for value in graph.graph.input if value.name not in weights]
+    unknown = sorted(set(overrides) - {value.name for value in inputs})
+    if unknown:
+        names = [value.name for value in inputs]
+        raise WorkloadError(f"input_shapes names {unknown}, but the model's inputs are {names}")
     shapes: dict[str, list[int]] = {}
     dtypes: dict[str, np.dtype] = {}
-    for value in graph.graph.input:
-        if value.name in weights:
-            continue
+    for value in inputs:
         tensor = value.type.tensor_type
         dtypes[value.name] = np.dtype(tensor_dtype_to_np_dtype(tensor.elem_type))
         if value.name in overrides:
@@ -220,9 +225,6 @@ def _onnx_inputs(
                 f"pass input_shapes={{{value.name!r}: [...]}}"
             )
         shapes[value.name] = [int(d) for d in dims]
-    unknown = sorted(set(overrides) - set(shapes))
-    if unknown:
-        raise WorkloadError(f"input_shapes names {unknown}, but the model's inputs are {[*shapes]}")
     return shapes, dtypes
 
 

@@ -214,16 +214,20 @@ def parse_spec(text: str) -> OpSpec:
             if d.defaults
             else f"'{text}': {op} takes {len(d.params)} integers ({d.doc.split(':')[0]})"
         )
-    given = dict(zip(d.params, values))
+    given = dict(zip(d.params, values, strict=False))
     for name in d.params[len(values) :]:
         given[name] = d.defaults[name](given)
-    bad = [n for n, v in given.items() if v <= 0 and n != "pad" or v < 0]
+    bad = [n for n, v in given.items() if (v <= 0 and n != "pad") or v < 0]
     if bad:
         raise WorkloadError(f"'{text}': {', '.join(bad)} must be positive")
     spec = OpSpec(op, tuple(given[n] for n in d.params))
-    if "K" in given and "H" in given and (
-        _out(given["H"], given["K"], given.get("stride", 1), given.get("pad", 0)) <= 0
-        or _out(given["W"], given["K"], given.get("stride", 1), given.get("pad", 0)) <= 0
+    if (
+        "K" in given
+        and "H" in given
+        and (
+            _out(given["H"], given["K"], given.get("stride", 1), given.get("pad", 0)) <= 0
+            or _out(given["W"], given["K"], given.get("stride", 1), given.get("pad", 0)) <= 0
+        )
     ):
         raise WorkloadError(f"'{text}': the kernel does not fit the padded input")
     return spec

@@ -1,0 +1,268 @@
+"""The ``tensortune`` command line: a thin layer over the Python API."""
+
+from __future__ import annotations
+
+import json
+import sys
+import traceback
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from tensortune.cli.display import console, errors, fmt_seconds, progress_line, result_table
+from tensortune.errors import TensortuneError
+from tensortune.records.storage import DEFAULT_URL
+
+app = typer.Typer(
+    name="tensortune",
+    help="Fast auto-tuning of tensor programs on Apache TVM MetaSchedule.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+records_app = typer.Typer(help="Inspect, import and export measurement records.",
+                          no_args_is_help=True)  # fmt: skip
+app.add_typer(records_app, name="records")
+
+_state = {"debug": False}
+
+RecordsOpt = Annotated[
+    str, typer.Option("--records", help="Records store URL (sqlite:///file.db).")
+]
+TargetOpt = Annotated[
+    str | None,
+    typer.Option("--target", help='Target as JSON, e.g. \'{"kind":"llvm","mcpu":"znver4"}\'; '
+                 "default: this CPU with its real mcpu and all cores."),
+]  # fmt: skip
+
+
+@app.callback()
+def _main(
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks on errors.")] = False,
+) -> None:
+    _state["debug"] = debug
+
+
+@app.command()
+def tune(
+    workload: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--workload",
+            "-w",
+            help="Operator spec (e.g. matmul:512,512,512) or TVMScript .py file; repeatable.",
+        ),
+    ] = None,
+    model: Annotated[
+        str | None,
+        typer.Option(
+            "--model", "-m", help="Zoo network name (see `tensortune workloads`) or an .onnx file."
+        ),
+    ] = None,
+    workloads_from: Annotated[
+        Path | None,
+        typer.Option(
+            "--workloads-from",
+            help="Tune every workload of a MetaSchedule JSON database directory.",
+        ),
+    ] = None,
+    trials: Annotated[int, typer.Option("--trials", "-n", help="Total trial budget.")] = 64,
+    records: RecordsOpt = DEFAULT_URL,
+    work_dir: Annotated[Path, typer.Option("--work-dir", help="Logs per task go here.")] = Path(
+        "tensortune-work"
+    ),
+    target: TargetOpt = None,
+    strategy: Annotated[str, typer.Option(help="evolutionary | replay-trace | replay-func")] = (
+        "evolutionary"
+    ),
+    cost_model: Annotated[str, typer.Option("--cost-model", help="xgb | random | mlp")] = "xgb",
+    trials_per_round: Annotated[int, typer.Option(help="Candidates measured per round.")] = 64,
+    check: Annotated[
+        bool,
+        typer.Option(
+            "--check/--no-check",
+            help="Compare each candidate's output with an unscheduled reference build.",
+        ),
+    ] = True,
+    seed: Annotated[int, typer.Option(help="Random seed of the search.")] = 0,
+) -> None:
+    """Tune operators, a TVMScript workload, a model or a database's workloads.
+
+    Records go to the store as they are measured; running the same command again resumes and
+    stops when the store holds --trials measurements of these tasks on this hardware.
+    """
+    from tensortune.tuning.tune import tune as run_tune
+
+    failed_total = [0]
+
+    def progress(i, task, batch, task_result) -> None:
+        failed = sum(not r.ok for r in batch)
+        failed_total[0] += failed
+        console.print(progress_line(i, n_tasks[0], len(batch), failed, task_result))
+
+    n_tasks = [0]
+    from tensortune.hardware import parse_target
+    from tensortune.tuning.tune import resolve_tasks
+
+    tgt = parse_target(target)
+    tasks = resolve_tasks(workload, model=model, workloads_from=workloads_from, target=tgt)
+    n_tasks[0] = len(tasks)
+    console.print(f"tuning {len(tasks)} task(s), {trials} trials, records {records}")
+    result = run_tune(tasks, trials=trials, records=records, work_dir=work_dir, target=tgt,
+                      strategy=strategy, cost_model=cost_model,
+                      trials_per_round=trials_per_round, check_correctness=check, seed=seed,
+                      progress=progress)  # fmt: skip
+    if result.trials_before >= trials:
+        console.print(f"the store already holds {result.trials_before} trials of these tasks "
+                      f"(budget {trials}): nothing to do")  # fmt: skip
+    console.print(result_table(result))
+    console.print(f"logs per task: {work_dir / 'logs'}")
+
+
+@app.command()
+def workloads(
+    count_tasks: Annotated[
+        bool,
+        typer.Option(
+            "--tasks/--no-tasks",
+            help="Import each network to count its tuning tasks (takes a minute or two).",
+        ),
+    ] = True,
+) -> None:
+    """List the operator zoo (with its spec grammar) and the network zoo."""
+    from rich.table import Table
+
+    from tensortune.workloads.ops import OPS
+
+    ops = Table(title="operators: --workload OP:PARAMS")
+    ops.add_column("op")
+    ops.add_column("parameters")
+    for d in OPS.values():
+        ops.add_row(d.name, d.doc)
+    console.print(ops)
+    from tensortune.workloads.networks import NETWORKS
+
+    nets = Table(title="networks: --model NAME")
+    for col in ("network", "tasks", "occurrences", "description"):
+        nets.add_column(col, justify="right" if col in ("tasks", "occurrences") else "left")
+    counts = _task_counts(list(NETWORKS)) if count_tasks else {}
+    for name, d in NETWORKS.items():
+        tasks, total = counts.get(name, ("-", "-"))
+        nets.add_row(name, str(tasks), str(total), d.description)
+    console.print(nets)
+
+
+def _task_counts(names: list[str]) -> dict[str, tuple[int, int]]:
+    from tensortune.workloads.catalog import task_counts
+
+    with console.status("importing networks to count their tasks..."):
+        return task_counts(names)
+
+
+@records_app.command("stats")
+def records_stats(records: RecordsOpt = DEFAULT_URL) -> None:
+    """Records per workload, hardware and target, with the best latency."""
+    from rich.table import Table
+
+    from tensortune.hardware import current_hardware
+    from tensortune.records.storage import open_records
+
+    with open_records(records) as store:
+        here = current_hardware().id
+        hardware = store.hardware()
+        t = Table(title=f"records in {records}")
+        for col in ("workload", "hardware", "target", "records", "ok", "best"):
+            t.add_column(col, justify="right" if col in ("records", "ok", "best") else "left")
+        rows = store.summary()
+        for name, wid, hw, tgt, n, ok, best in rows:
+            hw_text = f"{hw} (this machine)" if hw == here else f"{hw} {hardware[hw].cpu_model}"
+            short = json.loads(tgt)
+            tgt_text = " ".join(f"{k}={v}" for k, v in short.items() if k not in ("keys", "tag"))
+            t.add_row(f"{wid}: {name}", hw_text, tgt_text, str(n), str(ok), fmt_seconds(best))
+        console.print(t)
+        console.print(f"{sum(r[4] for r in rows)} records, {len(store.workloads())} workloads, "
+                      f"{len(hardware)} hardware")  # fmt: skip
+
+
+@records_app.command("export")
+def records_export(
+    directory: Annotated[Path, typer.Argument(help="New directory for the JSON database.")],
+    records: RecordsOpt = DEFAULT_URL,
+    top_k: Annotated[int | None, typer.Option("--top-k", help="The k best per workload.")] = None,
+    hardware: Annotated[str | None, typer.Option(help="Hardware id (default: this one).")] = None,
+) -> None:
+    """Write records as a MetaSchedule JSON database (TVM's JSONDatabase loads it)."""
+    from tensortune.records.interop import export_records
+    from tensortune.records.storage import open_records
+
+    with open_records(records) as store:
+        done = export_records(store, directory, top_k=top_k, hardware_id=hardware)
+    console.print(f"exported {done.records} records of {done.workloads} workloads "
+                  f"(hardware {done.hardware_id}) to {directory}")  # fmt: skip
+
+
+@records_app.command("import")
+def records_import(
+    directory: Annotated[Path, typer.Argument(help="A MetaSchedule JSON database directory.")],
+    records: RecordsOpt = DEFAULT_URL,
+    measured_here: Annotated[
+        bool,
+        typer.Option(
+            "--measured-here",
+            help="The records were measured on this machine: use them when tuning here.",
+        ),
+    ] = False,
+) -> None:
+    """Add a MetaSchedule JSON database's records to the store."""
+    from tensortune.records.interop import import_records
+    from tensortune.records.storage import open_records
+
+    with open_records(records) as store:
+        done = import_records(store, directory, measured_here=measured_here)
+    console.print(f"imported {done.records} records of {done.workloads} workloads "
+                  f"({done.skipped} already present) as hardware {done.hardware_id}")  # fmt: skip
+    if not measured_here:
+        console.print("they are not used when tuning on this machine; pass --measured-here "
+                      "if they were measured here")  # fmt: skip
+
+
+@app.command("compile")
+def compile_cmd(
+    model: Annotated[str, typer.Argument(help="Zoo network name or .onnx file.")],
+    records: RecordsOpt = DEFAULT_URL,
+    target: TargetOpt = None,
+    repeat: Annotated[int, typer.Option(help="Timed repeats of each build.")] = 10,
+) -> None:
+    """Build a model with the tuned schedules and compare its latency."""
+    from tensortune.deploy.compile import compile_model
+    from tensortune.deploy.report import print_report
+
+    print_report(compile_model(model, records=records, target=target, repeat=repeat), console)
+
+
+def main() -> None:
+    try:
+        app()
+    except TensortuneError as e:
+        if _state["debug"]:
+            traceback.print_exc()
+        errors.print(f"error: {e}", soft_wrap=True)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        errors.print(
+            "interrupted: measured records are saved; run the same command to resume",
+            soft_wrap=True,
+        )
+        sys.exit(130)
+    except Exception as e:
+        if _state["debug"]:
+            traceback.print_exc()
+        lines = [ln for ln in str(e).strip().splitlines() if ln.strip()]
+        errors.print(f"error: {type(e).__name__}: {lines[-1] if lines else ''} "
+                     "(run with --debug for the traceback)", soft_wrap=True)  # fmt: skip
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,113 @@
+"""Apply tuned records to a model, build it, and compare its latency with the alternatives."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tensortune.hardware import current_hardware, parse_target, runtime_threads
+from tensortune.records.storage import DEFAULT_URL, RecordStore, open_records
+
+
+@dataclass
+class TaskStatus:
+    name: str
+    weight: int
+    tuned: bool
+    best_seconds: float | None
+
+
+@dataclass
+class CompileReport:
+    model: str
+    target: dict
+    records_url: str
+    tuned_seconds: float
+    untuned_seconds: float
+    torch_seconds: float | None
+    max_abs_error: float  # tuned vs untuned outputs
+    tasks: list[TaskStatus] = field(default_factory=list)
+
+    @property
+    def speedup_over_untuned(self) -> float:
+        return self.untuned_seconds / self.tuned_seconds
+
+    @property
+    def speedup_over_torch(self) -> float | None:
+        return None if self.torch_seconds is None else self.torch_seconds / self.tuned_seconds
+
+
+def compile_model(
+    model: object,
+    *,
+    records: str | RecordStore = DEFAULT_URL,
+    target: dict | str | None = None,
+    repeat: int = 10,
+) -> CompileReport:
+    """Build ``model`` with this machine's best records for ``target`` and time it.
+
+    Tasks with no successful record on this hardware fall back to TVM's default schedules.
+    The untuned build and PyTorch eager (for torch models) are timed in the same process.
+    """
+    from tensortune.compat import ms, tvm
+    from tensortune.records.ms_database import StoreDatabase
+    from tensortune.workloads.models import load_model
+
+    target = parse_target(target)
+    tvm_target = tvm.target.Target(target)
+    m = load_model(model, target=tvm_target)
+    store = open_records(records) if isinstance(records, str) else records
+    db = StoreDatabase(store, hardware=current_hardware(), target=target)
+    statuses = []
+    for task in m.tasks:
+        rec = db.query_tuning_record(task.mod, tvm_target, task.name)
+        best = statistics.median(float(s) for s in rec.run_secs) if rec is not None else None
+        statuses.append(TaskStatus(task.name, task.weight, rec is not None, best))
+
+    untuned = tvm.compile(m.mod, target=tvm_target)
+    tuned = ms.relax_integration.compile_relax(db, m.mod, tvm_target, None)
+    dev = tvm.cpu()
+    inputs = [tvm.runtime.tensor(x, dev) for x in m.inputs]
+    out_untuned, t_untuned = _time_vm(untuned, inputs, repeat)
+    out_tuned, t_tuned = _time_vm(tuned, inputs, repeat)
+    error = max(float(np.abs(a - b).max()) for a, b in zip(out_tuned, out_untuned, strict=True))
+    t_torch = _time_torch(m, repeat, runtime_threads(target))
+    return CompileReport(m.name, target, store.url, t_tuned, t_untuned, t_torch, error, statuses)
+
+
+def _outputs(value) -> list[np.ndarray]:
+    if hasattr(value, "numpy"):
+        return [value.numpy()]
+    return [a for v in value for a in _outputs(v)]
+
+
+def _time_vm(executable, inputs, repeat: int) -> tuple[list[np.ndarray], float]:
+    from tensortune.compat import tvm
+
+    dev = tvm.cpu()
+    vm = tvm.relax.VirtualMachine(executable, dev)
+    out = _outputs(vm["main"](*inputs))
+    timer = vm.time_evaluator("main", dev, number=1, repeat=repeat, min_repeat_ms=50)
+    return out, float(timer(*inputs).median)
+
+
+def _time_torch(m, repeat: int, threads: int) -> float | None:
+    if m.torch_module is None:
+        return None
+    import torch
+
+    torch.set_num_threads(threads)
+    module, args = m.torch_module, m.torch_inputs
+    times = []
+    with torch.no_grad():
+        module(*args)  # warm-up: allocator, lazy init
+        for _ in range(repeat):
+            calls, start = 0, time.perf_counter()
+            while calls == 0 or time.perf_counter() - start < 0.05:
+                module(*args)
+                calls += 1
+            times.append((time.perf_counter() - start) / calls)
+    return statistics.median(times)

@@ -1,0 +1,152 @@
+"""Import from and export to MetaSchedule's JSON database directories.
+
+A JSON database has no notion of hardware.  Exported files hold one hardware's records; imported
+records are tagged with the hardware the user vouches for, or with a stand-in id that keeps them
+out of tuning on this machine.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from tensortune.errors import RecordsError
+from tensortune.hardware import Hardware, current_hardware, target_key
+from tensortune.measure.status import FAILED_COST
+from tensortune.records.ms_database import to_plain, to_tuning_record
+from tensortune.records.schema import Record
+from tensortune.records.storage import RecordStore
+
+_FILES = ("database_workload.json", "database_tuning_record.json")
+
+
+@dataclass(frozen=True)
+class Transfer:
+    workloads: int
+    records: int
+    skipped: int = 0
+    hardware_id: str = ""
+
+
+def export_records(
+    store: RecordStore,
+    directory: str | Path,
+    *,
+    top_k: int | None = None,
+    hardware_id: str | None = None,
+) -> Transfer:
+    """Write one hardware's records (default: this machine's) as a MetaSchedule JSON database.
+
+    With ``top_k``, only the k fastest successful records of each workload and target.
+    """
+    from tensortune.compat import Workload, ms
+
+    hw = hardware_id or store.register_hardware(current_hardware())
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    if any((out / f).exists() for f in _FILES):
+        raise RecordsError(f"{out} already holds a MetaSchedule database; choose a new directory")
+    db = ms.database.JSONDatabase(work_dir=str(out))
+    n_workloads = n_records = 0
+    for w in store.workloads():
+        records = list(store.query(workload_id=w.id, hardware_id=hw, ok_only=top_k is not None,
+                                   best_first=True))  # fmt: skip
+        if top_k is not None:
+            per_target: dict[str, int] = {}
+            kept = []
+            for r in records:
+                per_target[r.target] = per_target.get(r.target, 0) + 1
+                if per_target[r.target] <= top_k:
+                    kept.append(r)
+            records = kept
+        if not records:
+            continue
+        workload = db.commit_workload(w.mod())
+        n_workloads += 1
+        for r in records:
+            db.commit_tuning_record(to_tuning_record(r, Workload(workload.mod)))
+            n_records += 1
+    return Transfer(n_workloads, n_records, hardware_id=hw)
+
+
+def import_records(
+    store: RecordStore,
+    directory: str | Path,
+    *,
+    measured_here: bool = False,
+    run_id: str = "",
+) -> Transfer:
+    """Add a MetaSchedule JSON database's records to the store, skipping ones already there.
+
+    Without ``measured_here`` the records get a stand-in hardware id derived from the files, so
+    they are kept and exported but never taken as this machine's measurements.
+    """
+    from tensortune.compat import TVM_VERSION, ms
+
+    src = Path(directory)
+    missing = [f for f in _FILES if not (src / f).is_file()]
+    if missing:
+        raise RecordsError(f"{src} is not a MetaSchedule database (missing {', '.join(missing)})")
+    try:
+        db = ms.database.JSONDatabase(work_dir=str(src), allow_missing=False)
+        tuning_records = db.get_all_tuning_records()
+    except Exception as e:
+        raise RecordsError(f"cannot read MetaSchedule database {src}: {_brief(e)}") from None
+    hw_id = _import_hardware(store, src, measured_here)
+    seen: dict[int, set[str]] = {}
+    batch: list[Record] = []
+    skipped = 0
+    workload_ids: set[int] = set()
+    now = time.time()
+    for tr in tuning_records:
+        wid = store.workload_id(tr.workload.mod, f"{src.name}.w")
+        if wid not in seen:
+            seen[wid] = {r.trace for r in store.query(workload_id=wid, hardware_id=hw_id)}
+        trace = json.dumps(to_plain(tr.trace.as_json(remove_postproc=False)))
+        if trace in seen[wid]:
+            skipped += 1
+            continue
+        seen[wid].add(trace)
+        workload_ids.add(wid)
+        secs = tuple(float(s) for s in tr.run_secs or [])
+        ok = bool(secs) and max(secs) < FAILED_COST / 10
+        batch.append(
+            Record(
+                wid,
+                hw_id,
+                target_key(tr.target),
+                trace,
+                json.dumps([to_plain(a.as_json()) for a in tr.args_info]),
+                secs if ok else (),
+                "ok" if ok else "run_error",
+                None if ok else "failed (imported from a MetaSchedule database)",
+                run_id,
+                TVM_VERSION,
+                now,
+            )
+        )
+    store.add(batch)  # one transaction: a failed import leaves nothing behind
+    return Transfer(len(workload_ids), len(batch), skipped, hw_id)
+
+
+def _import_hardware(store: RecordStore, src: Path, measured_here: bool) -> str:
+    if measured_here:
+        return store.register_hardware(current_hardware())
+    digest = hashlib.sha256()
+    for f in _FILES:
+        digest.update((src / f).read_bytes())
+    stand_in = Hardware(
+        cpu_model=f"unknown (imported from {src.resolve()})",
+        arch="unknown",
+        cores=0,
+        isa=(f"import-{digest.hexdigest()[:12]}",),
+    )
+    return store.register_hardware(stand_in)
+
+
+def _brief(e: BaseException) -> str:
+    lines = [ln for ln in str(e).strip().splitlines() if ln.strip()]
+    return lines[-1] if lines else type(e).__name__
