@@ -12,9 +12,12 @@ import to ~2 s.  Set ``TENSORTUNE_GPU_INTRINSICS=1`` to import the real ones (GP
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import sys
 import types
+from collections.abc import Iterator
 
 _GPU_INTRIN_MODULES = ("cuda", "rocm", "hexagon")
 
@@ -75,6 +78,24 @@ from tvm.s_tir.meta_schedule.tune_context import TuneContext  # noqa: E402
 TVM_VERSION: str = tvm.__version__
 
 
+@contextlib.contextmanager
+def tvm_logging_guard() -> Iterator[None]:
+    """Run MetaSchedule code that (re)configures its loggers.
+
+    TVM rebuilds its logging config from the handlers already on its logger and fails on any
+    it did not create itself (pytest's capture, a notebook's), so those step aside meanwhile.
+    """
+    root = logging.getLogger("tvm.s_tir.meta_schedule")
+    foreign = [h for h in root.handlers if not (h.get_name() or "").startswith(root.name)]
+    for h in foreign:
+        root.removeHandler(h)
+    try:
+        yield
+    finally:
+        for h in foreign:
+            root.addHandler(h)
+
+
 def structural_hash(mod: tvm.IRModule) -> str:
     """Structural hash as an unsigned decimal string (the form MetaSchedule's JSON files use)."""
     return str(tvm_ffi.structural_hash(mod) & 0xFFFFFFFFFFFFFFFF)
@@ -107,4 +128,5 @@ __all__ = [
     "structural_hash",
     "tvm",
     "tvm_ffi",
+    "tvm_logging_guard",
 ]

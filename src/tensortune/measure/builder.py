@@ -19,11 +19,13 @@ class PersistentBuilder(PyBuilder):
     RemoveBuildArtifact callback deletes the artifact's directory after the run).
     """
 
-    def __init__(self, max_workers: int | None = None, timeout_s: float = 60.0) -> None:
+    def __init__(
+        self, max_workers: int | None = None, timeout_s: float = 60.0, log_path: str | None = None
+    ) -> None:
         super().__init__()
         self.max_workers = max_workers or len(os.sched_getaffinity(0))
         self.timeout_s = timeout_s
-        self._pool = WorkerPool(self.max_workers)
+        self._pool = WorkerPool(self.max_workers, log_path=log_path)
         self._root = tempfile.mkdtemp(prefix="tensortune-build-")
 
     def build(self, build_inputs: list[BuilderInput]) -> list[BuilderResult]:

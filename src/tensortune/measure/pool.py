@@ -37,14 +37,22 @@ class _Worker:
     ``__main__``, which breaks user scripts that lack an ``if __name__ == "__main__"`` guard.
     """
 
-    def __init__(self, env: dict[str, str]) -> None:
+    def __init__(self, env: dict[str, str], log_path: str | None) -> None:
         parent, child = socket.socketpair()
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "tensortune.measure.worker", str(child.fileno())],
-            pass_fds=(child.fileno(),),
-            env={**os.environ, **env},
-            stdin=subprocess.DEVNULL,
-        )
+        # A crashing kernel makes TVM print a native backtrace: into the log, not the terminal.
+        log = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115
+        try:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "tensortune.measure.worker", str(child.fileno())],
+                pass_fds=(child.fileno(),),
+                env={**os.environ, **env},
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+            )
+        finally:
+            if log_path:
+                log.close()  # type: ignore[union-attr]
         child.close()
         self.conn = Connection(parent.detach())
         self.ready = False
@@ -79,22 +87,25 @@ class _Worker:
 class WorkerPool:
     """``size`` persistent workers that share the same environment (e.g. ``TVM_NUM_THREADS``)."""
 
-    def __init__(self, size: int, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, size: int, env: dict[str, str] | None = None, log_path: str | None = None
+    ) -> None:
         self.size = max(1, size)
         self.env = dict(env or {})
+        self.log_path = log_path
         self._workers: list[_Worker] = []
         self.restarts = 0
 
     def _ensure(self) -> list[_Worker]:
         while len(self._workers) < self.size:
-            self._workers.append(_Worker(self.env))
+            self._workers.append(_Worker(self.env, self.log_path))
         for w in self._workers:
             w.wait_ready()
         return self._workers
 
     def _replace(self, w: _Worker) -> _Worker:
         w.kill()
-        fresh = _Worker(self.env)
+        fresh = _Worker(self.env, self.log_path)
         self._workers[self._workers.index(w)] = fresh
         self.restarts += 1
         return fresh

@@ -52,13 +52,14 @@ class PersistentRunner(PyRunner):
         num_threads: int | None = None,
         timeout_s: float = 30.0,
         check_correctness: bool = False,
+        log_path: str | None = None,
     ) -> None:
         super().__init__()
         self.timing = timing or TimingConfig()
         self.num_threads = num_threads or len(os.sched_getaffinity(0))
         self.timeout_s = timeout_s
         self.check_correctness = check_correctness
-        self._pool = WorkerPool(1, {"TVM_NUM_THREADS": str(self.num_threads)})
+        self._pool = WorkerPool(1, {"TVM_NUM_THREADS": str(self.num_threads)}, log_path)
         self._references: dict[str, str | None] = {}  # signature text -> library (None: ambiguous)
 
     def add_reference(self, signature: Signature, library: str) -> None:

@@ -133,9 +133,7 @@ def tune(
     if remaining > 0 and todo:
         work = Path(work_dir)
         work.mkdir(parents=True, exist_ok=True)
-        logging.getLogger("tvm.s_tir.meta_schedule").addFilter(_not_log_dir_notice)
-        loggers = ms.logging.get_loggers_from_work_dir(str(work), [tasks[i].name for i in todo])
-        _quiet_console()
+        loggers = _task_loggers(work, [tasks[i].name for i in todo])
         contexts = [
             tune_context(tasks[i].mod, target, seed=seed + i, task_name=tasks[i].name,
                          strategy=_strategy(strategy), logger=lg)
@@ -143,9 +141,13 @@ def tune(
         ]  # fmt: skip
         own_builder = builder is None
         own_runner = runner is None
-        builder = builder or PersistentBuilder()
+        logs = work / "logs"
+        builder = builder or PersistentBuilder(log_path=str(logs / "builder-workers.log"))
         runner = runner or PersistentRunner(
-            timing, num_threads=runtime_threads(target), check_correctness=check_correctness
+            timing,
+            num_threads=runtime_threads(target),
+            check_correctness=check_correctness,
+            log_path=str(logs / "runner-worker.log"),
         )
         try:
             if own_builder and own_runner and check_correctness:
@@ -194,6 +196,20 @@ def _task_result(store: RecordStore, task: Task, wid: int, hw_id: str, tkey: str
     best = min((r.cost for r in ok), default=math.inf)
     return TaskResult(task.name, task.weight, task.flop, trials, len(ok),
                       None if math.isinf(best) else best)  # fmt: skip
+
+
+def _task_loggers(work: Path, names: list[str]) -> list[logging.Logger]:
+    """MetaSchedule's per-task file loggers under ``work/logs``.
+
+    Console copies are turned down to warnings: our own progress lines say the same.
+    """
+    from tensortune.compat import ms, tvm_logging_guard
+
+    logging.getLogger("tvm.s_tir.meta_schedule").addFilter(_not_log_dir_notice)
+    with tvm_logging_guard():
+        loggers = ms.logging.get_loggers_from_work_dir(str(work), names)
+    _quiet_console()
+    return loggers
 
 
 def _not_log_dir_notice(record: logging.LogRecord) -> bool:

@@ -1,0 +1,111 @@
+"""Shared fixtures: a small CPU target and records made from real sampled schedules."""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Sequence
+
+import pytest
+
+TARGET = {"kind": "llvm", "num-cores": 2}
+
+# A stand-in for a machine that is not this one: its records must never be used here.
+OTHER_HW_FIELDS = {
+    "cpu_model": "Other CPU 9000 (test)",
+    "arch": "riscv64",
+    "cores": 64,
+    "isa": ("sve2",),
+    "caches": {"L1d": 65536},
+}
+
+
+@pytest.fixture
+def target() -> dict:
+    return dict(TARGET)
+
+
+@functools.cache
+def _sampled(spec: str, count: int, seed: int) -> tuple:
+    from tensortune.search.space import sample_candidates
+    from tensortune.workloads.ops import parse_spec
+
+    mod = parse_spec(spec).to_module()
+    return mod, tuple(sample_candidates(mod, TARGET, count, seed=seed))
+
+
+def sampled(spec: str, count: int = 4, *, seed: int = 0) -> tuple:
+    """``(module, candidates)`` of an operator spec; cached for the whole session."""
+    mod, cands = _sampled(spec, count, seed)
+    assert len(cands) == count, f"{spec}: only {len(cands)} distinct candidates"
+    return mod, list(cands)
+
+
+def trace_text(cand) -> str:
+    from tensortune.records.ms_database import to_plain
+
+    return json.dumps(to_plain(cand.sch.trace.as_json(remove_postproc=False)))
+
+
+def args_text(cand) -> str:
+    from tensortune.records.ms_database import to_plain
+
+    return json.dumps([to_plain(a.as_json()) for a in cand.args_info])
+
+
+def other_hardware():
+    from tensortune.hardware import Hardware
+
+    return Hardware(**OTHER_HW_FIELDS)
+
+
+def make_records(
+    store,
+    spec: str,
+    costs: Sequence[float | None],
+    *,
+    hardware=None,
+    target: dict | None = None,
+    seed: int = 0,
+    name: str | None = None,
+) -> list:
+    """Records of ``len(costs)`` distinct sampled schedules of ``spec``, serialized the way
+    ``RecordToStore`` does it; a ``None`` cost makes a failed (run_error) record.
+
+    Registers the hardware (default: this machine) and the workload; returns the records
+    (not yet added to the store).
+    """
+    from tensortune.compat import TVM_VERSION
+    from tensortune.hardware import current_hardware, target_key
+    from tensortune.records.schema import Record
+
+    mod, cands = sampled(spec, len(costs), seed=seed)
+    hw_id = store.register_hardware(hardware or current_hardware())
+    wid = store.workload_id(mod, name or spec)
+    tkey = target_key(target or TARGET)
+    out = []
+    for cand, cost in zip(cands, costs, strict=True):
+        ok = cost is not None
+        out.append(
+            Record(
+                workload_id=wid,
+                hardware_id=hw_id,
+                target=tkey,
+                trace=trace_text(cand),
+                args_info=args_text(cand),
+                run_secs=(cost, cost * 1.1, cost * 0.9) if ok else (),
+                status="ok" if ok else "run_error",
+                error=None if ok else "[run_error] fake failure",
+                run_id="test",
+                tvm_version=TVM_VERSION,
+                created_at=1.0,
+            )
+        )
+    return out
+
+
+def fill(store, spec: str, costs: Sequence[float | None], **kwargs) -> list:
+    """``make_records`` and add them to the store."""
+    records = make_records(store, spec, costs, **kwargs)
+    store.add(records)
+    return records

@@ -1,0 +1,158 @@
+"""Persistent builder and runner: real candidates, and kernels that fail every way they can."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tensortune.compat import ArgInfo, BuilderInput, RunnerInput, tvm
+from tensortune.measure.builder import PersistentBuilder
+from tensortune.measure.runner import PersistentRunner, TimingConfig, signature_of
+from tensortune.measure.status import Status, classify
+from tensortune.search.space import sample_candidates
+from tensortune.workloads.ops import parse_spec
+from tensortune.workloads.sources import task_from_spec
+
+KERNELS = Path(__file__).parent / "kernels"
+TARGET = {"kind": "llvm", "num-cores": 2}
+
+
+@pytest.fixture(scope="module")
+def builder():
+    b = PersistentBuilder(max_workers=2, timeout_s=60)
+    yield b
+    b.close()
+
+
+def _signature(mod) -> list:
+    return signature_of(ArgInfo.from_prim_func(mod["main"]))
+
+
+def _build(builder, mods) -> list:
+    return builder.build([BuilderInput(m, tvm.target.Target(TARGET)) for m in mods])
+
+
+def _run(runner, artifacts, args_infos) -> list:
+    inputs = [RunnerInput(a, "cpu", info) for a, info in zip(artifacts, args_infos, strict=True)]
+    return [f.result() for f in runner.run(inputs)]
+
+
+def test_candidates_are_built_and_timed_with_every_repeat_kept(builder):
+    mod = parse_spec("matmul:32,32,32").to_module()
+    cands = sample_candidates(mod, TARGET, 4, seed=1)
+    built = _build(builder, [c.sch.mod for c in cands])
+    assert all(b.error_msg is None for b in built)
+    runner = PersistentRunner(TimingConfig(repeat=3, min_repeat_ms=1), timeout_s=30)
+    try:
+        results = _run(runner, [b.artifact_path for b in built], [c.args_info for c in cands])
+    finally:
+        runner.close()
+    for r in results:
+        assert r.error_msg is None
+        secs = [float(s) for s in r.run_secs]
+        assert len(secs) == 3
+        assert all(0 < s < 0.1 for s in secs)
+
+
+def test_builds_run_in_parallel_workers_that_persist(builder):
+    mods = [parse_spec(f"matmul:{n},16,16").to_module() for n in (8, 16, 24, 32)]
+    _build(builder, mods)
+    pids_before = {w.process.pid for w in builder._pool._workers}
+    _build(builder, mods)
+    assert len(pids_before) == 2
+    assert {w.process.pid for w in builder._pool._workers} == pids_before
+
+
+def test_a_build_error_is_classified_and_does_not_stop_the_batch(builder):
+    good = parse_spec("matmul:8,8,8").to_module()
+    broken = tvm.IRModule(
+        {"main": tvm.tirx.PrimFunc([], tvm.tirx.Evaluate(tvm.tirx.Var("x", "int32")))}
+    )
+    ok, bad = _build(builder, [good, broken])
+    assert ok.error_msg is None and Path(ok.artifact_path).is_file()
+    assert bad.artifact_path is None
+    assert classify(bad.error_msg, None) is Status.BUILD_ERROR
+
+
+def test_a_crashing_kernel_costs_only_its_worker(builder):
+    crash = task_from_spec(str(KERNELS / "crash.py")).mod
+    good = parse_spec("matmul:8,8,8").to_module()
+    built = _build(builder, [crash, good, crash, good])
+    runner = PersistentRunner(TimingConfig(repeat=1, min_repeat_ms=1), timeout_s=30)
+    try:
+        infos = [ArgInfo.from_prim_func(m["main"]) for m in (crash, good, crash, good)]
+        results = _run(runner, [b.artifact_path for b in built], infos)
+        assert runner._pool.restarts == 2
+    finally:
+        runner.close()
+    assert [classify(None, r.error_msg) for r in results] == [
+        Status.RUN_ERROR, Status.OK, Status.RUN_ERROR, Status.OK
+    ]  # fmt: skip
+    assert "SIGSEGV" in results[0].error_msg
+
+
+def test_a_hanging_kernel_times_out_and_the_next_one_runs(builder):
+    hang = task_from_spec(str(KERNELS / "hang.py")).mod
+    good = parse_spec("matmul:8,8,8").to_module()
+    built = _build(builder, [hang, good])
+    runner = PersistentRunner(TimingConfig(repeat=1, min_repeat_ms=1), timeout_s=3)
+    try:
+        infos = [ArgInfo.from_prim_func(m["main"]) for m in (hang, good)]
+        hung, fine = _run(runner, [b.artifact_path for b in built], infos)
+    finally:
+        runner.close()
+    assert classify(None, hung.error_msg) is Status.TIMEOUT
+    assert fine.error_msg is None
+
+
+def test_a_wrong_result_is_caught_against_the_reference(builder):
+    reference = parse_spec("matmul:16,16,16").to_module()
+    # Same argument signature, different computation: C = A + B.
+    a, b = tvm.te.placeholder((16, 16), name="A"), tvm.te.placeholder((16, 16), name="B")
+    c = tvm.te.compute((16, 16), lambda i, j: a[i, j] + b[i, j], name="C")
+    impostor = tvm.IRModule({"main": tvm.te.create_prim_func([a, b, c])})
+    right = sample_candidates(reference, TARGET, 1, seed=3)[0]
+    ref_build, impostor_build, right_build = _build(builder, [reference, impostor, right.sch.mod])
+    runner = PersistentRunner(TimingConfig(repeat=1, min_repeat_ms=1), check_correctness=True)
+    try:
+        runner.add_reference(_signature(reference), ref_build.artifact_path)
+        wrong, ok = _run(
+            runner,
+            [impostor_build.artifact_path, right_build.artifact_path],
+            [ArgInfo.from_prim_func(impostor["main"]), right.args_info],
+        )
+    finally:
+        runner.close()
+    assert classify(None, wrong.error_msg) is Status.WRONG_RESULT
+    assert ok.error_msg is None
+
+
+def test_an_ambiguous_reference_disables_the_check_for_that_signature():
+    runner = PersistentRunner(check_correctness=True)
+    sig = [("float32", [4, 4])] * 3
+    runner.add_reference(sig, "/nonexistent/a.so")
+    runner.add_reference(sig, "/nonexistent/b.so")
+    assert runner._references[repr(sig)] is None
+    runner.close()
+
+
+def test_the_runner_worker_uses_the_requested_thread_count(builder):
+    """TVM's run-time pool follows TVM_NUM_THREADS, so the worker must start with it set."""
+    mod = parse_spec("matmul:64,64,64").to_module()
+    (built,) = _build(builder, [mod])
+    runner = PersistentRunner(TimingConfig(repeat=1, min_repeat_ms=1), num_threads=1)
+    try:
+        _run(runner, [built.artifact_path], [ArgInfo.from_prim_func(mod["main"])])
+        pid = runner._pool._workers[0].process.pid
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        assert b"TVM_NUM_THREADS=1" in environ
+    finally:
+        runner.close()
+
+
+def test_classify_recognises_tvm_local_builder_and_runner_messages():
+    assert classify("LocalBuilder: Timeout, killed after 30 seconds", None) is Status.TIMEOUT
+    assert classify("LocalBuilder: An exception occurred\nTraceback", None) is Status.BUILD_ERROR
+    assert classify(None, "LocalRunner: An exception occurred") is Status.RUN_ERROR
+    assert classify(None, None) is Status.OK

@@ -1,0 +1,131 @@
+"""tune(): records land in the store, budgets resume, kill -9 loses at most one batch, and TVM's
+own tuner and compiler read and write the store through the PyDatabase adapter."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tensortune.compat import ms, structural_equal, tvm, tvm_logging_guard
+from tensortune.hardware import current_hardware, target_key
+from tensortune.measure.builder import PersistentBuilder
+from tensortune.measure.runner import PersistentRunner, TimingConfig
+from tensortune.records.ms_database import StoreDatabase
+from tensortune.records.storage import open_records
+from tensortune.tuning.tune import tune
+from tensortune.workloads.ops import parse_spec
+
+TARGET = {"kind": "llvm", "num-cores": 2}
+FAST = {"strategy": "replay-trace", "cost_model": "random", "target": TARGET}
+
+
+def test_tune_fills_the_store_and_resumes_to_the_same_budget(tmp_path):
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    seen = []
+    first = tune(["matmul:32,32,32"], trials=6, records=url, work_dir=tmp_path / "w",
+                 trials_per_round=3, progress=lambda i, t, b, r: seen.append(len(b)), **FAST)  # fmt: skip
+    assert first.trials_before == 0 and first.tasks[0].trials == 6
+    assert seen == [3, 3]
+    assert first.tasks[0].best_seconds is not None and first.tasks[0].gflops > 0
+    assert (tmp_path / "w" / "logs").is_dir()
+
+    again = tune(["matmul:32,32,32"], trials=6, records=url, work_dir=tmp_path / "w", **FAST)
+    assert again.trials_before == 6 and again.tasks[0].trials == 6  # nothing more measured
+
+    more = tune(["matmul:32,32,32"], trials=9, records=url, work_dir=tmp_path / "w", **FAST)
+    assert more.trials_before == 6 and more.tasks[0].trials == 9
+    with open_records(url) as store:
+        records = list(store.query())
+        assert len(records) == 9
+        assert {r.hardware_id for r in records} == {current_hardware().id}
+        assert {r.target for r in records} == {target_key(TARGET)}
+        assert len({r.run_id for r in records}) == 2
+        assert all(len(r.run_secs) == 5 for r in records if r.ok)
+
+
+def test_several_tasks_share_one_budget(tmp_path):
+    result = tune(["matmul:16,16,16", "softmax:4,32"], trials=8, records=f"sqlite:///{tmp_path}/r.db",
+                  work_dir=tmp_path / "w", trials_per_round=2, **FAST)  # fmt: skip
+    assert sum(t.trials for t in result.tasks) == 8
+    assert all(t.trials > 0 for t in result.tasks)
+
+
+def test_kill_9_loses_at_most_the_batch_in_flight(tmp_path):
+    db = tmp_path / "r.db"
+    cmd = [sys.executable, "-m", "tensortune.cli.app", "tune", "--workload", "matmul:32,32,32",
+           "--trials", "12", "--trials-per-round", "3", "--records", f"sqlite:///{db}",
+           "--work-dir", str(tmp_path / "w"), "--target", '{"kind": "llvm", "num-cores": 2}',
+           "--strategy", "replay-trace", "--cost-model", "random"]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 240
+    count = 0
+    while time.monotonic() < deadline and proc.poll() is None:
+        if db.exists():
+            with open_records(f"sqlite:///{db}") as store:
+                count = store.count()
+        if count >= 3:
+            break
+        time.sleep(0.2)
+    assert proc.poll() is None, "the run finished before it could be killed"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    with open_records(f"sqlite:///{db}") as store:
+        killed_at = store.count()
+    assert 3 <= killed_at < 12 and killed_at % 3 == 0  # whole batches only
+
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    with open_records(f"sqlite:///{db}") as store:
+        assert store.count() == 12
+
+
+def test_tvm_tune_tir_and_compile_tir_use_the_store(tmp_path):
+    store = open_records(f"sqlite:///{tmp_path / 'r.db'}")
+    mod = parse_spec("matmul:32,32,32").to_module()
+    db = StoreDatabase(store, target=TARGET)
+    builder, runner = PersistentBuilder(), PersistentRunner(TimingConfig(repeat=2))
+    try:
+        with tvm_logging_guard():
+            ms.tune_tir(mod, tvm.target.Target(TARGET), str(tmp_path / "w"), max_trials_global=4,
+                        num_trials_per_iter=4, builder=builder, runner=runner, database=db,
+                        strategy="replay-trace", cost_model="random")  # fmt: skip
+    finally:
+        builder.close()
+        runner.close()
+    assert store.count() == 4 and len(db) == 4
+    sch = ms.tir_integration.compile_tir(db, mod, tvm.target.Target(TARGET))
+    assert sch is not None
+    best = next(store.query(ok_only=True, best_first=True))
+    assert structural_equal(sch.mod, db.query_ir_module(mod, tvm.target.Target(TARGET), "main"))
+    assert best.ok
+
+
+def test_unknown_strategy_is_rejected_before_anything_is_measured(tmp_path):
+    with pytest.raises(Exception, match="Unknown"):
+        tune(["matmul:8,8,8"], trials=2, records=f"sqlite:///{tmp_path}/r.db",
+             work_dir=tmp_path / "w", strategy="no-such-strategy", target=TARGET)  # fmt: skip
+    with open_records(f"sqlite:///{tmp_path}/r.db") as store:
+        assert store.count() == 0
+
+
+def test_records_of_another_target_do_not_count_toward_the_budget(tmp_path):
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    tune(["matmul:16,16,16"], trials=2, records=url, work_dir=tmp_path / "w", **FAST)
+    other = {"kind": "llvm", "num-cores": 1}
+    result = tune(["matmul:16,16,16"], trials=2, records=url, work_dir=tmp_path / "w",
+                  strategy="replay-trace", cost_model="random", target=other)  # fmt: skip
+    assert result.trials_before == 0
+    with open_records(url) as store:
+        assert store.count() == 4
+
+
+@pytest.fixture(autouse=True)
+def _no_stray_workdir(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    yield
+    assert not (Path(tmp_path) / "tensortune.db").exists()
