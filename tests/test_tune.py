@@ -28,8 +28,10 @@ FAST = {"strategy": "replay-trace", "cost_model": "random", "target": TARGET}
 def test_tune_fills_the_store_and_resumes_to_the_same_budget(tmp_path):
     url = f"sqlite:///{tmp_path / 'r.db'}"
     seen = []
-    first = tune(["matmul:32,32,32"], trials=6, records=url, work_dir=tmp_path / "w",
-                 trials_per_round=3, progress=lambda i, t, b, r: seen.append(len(b)), **FAST)  # fmt: skip
+    first = tune(
+        ["matmul:32,32,32"], trials=6, records=url, work_dir=tmp_path / "w", trials_per_round=3,
+        progress=lambda *a: seen.append(len(a[2])), **FAST,
+    )  # fmt: skip
     assert first.trials_before == 0 and first.tasks[0].trials == 6
     assert seen == [3, 3]
     assert first.tasks[0].best_seconds is not None and first.tasks[0].gflops > 0
