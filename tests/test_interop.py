@@ -257,11 +257,6 @@ def test_import_corrupt_workloads(filled, fresh, tmp_path: Path) -> None:
     assert fresh.count() == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="interop.py import_records: records already present are recognised by trace "
-    "alone, so the same schedule measured under another target is dropped as a duplicate",
-)
 def test_import_keeps_the_same_schedule_on_two_targets(store, fresh, tmp_path: Path) -> None:
     records = fill(store, SM, [1e-3])
     other = target_key({"kind": "llvm", "num-cores": 1})

@@ -1,4 +1,4 @@
-"""The operator zoo (spec grammar, FLOPs, numerics) and the TVMScript / database workload sources."""
+"""The operator zoo (spec grammar, FLOPs, numerics) and the TVMScript and database sources."""
 
 from __future__ import annotations
 
@@ -298,12 +298,6 @@ def test_tvmscript_ir_module_file_is_renamed_to_main(tmp_path: Path) -> None:
     assert structural_equal(task.mod, mod)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="sources.py _task_from_tvmscript: a bare PrimFunc not named main is wrapped as "
-    "IRModule({'main': f}) before _with_main, so its global_symbol keeps the old name and the "
-    "module differs (structural hash too) from the same function named main",
-)
 def test_tvmscript_prim_func_not_named_main(tmp_path: Path) -> None:
     mod = parse_spec("matmul:4,5,6").to_module()
     path = tmp_path / "mm.py"

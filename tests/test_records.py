@@ -389,11 +389,6 @@ def test_older_unknown_schema_version(tmp_path: Path) -> None:
         open_records(_url(path))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="sqlite.py _check_or_create: int(meta['schema_version']) raises ValueError, not "
-    "RecordsError, for a damaged non-numeric value",
-)
 def test_garbled_schema_version(tmp_path: Path) -> None:
     path = tmp_path / "r.db"
     open_records(_url(path)).close()
@@ -444,11 +439,6 @@ def test_batch_with_an_invalid_record_adds_nothing(store) -> None:
     assert store.count() == 2
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="sqlite.py _transaction: an IntegrityError (bad record) is reported as "
-    "'records store ... is corrupt', which tells the user a healthy file is damaged",
-)
 def test_invalid_record_is_not_reported_as_corruption(store) -> None:
     batch = make_records(store, SM, [1e-3])
     batch[0] = dataclasses.replace(batch[0], workload_id=12345)
@@ -477,12 +467,6 @@ def test_disk_full_keeps_earlier_records(store) -> None:
     assert store.count() == len(before) + 2
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="sqlite.py _transaction: SQLite rolls back by itself on SQLITE_FULL; the explicit "
-    "ROLLBACK then fails with 'cannot rollback - no transaction is active', which replaces "
-    "the disk-full error",
-)
 def test_disk_full_message(store) -> None:
     _, big = _fill_disk(store)
     with pytest.raises(RecordsError, match="disk full"):

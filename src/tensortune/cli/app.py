@@ -168,7 +168,7 @@ def records_stats(records: RecordsOpt = DEFAULT_URL) -> None:
     from tensortune.hardware import current_hardware
     from tensortune.records.storage import open_records
 
-    with open_records(records) as store:
+    with open_records(records, create=False) as store:
         here = current_hardware().id
         hardware = store.hardware()
         t = Table(title=f"records in {records}")
@@ -196,7 +196,7 @@ def records_export(
     from tensortune.records.interop import export_records
     from tensortune.records.storage import open_records
 
-    with open_records(records) as store:
+    with open_records(records, create=False) as store:
         done = export_records(store, directory, top_k=top_k, hardware_id=hardware)
     console.print(f"exported {done.records} records of {done.workloads} workloads "
                   f"(hardware {done.hardware_id}) to {directory}")  # fmt: skip
@@ -247,12 +247,11 @@ def main() -> None:
     except TensortuneError as e:
         if _state["debug"]:
             traceback.print_exc()
-        errors.print(f"error: {e}", soft_wrap=True)
+        errors.print(f"error: {e}")
         sys.exit(2)
     except KeyboardInterrupt:
         errors.print(
             "interrupted: measured records are saved; run the same command to resume",
-            soft_wrap=True,
         )
         sys.exit(130)
     except Exception as e:
@@ -260,7 +259,7 @@ def main() -> None:
             traceback.print_exc()
         lines = [ln for ln in str(e).strip().splitlines() if ln.strip()]
         errors.print(f"error: {type(e).__name__}: {lines[-1] if lines else ''} "
-                     "(run with --debug for the traceback)", soft_wrap=True)  # fmt: skip
+                     "(run with --debug for the traceback)")  # fmt: skip
         sys.exit(1)
 
 

@@ -9,8 +9,9 @@ from rich.table import Table
 
 from tensortune.tuning.tune import TaskResult, TuneResult
 
-console = Console(highlight=False)
-errors = Console(stderr=True, highlight=False)
+# No markup: task names, file names and op docs contain brackets that Rich would eat.
+console = Console(highlight=False, markup=False)
+errors = Console(stderr=True, highlight=False, markup=False, soft_wrap=True)
 
 
 def fmt_seconds(s: float | None) -> str:

@@ -59,7 +59,7 @@ def compile_model(
     target = parse_target(target)
     tvm_target = tvm.target.Target(target)
     m = load_model(model, target=tvm_target)
-    store = open_records(records) if isinstance(records, str) else records
+    store = open_records(records, create=False) if isinstance(records, str) else records
     db = StoreDatabase(store, hardware=current_hardware(), target=target)
     statuses = []
     for task in m.tasks:

@@ -44,6 +44,8 @@ def export_records(
     """
     from tensortune.compat import Workload, ms
 
+    if top_k is not None and top_k < 1:
+        raise RecordsError("top_k must be at least 1")
     hw = hardware_id or store.register_hardware(current_hardware())
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
@@ -96,7 +98,7 @@ def import_records(
     except Exception as e:
         raise RecordsError(f"cannot read MetaSchedule database {src}: {_brief(e)}") from None
     hw_id = _import_hardware(store, src, measured_here)
-    seen: dict[int, set[str]] = {}
+    seen: dict[int, set[tuple[str, str]]] = {}
     batch: list[Record] = []
     skipped = 0
     workload_ids: set[int] = set()
@@ -104,12 +106,14 @@ def import_records(
     for tr in tuning_records:
         wid = store.workload_id(tr.workload.mod, f"{src.name}.w")
         if wid not in seen:
-            seen[wid] = {r.trace for r in store.query(workload_id=wid, hardware_id=hw_id)}
+            seen[wid] = {(r.trace, r.target) for r in store.query(workload_id=wid,
+                                                                  hardware_id=hw_id)}  # fmt: skip
         trace = json.dumps(to_plain(tr.trace.as_json(remove_postproc=False)))
-        if trace in seen[wid]:
+        key = (trace, target_key(tr.target))
+        if key in seen[wid]:
             skipped += 1
             continue
-        seen[wid].add(trace)
+        seen[wid].add(key)
         workload_ids.add(wid)
         secs = tuple(float(s) for s in tr.run_secs or [])
         ok = bool(secs) and max(secs) < FAILED_COST / 10
@@ -117,7 +121,7 @@ def import_records(
             Record(
                 wid,
                 hw_id,
-                target_key(tr.target),
+                key[1],
                 trace,
                 json.dumps([to_plain(a.as_json()) for a in tr.args_info]),
                 secs if ok else (),

@@ -58,7 +58,7 @@ def _row_to_record(row: tuple) -> Record:
 
 
 class SQLiteStore(RecordStore):
-    def __init__(self, path: str, *, url: str | None = None) -> None:
+    def __init__(self, path: str, *, url: str | None = None, create: bool = True) -> None:
         self.path = path
         self.url = url or f"sqlite:///{path}"
         self._workload_cache: dict[str, list[tuple[int, object]]] = {}
@@ -67,13 +67,22 @@ class SQLiteStore(RecordStore):
             parent = Path(path).resolve().parent
             if not parent.is_dir():
                 raise RecordsError(f"records store {path}: directory {parent} does not exist")
+            if not create and not Path(path).is_file():
+                raise RecordsError(f"no records store at {path}")
         try:
             self._db = sqlite3.connect(
                 path, timeout=30.0, isolation_level=None, check_same_thread=False
             )
+        except sqlite3.Error as e:
+            raise RecordsError(f"records store {path} is not usable: {e}") from None
+        try:
             self._check_or_create(memory)
         except sqlite3.DatabaseError as e:
+            self._db.close()
             raise RecordsError(f"records store {path} is not usable: {e}") from None
+        except RecordsError:
+            self._db.close()
+            raise
 
     # -- opening -----------------------------------------------------------------------------
 
@@ -82,6 +91,8 @@ class SQLiteStore(RecordStore):
         tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         if tables and "meta" not in tables:
             raise RecordsError(f"{self.path} is a SQLite file but not a tensortune records store")
+        if tables:
+            self._check_version()
         if not memory:
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")
@@ -95,11 +106,18 @@ class SQLiteStore(RecordStore):
                     "INSERT INTO meta VALUES ('app', 'tensortune'), ('schema_version', ?)",
                     (str(SCHEMA_VERSION),),
                 )
-            return
+
+    def _check_version(self) -> None:
+        db = self._db
         meta = dict(db.execute("SELECT key, value FROM meta"))
         if meta.get("app") != "tensortune":
             raise RecordsError(f"{self.path} is not a tensortune records store")
-        version = int(meta.get("schema_version", "0"))
+        try:
+            version = int(meta.get("schema_version", "0"))
+        except ValueError:
+            raise RecordsError(
+                f"{self.path}: unreadable records schema version {meta['schema_version']!r}"
+            ) from None
         if version > SCHEMA_VERSION:
             raise RecordsError(
                 f"{self.path} has records schema v{version}; this tensortune reads up to "
@@ -116,13 +134,17 @@ class SQLiteStore(RecordStore):
             try:
                 yield self._db
             except BaseException:
-                self._db.execute("ROLLBACK")
+                # SQLite has already rolled back by itself after some errors (a full disk).
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
                 raise
             self._db.execute("COMMIT")
         except sqlite3.OperationalError as e:
             if "full" in str(e):
                 raise RecordsError(f"records store {self.path}: disk full") from None
             raise RecordsError(f"records store {self.path}: {e}") from None
+        except sqlite3.IntegrityError as e:
+            raise RecordsError(f"records store {self.path}: invalid record ({e})") from None
         except sqlite3.DatabaseError as e:
             raise RecordsError(f"records store {self.path} is corrupt: {e}") from None
 

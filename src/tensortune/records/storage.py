@@ -78,8 +78,8 @@ class RecordStore(abc.ABC):
         self.close()
 
 
-def open_records(url: str = DEFAULT_URL) -> RecordStore:
-    """Open (creating if needed) the records store named by ``url``.
+def open_records(url: str = DEFAULT_URL, *, create: bool = True) -> RecordStore:
+    """Open the records store named by ``url``, creating it unless ``create`` is False.
 
     ``sqlite:///relative/path.db`` and ``sqlite:////absolute/path.db`` are supported; a plain
     file path is taken as a SQLite file.
@@ -93,5 +93,5 @@ def open_records(url: str = DEFAULT_URL) -> RecordStore:
         path = rest[1:] if rest.startswith("/") else rest
         if not path:
             raise RecordsError(f"records URL {url!r} names no file (try sqlite:///records.db)")
-        return SQLiteStore(path, url=url)
+        return SQLiteStore(path, url=url, create=create)
     raise RecordsError(f"unsupported records URL scheme '{scheme}' in {url!r} (supported: sqlite)")

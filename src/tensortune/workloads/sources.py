@@ -39,8 +39,9 @@ def _task_from_tvmscript(path: Path) -> Task:
             f"{path} must define exactly one PrimFunc or IRModule at top level (found: {names})"
         )
     name, value = found[0]
-    mod = value if isinstance(value, tvm.IRModule) else tvm.IRModule({"main": value})
-    mod = _with_main(mod, path)
+    mod = _with_main(
+        value if isinstance(value, tvm.IRModule) else tvm.IRModule({name: value}), path
+    )
     return Task(name=f"{path.stem}.{name}", mod=mod, flop=estimate_flop(mod), source=str(path))
 
 
@@ -51,8 +52,9 @@ def _with_main(mod, path: Path):
     if len(funcs) != 1:
         raise WorkloadError(f"{path}: the IRModule must hold exactly one PrimFunc to tune")
     gv, func = funcs[0]
-    if gv.name_hint == "main":
+    if gv.name_hint == "main" and func.attrs.get("global_symbol", "main") == "main":
         return mod
+    # Named like every other workload, so equal computations share records.
     return tvm.IRModule({"main": func.with_attr("global_symbol", "main")})
 
 

@@ -1,0 +1,265 @@
+"""The command line, run as a separate process: exit codes, one-line errors, records commands."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import TARGET, fill, other_hardware
+
+from tensortune.compat import ms
+from tensortune.hardware import current_hardware
+from tensortune.records.storage import open_records
+from tensortune.workloads.networks import NETWORKS
+from tensortune.workloads.ops import OPS
+
+MM = "matmul:16,16,16"
+
+
+def run_cli(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    env["COLUMNS"] = "300"  # rich tables and messages on one line each
+    env["XDG_CACHE_HOME"] = str(cwd / "cache")
+    env.pop("TENSORTUNE_GPU_INTRINSICS", None)
+    return subprocess.run(
+        [sys.executable, "-m", "tensortune.cli.app", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def assert_user_error(proc: subprocess.CompletedProcess, *fragments: str) -> str:
+    """Exit code 2, no traceback, exactly one stderr line ``error: ...``; returns that line."""
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("error: ")
+    for fragment in fragments:
+        assert fragment in lines[0]
+    return lines[0]
+
+
+TARGET_JSON = json.dumps(TARGET)
+
+BAD_INPUTS = {
+    "unknown op": (["tune", "-w", "nosuchop:4,4,4", "-n", "1"], ["unknown operator 'nosuchop'"]),
+    "malformed shape": (["tune", "-w", "matmul:4,x,4", "-n", "1"], ["comma-separated integers"]),
+    "wrong arity": (["tune", "-w", "matmul:4,4", "-n", "1"], ["matmul takes 3 integers"]),
+    "target string": (
+        ["tune", "-w", "matmul:4,4,4", "--target", "llvm", "-n", "1"],
+        ["target must be a JSON object", "'llvm'"],
+    ),
+    "target rejected": (
+        ["tune", "-w", "matmul:4,4,4", "--target", '{"kind": "nosuchkind"}', "-n", "1"],
+        ["TVM rejects target"],
+    ),
+    "unknown network": (["tune", "-m", "nosuchnet", "-n", "1"], ["unknown network 'nosuchnet'"]),
+    "missing tvmscript": (
+        ["tune", "-w", "missing_workload.py", "-n", "1"],
+        ["workload file not found", "missing_workload.py"],
+    ),
+    "not a database dir": (
+        ["tune", "--workloads-from", "emptydir", "-n", "1"],
+        ["not a MetaSchedule database"],
+    ),
+    "corrupt records": (
+        ["records", "stats", "--records", "sqlite:///garbage.db"],
+        ["garbage.db", "file is not a database"],
+    ),
+    "records scheme": (
+        ["records", "stats", "--records", "postgresql://host/db"],
+        ["unsupported records URL scheme"],
+    ),
+}
+
+
+def _prepare(cwd: Path) -> None:
+    (cwd / "garbage.db").write_bytes(b"\x00garbage, not SQLite\n" * 300)
+    (cwd / "emptydir").mkdir()
+
+
+@pytest.mark.parametrize("case", sorted(BAD_INPUTS))
+def test_user_errors_are_one_line(tmp_path: Path, case: str) -> None:
+    _prepare(tmp_path)
+    args, fragments = BAD_INPUTS[case]
+    if args[0] == "tune" and "--target" not in args:
+        args = [*args, "--target", TARGET_JSON]
+    proc = run_cli(tmp_path, *args)
+    assert_user_error(proc, *fragments)
+    assert proc.stdout == ""
+    assert not (tmp_path / "tensortune.db").exists()  # nothing tuned, no store created
+
+
+@pytest.mark.parametrize("case", ["unknown op", "corrupt records"])
+def test_debug_shows_the_traceback(tmp_path: Path, case: str) -> None:
+    _prepare(tmp_path)
+    args, fragments = BAD_INPUTS[case]
+    proc = run_cli(tmp_path, "--debug", *args)
+    assert proc.returncode == 2
+    assert "Traceback (most recent call last)" in proc.stderr
+    assert "Error" in proc.stderr  # the exception class (WorkloadError / RecordsError)
+    last = proc.stderr.splitlines()[-1]
+    assert last.startswith("error: ")
+    assert all(f in last for f in fragments)
+
+
+def test_error_message_with_brackets(tmp_path: Path) -> None:
+    proc = run_cli(tmp_path, "tune", "-w", "x[/]y.py", "--target", TARGET_JSON)
+    assert_user_error(proc, "workload file not found", "x[/]y.py")
+
+
+def test_workloads_lists_ops_and_networks(tmp_path: Path) -> None:
+    proc = run_cli(tmp_path, "workloads", "--no-tasks")
+    assert proc.returncode == 0, proc.stderr
+    words = set(proc.stdout.replace("│", " ").split())
+    assert set(OPS) <= words
+    assert set(NETWORKS) <= words
+    assert not (tmp_path / "cache").exists()  # --no-tasks imports no network
+
+
+def test_workloads_shows_op_docs_verbatim(tmp_path: Path) -> None:
+    proc = run_cli(tmp_path, "workloads", "--no-tasks")
+    assert proc.returncode == 0, proc.stderr
+    for d in OPS.values():
+        assert d.doc in proc.stdout, d.name
+
+
+# ---- records commands ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def store_url(tmp_path: Path) -> str:
+    url = "sqlite:///" + str(tmp_path / "r.db")
+    with open_records(url) as store:
+        fill(store, MM, [3e-3, 1e-3, None])
+        fill(store, MM, [1e-5], hardware=other_hardware(), seed=1)
+    return url
+
+
+def test_records_stats(tmp_path: Path, store_url: str) -> None:
+    proc = run_cli(tmp_path, "records", "stats", "--records", store_url)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    here, other = current_hardware().id, other_hardware()
+    assert f"{here} (this machine)" in out
+    assert f"{other.id} {other.cpu_model}" in out
+    assert f"1: {MM}" in out
+    assert "1.00 ms" in out  # best on this machine
+    assert "10.0 µs" in out  # best on the other one
+    assert "num-cores=2" in out
+    assert "4 records, 1 workloads, 2 hardware" in out
+    rows = [ln for ln in out.splitlines() if MM in ln]
+    assert len(rows) == 2
+    mine = next(r for r in rows if "this machine" in r)
+    assert [c.strip() for c in mine.split("│")][4:7] == ["3", "2", "1.00 ms"]
+
+
+def test_records_stats_empty_store(tmp_path: Path) -> None:
+    open_records(f"sqlite:///{tmp_path / 'empty.db'}").close()
+    proc = run_cli(tmp_path, "records", "stats", "--records", "sqlite:///empty.db")
+    assert proc.returncode == 0, proc.stderr
+    assert "0 records, 0 workloads, 0 hardware" in proc.stdout
+
+
+def test_records_stats_does_not_create_a_missing_store(tmp_path: Path) -> None:
+    proc = run_cli(tmp_path, "records", "stats", "--records", "sqlite:///typo.db")
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "error: no records store at typo.db"
+    assert not (tmp_path / "typo.db").exists()
+
+
+def test_records_export(tmp_path: Path, store_url: str) -> None:
+    here = current_hardware().id
+    out = tmp_path / "exported"
+    proc = run_cli(tmp_path, "records", "export", str(out), "--records", store_url)
+    assert proc.returncode == 0, proc.stderr
+    assert f"exported 3 records of 1 workloads (hardware {here}) to {out}" in proc.stdout
+    assert len(ms.database.JSONDatabase(work_dir=str(out), allow_missing=False)) == 3
+
+    proc = run_cli(tmp_path, "records", "export", str(out), "--records", store_url)
+    assert_user_error(proc, "already holds a MetaSchedule database")
+
+
+def test_records_export_options(tmp_path: Path, store_url: str) -> None:
+    proc = run_cli(
+        tmp_path,
+        "records",
+        "export",
+        str(tmp_path / "top1"),
+        "--records",
+        store_url,
+        "--top-k",
+        "1",
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "exported 1 records of 1 workloads" in proc.stdout
+    assert len(ms.database.JSONDatabase(work_dir=str(tmp_path / "top1"))) == 1
+
+    other = other_hardware().id
+    proc = run_cli(
+        tmp_path,
+        "records",
+        "export",
+        str(tmp_path / "other"),
+        "--records",
+        store_url,
+        "--hardware",
+        other,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert f"exported 1 records of 1 workloads (hardware {other})" in proc.stdout
+
+
+@pytest.fixture
+def exported(tmp_path: Path, store_url: str) -> Path:
+    from tensortune.records.interop import export_records
+
+    with open_records(store_url) as store:
+        export_records(store, tmp_path / "exported")
+    return tmp_path / "exported"
+
+
+def test_records_import(tmp_path: Path, exported: Path) -> None:
+    here = current_hardware().id
+    new = "sqlite:///" + str(tmp_path / "new.db")
+    proc = run_cli(tmp_path, "records", "import", str(exported), "--records", new)
+    assert proc.returncode == 0, proc.stderr
+    assert "imported 3 records of 1 workloads (0 already present) as hardware" in proc.stdout
+    assert f"as hardware {here}" not in proc.stdout
+    assert "--measured-here" in proc.stdout  # the hint
+
+    proc = run_cli(tmp_path, "records", "import", str(exported), "--records", new)
+    assert proc.returncode == 0, proc.stderr
+    assert "imported 0 records of 0 workloads (3 already present)" in proc.stdout
+    with open_records(new) as store:
+        assert store.count() == 3
+        assert store.count(hardware_id=here) == 0
+
+
+def test_records_import_measured_here(tmp_path: Path, exported: Path) -> None:
+    here = current_hardware().id
+    new = "sqlite:///" + str(tmp_path / "new.db")
+    proc = run_cli(
+        tmp_path, "records", "import", str(exported), "--records", new, "--measured-here"
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert f"imported 3 records of 1 workloads (0 already present) as hardware {here}" in (
+        proc.stdout
+    )
+    assert "--measured-here" not in proc.stdout
+    with open_records(new) as store:
+        assert store.count(hardware_id=here) == 3
+
+
+def test_records_import_not_a_database(tmp_path: Path) -> None:
+    (tmp_path / "emptydir").mkdir()
+    proc = run_cli(tmp_path, "records", "import", "emptydir", "--records", "sqlite:///n.db")
+    assert_user_error(proc, "emptydir is not a MetaSchedule database")
