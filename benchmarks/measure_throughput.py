@@ -14,7 +14,7 @@ Configurations:
   tensortune-eq  the same, timing candidates with LocalRunner's evaluator settings, so that only
                  the infrastructure differs
 
-Run:  .venv/bin/python benchmarks/measure_throughput.py [--candidates 32] [--repeats 3]
+Run:  .venv/bin/python benchmarks/measure_throughput.py [--candidates 64] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ CONFIGS = {
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--candidates", type=int, default=32)
+    ap.add_argument("--candidates", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()

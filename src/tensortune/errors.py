@@ -17,3 +17,13 @@ class RecordsError(TensortuneError):
 
 class TargetError(TensortuneError):
     """A target that is not a JSON object, or that TVM rejects."""
+
+
+def last_line(e: BaseException) -> str:
+    """The line of an exception's text that says what went wrong.
+
+    TVM's errors carry a backtrace first and the cause last; Python's are one line anyway.
+    """
+    lines = [ln.strip() for ln in str(e).strip().splitlines() if ln.strip()]
+    text = lines[-1] if lines else type(e).__name__
+    return text if len(text) <= 300 else text[:297] + "..."

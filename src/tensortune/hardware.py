@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from functools import cache
 from pathlib import Path
 
-from tensortune.errors import TargetError
+from tensortune.errors import TargetError, last_line
 
 # Flags that change what LLVM may emit or how fast it runs; the rest of /proc/cpuinfo's flags
 # (virtualisation quirks, mitigations) would only split identical hardware into many ids.
@@ -130,7 +130,7 @@ def parse_target(target: str | dict | None) -> dict:
     try:
         tvm.target.Target(target)
     except Exception as e:
-        raise TargetError(f"TVM rejects target {json.dumps(target)}: {_first_line(e)}") from None
+        raise TargetError(f"TVM rejects target {json.dumps(target)}: {last_line(e)}") from None
     return dict(target)
 
 
@@ -163,8 +163,3 @@ def runtime_threads(target: dict) -> int:
     ``TVM_NUM_THREADS`` read at process start, so the runner sets that from this.
     """
     return int(target.get("num-cores") or current_hardware().cores)
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    return text[-1] if text else type(e).__name__

@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 
 from tensortune.cli.display import console, errors, fmt_seconds, progress_line, result_table
-from tensortune.errors import TensortuneError
+from tensortune.errors import TensortuneError, last_line
 from tensortune.records.storage import DEFAULT_URL
 
 app = typer.Typer(
@@ -77,7 +77,12 @@ def tune(
         "evolutionary"
     ),
     cost_model: Annotated[str, typer.Option("--cost-model", help="xgb | random | mlp")] = "xgb",
-    trials_per_round: Annotated[int, typer.Option(help="Candidates measured per round.")] = 64,
+    trials_per_round: Annotated[
+        int | None,
+        typer.Option(
+            help="Candidates measured per round [default: 64, fewer so each task gets a round]"
+        ),
+    ] = None,
     check: Annotated[
         bool,
         typer.Option(
@@ -257,8 +262,7 @@ def main() -> None:
     except Exception as e:
         if _state["debug"]:
             traceback.print_exc()
-        lines = [ln for ln in str(e).strip().splitlines() if ln.strip()]
-        errors.print(f"error: {type(e).__name__}: {lines[-1] if lines else ''} "
+        errors.print(f"error: {type(e).__name__}: {last_line(e)} "
                      "(run with --debug for the traceback)")  # fmt: skip
         sys.exit(1)
 

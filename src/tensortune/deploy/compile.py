@@ -47,18 +47,19 @@ def compile_model(
     target: dict | str | None = None,
     repeat: int = 10,
 ) -> CompileReport:
-    """Build ``model`` with this machine's best records for ``target`` and time it.
+    """Build ``model`` (a zoo name, an ``.onnx`` path or a loaded ``Model``) with this machine's
+    best records for ``target``, and time it.
 
     Tasks with no successful record on this hardware fall back to TVM's default schedules.
     The untuned build and PyTorch eager (for torch models) are timed in the same process.
     """
     from tensortune.compat import ms, tvm
     from tensortune.records.ms_database import StoreDatabase
-    from tensortune.workloads.models import load_model
+    from tensortune.workloads.models import Model, load_model
 
     target = parse_target(target)
     tvm_target = tvm.target.Target(target)
-    m = load_model(model, target=tvm_target)
+    m = model if isinstance(model, Model) else load_model(model, target=tvm_target)
     store = open_records(records, create=False) if isinstance(records, str) else records
     db = StoreDatabase(store, hardware=current_hardware(), target=target)
     statuses = []

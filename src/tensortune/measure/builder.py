@@ -26,6 +26,7 @@ class PersistentBuilder(PyBuilder):
         self.max_workers = max_workers or len(os.sched_getaffinity(0))
         self.timeout_s = timeout_s
         self._pool = WorkerPool(self.max_workers, log_path=log_path)
+        self._pool.start()
         self._root = tempfile.mkdtemp(prefix="tensortune-build-")
 
     def build(self, build_inputs: list[BuilderInput]) -> list[BuilderResult]:

@@ -96,9 +96,13 @@ class WorkerPool:
         self._workers: list[_Worker] = []
         self.restarts = 0
 
-    def _ensure(self) -> list[_Worker]:
+    def start(self) -> None:
+        """Launch the workers without waiting: their TVM import overlaps the caller's work."""
         while len(self._workers) < self.size:
             self._workers.append(_Worker(self.env, self.log_path))
+
+    def _ensure(self) -> list[_Worker]:
+        self.start()
         for w in self._workers:
             w.wait_ready()
         return self._workers

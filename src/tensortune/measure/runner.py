@@ -60,6 +60,7 @@ class PersistentRunner(PyRunner):
         self.timeout_s = timeout_s
         self.check_correctness = check_correctness
         self._pool = WorkerPool(1, {"TVM_NUM_THREADS": str(self.num_threads)}, log_path)
+        self._pool.start()
         self._references: dict[str, str | None] = {}  # signature text -> library (None: ambiguous)
 
     def add_reference(self, signature: Signature, library: str) -> None:

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tensortune.errors import RecordsError
+from tensortune.errors import RecordsError, last_line
 from tensortune.hardware import Hardware, current_hardware, target_key
 from tensortune.measure.status import FAILED_COST
 from tensortune.records.ms_database import to_plain, to_tuning_record
@@ -96,7 +96,7 @@ def import_records(
         db = ms.database.JSONDatabase(work_dir=str(src), allow_missing=False)
         tuning_records = db.get_all_tuning_records()
     except Exception as e:
-        raise RecordsError(f"cannot read MetaSchedule database {src}: {_brief(e)}") from None
+        raise RecordsError(f"cannot read MetaSchedule database {src}: {last_line(e)}") from None
     hw_id = _import_hardware(store, src, measured_here)
     seen: dict[int, set[tuple[str, str]]] = {}
     batch: list[Record] = []
@@ -149,8 +149,3 @@ def _import_hardware(store: RecordStore, src: Path, measured_here: bool) -> str:
         isa=(f"import-{digest.hexdigest()[:12]}",),
     )
     return store.register_hardware(stand_in)
-
-
-def _brief(e: BaseException) -> str:
-    lines = [ln for ln in str(e).strip().splitlines() if ln.strip()]
-    return lines[-1] if lines else type(e).__name__

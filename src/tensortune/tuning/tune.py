@@ -70,8 +70,10 @@ def resolve_tasks(
         return [w if isinstance(w, Task) else task_from_spec(w) for w in workloads]
     if workloads_from is not None:
         return tasks_from_database(workloads_from)
-    from tensortune.workloads.models import load_model
+    from tensortune.workloads.models import Model, load_model
 
+    if isinstance(model, Model):
+        return model.tasks
     return load_model(model, target=_tvm_target(target or parse_target(None))).tasks
 
 
@@ -93,7 +95,7 @@ def tune(
     strategy: object = "evolutionary",
     cost_model: object = "xgb",
     task_scheduler: object = "gradient",
-    trials_per_round: int = 64,
+    trials_per_round: int | None = None,
     max_trials_per_task: int | None = None,
     builder: object | None = None,
     runner: object | None = None,
@@ -106,6 +108,7 @@ def tune(
 
     ``strategy``, ``cost_model`` and ``task_scheduler`` take MetaSchedule's names or objects
     (ours or TVM's). ``builder``/``runner`` default to tensortune's persistent-worker ones.
+    ``trials_per_round`` defaults to 64, lowered (down to 8) so that each task gets a round.
     """
     from tensortune.compat import ms
     from tensortune.measure.builder import PersistentBuilder
@@ -172,7 +175,7 @@ def tune(
                 work_dir=str(work),
                 max_trials_global=remaining,
                 max_trials_per_task=cap,
-                num_trials_per_iter=max(1, min(trials_per_round, remaining)),
+                num_trials_per_iter=_per_round(trials_per_round, remaining, len(todo)),
                 builder=builder,
                 runner=runner,
                 database=StoreDatabase(store, hardware=hardware, target=target, run_id=run_id),
@@ -188,6 +191,13 @@ def tune(
         _task_result(store, t, w, hw_id, tkey) for t, w in zip(tasks, wids, strict=True)
     ]
     return result
+
+
+def _per_round(requested: int | None, remaining: int, n_tasks: int) -> int:
+    """Candidates per round: as asked, else 64 (MetaSchedule's default) but small enough that
+    every task gets a round within the budget (a round never goes below 8 candidates)."""
+    per_round = requested or max(8, min(64, remaining // n_tasks))
+    return max(1, min(per_round, remaining))
 
 
 def _task_result(store: RecordStore, task: Task, wid: int, hw_id: str, tkey: str) -> TaskResult:

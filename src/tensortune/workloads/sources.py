@@ -6,7 +6,7 @@ import json
 import runpy
 from pathlib import Path
 
-from tensortune.errors import WorkloadError
+from tensortune.errors import WorkloadError, last_line
 from tensortune.workloads.ops import parse_spec
 from tensortune.workloads.task import Task
 
@@ -27,7 +27,7 @@ def _task_from_tvmscript(path: Path) -> Task:
     try:
         namespace = runpy.run_path(str(path), run_name="__tensortune_workload__")
     except Exception as e:
-        raise WorkloadError(f"cannot read TVMScript file {path}: {_brief(e)}") from None
+        raise WorkloadError(f"cannot read TVMScript file {path}: {last_line(e)}") from None
     found = [
         (name, value)
         for name, value in namespace.items()
@@ -72,7 +72,7 @@ def tasks_from_database(directory: str | Path) -> list[Task]:
         try:
             workload = ms.database.Workload.from_json(json.loads(line))
         except Exception as e:
-            raise WorkloadError(f"{path}:{lineno}: unreadable workload: {_brief(e)}") from None
+            raise WorkloadError(f"{path}:{lineno}: unreadable workload: {last_line(e)}") from None
         tasks.append(
             Task(
                 name=f"{Path(directory).name}.w{len(tasks)}",
@@ -94,8 +94,3 @@ def estimate_flop(mod) -> float:
         return float(tvm.s_tir.analysis.estimate_tir_flops(mod))
     except Exception:
         return 0.0
-
-
-def _brief(e: BaseException) -> str:
-    lines = [ln for ln in str(e).strip().splitlines() if ln.strip()]
-    return lines[-1] if lines else type(e).__name__

@@ -1,0 +1,66 @@
+"""compile_model: records applied through MetaScheduleApplyDatabase, fallback for untuned tasks,
+outputs equal to the untuned build, latencies of all three builds reported."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from tensortune.compat import tvm  # noqa: E402
+from tensortune.deploy.compile import compile_model  # noqa: E402
+from tensortune.records.storage import open_records  # noqa: E402
+from tensortune.tuning.tune import tune  # noqa: E402
+from tensortune.workloads.models import load_model  # noqa: E402
+
+TARGET = {"kind": "llvm", "num-cores": 2}
+
+
+class TinyMLP(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = torch.nn.Linear(32, 64)
+        self.fc2 = torch.nn.Linear(64, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(self.fc2(torch.relu(self.fc1(x))), dim=-1)
+
+
+@pytest.fixture(scope="module")
+def model():
+    torch.manual_seed(0)
+    return load_model(TinyMLP().eval(), example_inputs=(torch.randn(4, 32),),
+                      target=tvm.target.Target(TARGET))  # fmt: skip
+
+
+def test_tuned_records_are_applied_and_outputs_match(model, tmp_path):
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    n = len(model.tasks)
+    result = tune(model=model, trials=2 * n, records=url, work_dir=tmp_path / "w",
+                  trials_per_round=2, strategy="replay-trace", cost_model="random",
+                  target=TARGET)  # fmt: skip
+    tuned_names = {t.name for t in result.tasks if t.best_seconds is not None}
+    assert tuned_names, "no task got a successful record"
+
+    report = compile_model(model, records=url, target=TARGET, repeat=3)
+    assert {s.name for s in report.tasks if s.tuned} == tuned_names
+    assert report.max_abs_error < 1e-4
+    assert report.tuned_seconds > 0 and report.untuned_seconds > 0
+    assert report.torch_seconds is not None and report.torch_seconds > 0
+
+
+def test_a_store_without_records_falls_back_to_default_schedules(model, tmp_path):
+    url = f"sqlite:///{tmp_path / 'empty.db'}"
+    open_records(url).close()
+    report = compile_model(model, records=url, target=TARGET, repeat=2)
+    assert not any(s.tuned for s in report.tasks)
+    assert report.max_abs_error == 0.0 or report.max_abs_error < 1e-5
+
+
+def test_records_of_another_target_are_not_applied(model, tmp_path):
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    tune(model=model, trials=len(model.tasks), records=url, work_dir=tmp_path / "w",
+         trials_per_round=1, strategy="replay-trace", cost_model="random",
+         target={"kind": "llvm", "num-cores": 1})  # fmt: skip
+    report = compile_model(model, records=url, target=TARGET, repeat=2)
+    assert not any(s.tuned for s in report.tasks)
