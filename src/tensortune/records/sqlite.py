@@ -238,8 +238,8 @@ class SQLiteStore(RecordStore):
         for row in self._read(f"SELECT {_COLUMNS} FROM records{where}{order}{tail}", params):
             yield _row_to_record(row)
 
-    def count(self, *, workload_id=None, hardware_id=None, target=None) -> int:
-        where, params = self._where(workload_id, hardware_id, target)
+    def count(self, *, workload_id=None, hardware_id=None, target=None, ok_only=False) -> int:
+        where, params = self._where(workload_id, hardware_id, target, ok_only)
         return int(self._read(f"SELECT count(*) FROM records{where}", params)[0][0])
 
     def summary(self) -> list[tuple]:

@@ -61,6 +61,7 @@ class RecordStore(abc.ABC):
         workload_id: int | None = None,
         hardware_id: str | None = None,
         target: str | None = None,
+        ok_only: bool = False,
     ) -> int: ...
 
     @abc.abstractmethod

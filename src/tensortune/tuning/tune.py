@@ -4,19 +4,23 @@ records store.  Resuming is the default: records already in the store count towa
 
 from __future__ import annotations
 
+import contextlib
 import logging
-import math
 import os
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tensortune.errors import TensortuneError
 from tensortune.hardware import current_hardware, parse_target, runtime_threads, target_key
 from tensortune.records.schema import Record
 from tensortune.records.storage import DEFAULT_URL, RecordStore, open_records
 from tensortune.workloads.task import Task
+
+if TYPE_CHECKING:
+    from tensortune.measure.runner import TimingConfig
 
 
 @dataclass
@@ -99,7 +103,7 @@ def tune(
     max_trials_per_task: int | None = None,
     builder: object | None = None,
     runner: object | None = None,
-    timing: object | None = None,
+    timing: TimingConfig | None = None,
     check_correctness: bool = True,
     seed: int = 0,
     progress: ProgressFn | None = None,
@@ -110,6 +114,40 @@ def tune(
     (ours or TVM's). ``builder``/``runner`` default to tensortune's persistent-worker ones.
     ``trials_per_round`` defaults to 64, lowered (down to 8) so that each task gets a round.
     """
+    if trials <= 0:
+        raise TensortuneError("trials must be positive")
+    target = parse_target(target)
+    tasks = resolve_tasks(workloads, model=model, workloads_from=workloads_from, target=target)
+    with contextlib.ExitStack() as cleanup:
+        if isinstance(records, str):
+            store = open_records(records)
+            cleanup.callback(store.close)
+        else:
+            store = records
+        opts = _Options(strategy, cost_model, task_scheduler, trials_per_round,
+                        max_trials_per_task, builder, runner, timing, check_correctness, seed,
+                        progress)  # fmt: skip
+        return _search(store, tasks, target, trials, Path(work_dir), opts, cleanup)
+
+
+@dataclass(frozen=True)
+class _Options:
+    strategy: object
+    cost_model: object
+    task_scheduler: object
+    trials_per_round: int | None
+    max_trials_per_task: int | None
+    builder: object | None
+    runner: object | None
+    timing: TimingConfig | None
+    check_correctness: bool
+    seed: int
+    progress: ProgressFn | None
+
+
+def _search(store: RecordStore, tasks: list[Task], target: dict, trials: int, work: Path,
+            opts: _Options, cleanup: contextlib.ExitStack) -> TuneResult:  # fmt: skip
+    """Measure what the budget still allows, then summarise every task from the store."""
     from tensortune.compat import ms
     from tensortune.measure.builder import PersistentBuilder
     from tensortune.measure.runner import PersistentRunner, signature_of
@@ -117,11 +155,6 @@ def tune(
     from tensortune.search.space import tune_context
     from tensortune.tuning.callback import RecordToStore
 
-    if trials <= 0:
-        raise TensortuneError("trials must be positive")
-    target = parse_target(target)
-    tasks = resolve_tasks(workloads, model=model, workloads_from=workloads_from, target=target)
-    store = open_records(records) if isinstance(records, str) else records
     hardware = current_hardware()
     hw_id = store.register_hardware(hardware)
     tkey = target_key(target)
@@ -130,63 +163,56 @@ def tune(
     done = [store.count(workload_id=w, hardware_id=hw_id, target=tkey) for w in wids]
     result = TuneResult(run_id, store.url, target, hw_id, trials, sum(done))
 
-    cap = max_trials_per_task or trials
+    cap = opts.max_trials_per_task or trials
     remaining = trials - sum(done)
     todo = [i for i, d in enumerate(done) if d < cap]
     if remaining > 0 and todo:
-        work = Path(work_dir)
+        logs = work / "logs"
         work.mkdir(parents=True, exist_ok=True)
         loggers = _task_loggers(work, [tasks[i].name for i in todo])
         contexts = [
-            tune_context(tasks[i].mod, target, seed=seed + i, task_name=tasks[i].name,
-                         strategy=_strategy(strategy), logger=lg)
+            tune_context(tasks[i].mod, target, seed=opts.seed + i, task_name=tasks[i].name,
+                         strategy=_strategy(opts.strategy), logger=lg)
             for i, lg in zip(todo, loggers, strict=True)
         ]  # fmt: skip
-        own_builder = builder is None
-        own_runner = runner is None
-        logs = work / "logs"
-        builder = builder or PersistentBuilder(log_path=str(logs / "builder-workers.log"))
-        runner = runner or PersistentRunner(
-            timing,
-            num_threads=runtime_threads(target),
-            check_correctness=check_correctness,
-            log_path=str(logs / "runner-worker.log"),
-        )
-        try:
-            if own_builder and own_runner and check_correctness:
+        builder, runner = opts.builder, opts.runner
+        if builder is None:
+            builder = PersistentBuilder(log_path=str(logs / "builder-workers.log"))
+            cleanup.callback(builder.close)
+        if runner is None:
+            runner = PersistentRunner(opts.timing, num_threads=runtime_threads(target),
+                                      check_correctness=opts.check_correctness,
+                                      log_path=str(logs / "runner-worker.log"))  # fmt: skip
+            cleanup.callback(runner.close)
+            if opts.check_correctness:
                 _add_references(builder, runner, [tasks[i] for i in todo], target, signature_of)
 
-            def on_batch(k: int, batch: list[Record]) -> None:
+        def on_batch(k: int, batch: list[Record]) -> None:
+            if opts.progress is not None:
                 i = todo[k]
-                done[i] += len(batch)
-                if progress is not None:
-                    summary = _task_result(store, tasks[i], wids[i], hw_id, tkey)
-                    progress(i, tasks[i], batch, summary)
+                opts.progress(i, tasks[i], batch,
+                              _task_result(store, tasks[i], wids[i], hw_id, tkey))  # fmt: skip
 
-            callbacks = [
-                RecordToStore(store, workload_ids=[wids[i] for i in todo], hardware_id=hw_id,
-                              target=tkey, run_id=run_id, on_batch=on_batch),
-                ms.measure_callback.RemoveBuildArtifact(),
-                ms.measure_callback.UpdateCostModel(),
-            ]  # fmt: skip
-            ms.tune_tasks(
-                tasks=contexts,
-                task_weights=[float(tasks[i].weight) for i in todo],
-                work_dir=str(work),
-                max_trials_global=remaining,
-                max_trials_per_task=cap,
-                num_trials_per_iter=_per_round(trials_per_round, remaining, len(todo)),
-                builder=builder,
-                runner=runner,
-                database=StoreDatabase(store, hardware=hardware, target=target, run_id=run_id),
-                cost_model=_cost_model(cost_model),
-                measure_callbacks=callbacks,
-                task_scheduler=task_scheduler,
-            )
-        finally:
-            for part, own in ((builder, own_builder), (runner, own_runner)):
-                if own:
-                    part.close()  # type: ignore[union-attr]
+        callbacks = [
+            RecordToStore(store, workload_ids=[wids[i] for i in todo], hardware_id=hw_id,
+                          target=tkey, run_id=run_id, on_batch=on_batch),
+            ms.measure_callback.RemoveBuildArtifact(),
+            ms.measure_callback.UpdateCostModel(),
+        ]  # fmt: skip
+        ms.tune_tasks(
+            tasks=contexts,
+            task_weights=[float(tasks[i].weight) for i in todo],
+            work_dir=str(work),
+            max_trials_global=remaining,
+            max_trials_per_task=cap,
+            num_trials_per_iter=_per_round(opts.trials_per_round, remaining, len(todo)),
+            builder=builder,
+            runner=runner,
+            database=StoreDatabase(store, hardware=hardware, target=target, run_id=run_id),
+            cost_model=_cost_model(opts.cost_model),
+            measure_callbacks=callbacks,
+            task_scheduler=opts.task_scheduler,
+        )
     result.tasks = [
         _task_result(store, t, w, hw_id, tkey) for t, w in zip(tasks, wids, strict=True)
     ]
@@ -201,11 +227,10 @@ def _per_round(requested: int | None, remaining: int, n_tasks: int) -> int:
 
 
 def _task_result(store: RecordStore, task: Task, wid: int, hw_id: str, tkey: str) -> TaskResult:
-    trials = store.count(workload_id=wid, hardware_id=hw_id, target=tkey)
-    ok = list(store.query(workload_id=wid, hardware_id=hw_id, target=tkey, ok_only=True))
-    best = min((r.cost for r in ok), default=math.inf)
-    return TaskResult(task.name, task.weight, task.flop, trials, len(ok),
-                      None if math.isinf(best) else best)  # fmt: skip
+    where = {"workload_id": wid, "hardware_id": hw_id, "target": tkey}
+    best = next(store.query(**where, ok_only=True, best_first=True, limit=1), None)
+    return TaskResult(task.name, task.weight, task.flop, store.count(**where),
+                      store.count(**where, ok_only=True), best.cost if best else None)  # fmt: skip
 
 
 def _task_loggers(work: Path, names: list[str]) -> list[logging.Logger]:
