@@ -50,8 +50,9 @@ def compile_model(
     """Build ``model`` (a zoo name, an ``.onnx`` path or a loaded ``Model``) with this machine's
     best records for ``target``, and time it.
 
-    Tasks with no successful record on this hardware fall back to TVM's default schedules.
-    The untuned build and PyTorch eager (for torch models) are timed in the same process.
+    Tasks with no successful record on this hardware fall back to their untuned TIR (TVM 0.27's
+    CPU pipeline schedules nothing by itself).  The untuned build and PyTorch eager (for torch
+    models) are timed in the same process.
     """
     from tensortune.compat import ms, tvm
     from tensortune.records.ms_database import StoreDatabase

@@ -15,7 +15,7 @@ def print_report(r: CompileReport, console: Console) -> None:
     t.add_column("latency", justify="right")
     t.add_column("tuned is faster by", justify="right")
     t.add_row("tensortune (tuned records)", fmt_seconds(r.tuned_seconds), "")
-    t.add_row("TVM untuned (default schedules)", fmt_seconds(r.untuned_seconds),
+    t.add_row("TVM untuned (TIR as legalized)", fmt_seconds(r.untuned_seconds),
               f"{r.speedup_over_untuned:.2f}×")  # fmt: skip
     if r.torch_seconds is not None:
         t.add_row("PyTorch eager", fmt_seconds(r.torch_seconds), f"{r.speedup_over_torch:.2f}×")
@@ -24,7 +24,7 @@ def print_report(r: CompileReport, console: Console) -> None:
     for col in ("task", "weight", "schedule", "best record"):
         tasks.add_column(col, justify="right" if col in ("weight", "best record") else "left")
     for s in r.tasks:
-        tasks.add_row(s.name, str(s.weight), "tuned" if s.tuned else "fallback (default)",
+        tasks.add_row(s.name, str(s.weight), "tuned" if s.tuned else "fallback (untuned)",
                       fmt_seconds(s.best_seconds))  # fmt: skip
     console.print(tasks)
     n_tuned = sum(s.tuned for s in r.tasks)
