@@ -113,3 +113,20 @@ def test_resnet18() -> None:
     model = load_model("resnet18", target=TARGET)
     assert len(model.tasks) > 10
     assert sum(task.weight for task in model.tasks) > len(model.tasks)
+
+
+def test_task_counts_are_computed_once_and_cached(tmp_path, monkeypatch):
+    from tensortune.workloads import catalog
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    counts = catalog.task_counts(["gpt2-block"], target={"kind": "llvm", "num-cores": 2})
+    model = load_model("gpt2-block", target=TARGET)
+    assert counts == {"gpt2-block": (len(model.tasks), sum(t.weight for t in model.tasks))}
+    assert (tmp_path / "tensortune" / "task-counts.json").is_file()
+
+    def fail(*args, **kwargs):
+        raise AssertionError("the cached count should have been used")
+
+    monkeypatch.setattr("tensortune.workloads.models.load_model", fail)
+    again = catalog.task_counts(["gpt2-block"], target={"kind": "llvm", "num-cores": 2})
+    assert again == counts
