@@ -24,8 +24,9 @@ import json
 import statistics
 import time
 
-from tensortune.compat import BuilderInput, RunnerInput, ms, stub_gpu_intrinsics, tvm
+from tensortune.compat import ms, stub_gpu_intrinsics
 from tensortune.hardware import current_hardware, default_target
+from tensortune.measure.batch import measure_batch
 from tensortune.measure.builder import PersistentBuilder
 from tensortune.measure.runner import PersistentRunner, TimingConfig
 from tensortune.search.space import sample_candidates
@@ -42,17 +43,9 @@ def _measure(make, cands, target) -> tuple[float, list[float | None]]:
     costs: list[float | None] = []
     try:
         for i in range(0, len(cands), BATCH):
-            batch = cands[i : i + BATCH]
-            built = builder.build([BuilderInput(c.sch.mod, target) for c in batch])
-            inputs = [
-                RunnerInput(b.artifact_path, "cpu", c.args_info)
-                for b, c in zip(built, batch, strict=True)
-                if b.error_msg is None
-            ]
-            results = iter(f.result() for f in runner.run(inputs))
-            for b in built:
-                r = None if b.error_msg else next(results)
-                ok = r is not None and r.error_msg is None
+            built, ran = measure_batch(builder, runner, cands[i : i + BATCH], target)
+            for b, r in zip(built, ran, strict=True):
+                ok = b.error_msg is None and r.error_msg is None and r.run_secs
                 costs.append(statistics.median(float(s) for s in r.run_secs) if ok else None)
     finally:
         for part in (builder, runner):
@@ -94,7 +87,6 @@ def main() -> None:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     target_dict = default_target()
-    target = tvm.target.Target(target_dict)
     print(f"target {json.dumps(target_dict)}; hardware {current_hardware().cpu_model}, "
           f"{current_hardware().cores} cores; {args.candidates} candidates per workload, "
           f"batches of {BATCH}, {args.repeats} repetitions")  # fmt: skip
@@ -106,7 +98,7 @@ def main() -> None:
         names = list(CONFIGS)
         for rep in range(args.repeats):
             for name in names[rep % len(names) :] + names[: rep % len(names)]:
-                wall, c = _measure(CONFIGS[name], cands, target)
+                wall, c = _measure(CONFIGS[name], cands, target_dict)
                 walls[name].append(wall)
                 costs[name] = c
         base = walls["tvm-local"]

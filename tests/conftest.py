@@ -42,13 +42,13 @@ def sampled(spec: str, count: int = 4, *, seed: int = 0) -> tuple:
 
 
 def trace_text(cand) -> str:
-    from tensortune.records.ms_database import to_plain
+    from tensortune.records.convert import to_plain
 
     return json.dumps(to_plain(cand.sch.trace.as_json(remove_postproc=False)))
 
 
 def args_text(cand) -> str:
-    from tensortune.records.ms_database import to_plain
+    from tensortune.records.convert import to_plain
 
     return json.dumps([to_plain(a.as_json()) for a in cand.args_info])
 

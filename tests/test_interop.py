@@ -47,7 +47,7 @@ def _load(directory: Path):
 
 
 def _trace(tuning_record) -> str:
-    from tensortune.records.ms_database import to_plain
+    from tensortune.records.convert import to_plain
 
     return json.dumps(to_plain(tuning_record.trace.as_json(remove_postproc=False)))
 

@@ -267,7 +267,7 @@ def test_store_database_target_filter(filled) -> None:
 
 
 def _plain_trace(tuning_record) -> list:
-    from tensortune.records.ms_database import to_plain
+    from tensortune.records.convert import to_plain
 
     return to_plain(tuning_record.trace.as_json(remove_postproc=False))
 
@@ -324,7 +324,7 @@ def test_commit_tuning_record_as_add_to_database_does(store) -> None:
 
 
 def _arg(a) -> object:
-    from tensortune.records.ms_database import to_plain
+    from tensortune.records.convert import to_plain
 
     return to_plain(a.as_json())
 
@@ -471,3 +471,27 @@ def test_disk_full_message(store) -> None:
     _, big = _fill_disk(store)
     with pytest.raises(RecordsError, match="disk full"):
         store.add(big)
+
+
+# ---- upgrades from stores written by earlier versions -----------------------------------------
+
+
+def test_a_version_1_store_is_upgraded_in_place_and_keeps_its_records(tmp_path: Path) -> None:
+    import shutil
+
+    from tensortune.records.schema import TaskSource
+
+    path = tmp_path / "old.db"
+    shutil.copy(Path(__file__).parent / "fixtures" / "records_v1.db", path)
+    with open_records(_url(path)) as s:
+        records = list(s.query())
+        assert [r.status for r in records] == ["ok", "run_error"]
+        assert records[0].run_secs == (1e-5, 2e-5) and records[1].error == "boom"
+        assert [h.cpu_model for h in s.hardware().values()] == ["fixture CPU"]
+        wid = records[0].workload_id
+        s.add_task_sources([TaskSource("net", wid, "matmul", 3)])
+        assert s.task_sources("net") == [TaskSource("net", wid, "matmul", 3)]
+    db = sqlite3.connect(path)
+    (version,) = db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+    db.close()
+    assert version == str(SCHEMA_VERSION)

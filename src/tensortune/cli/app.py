@@ -24,6 +24,8 @@ app = typer.Typer(
 records_app = typer.Typer(help="Inspect, import and export measurement records.",
                           no_args_is_help=True)  # fmt: skip
 app.add_typer(records_app, name="records")
+dataset_app = typer.Typer(help="Collect measured programs into datasets.", no_args_is_help=True)
+app.add_typer(dataset_app, name="dataset")
 
 _state = {"debug": False}
 
@@ -80,7 +82,7 @@ def tune(
     trials_per_round: Annotated[
         int | None,
         typer.Option(
-            help="Candidates measured per round [default: 64, fewer so each task gets a round]"
+            help="Candidates measured per round (default: 64, fewer so each task gets a round)."
         ),
     ] = None,
     check: Annotated[
@@ -230,6 +232,47 @@ def records_import(
     if not measured_here:
         console.print("they are not used when tuning on this machine; pass --measured-here "
                       "if they were measured here")  # fmt: skip
+
+
+@dataset_app.command("collect")
+def dataset_collect(
+    network: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--network",
+            help="Zoo network or .onnx file; repeatable (default: the whole network zoo).",
+        ),
+    ] = None,
+    config: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--config", help="Hardware configuration; repeatable (default: avx512-2c and avx2-1c)."
+        ),
+    ] = None,
+    per_task: Annotated[int, typer.Option("--per-task", help="Programs per task.")] = 64,
+    evolved_share: Annotated[
+        float,
+        typer.Option(
+            help="Share of each task's programs from evolutionary search; the rest are random."
+        ),
+    ] = 0.5,
+    records: RecordsOpt = DEFAULT_URL,
+    work_dir: Annotated[Path, typer.Option("--work-dir")] = Path("tensortune-work"),
+) -> None:
+    """Measure programs of every task of the networks on each hardware configuration.
+
+    Resumable: running it again tops up each task to --per-task programs.
+    """
+    from tensortune.datasets.collect import DEFAULT_CONFIGS, collect
+
+    def progress(cfg: str, i: int, n: int, task, have: int, want: int) -> None:
+        console.print(f"[{cfg} {i + 1}/{n}] {task.name}: {min(have, want)}/{want} programs")
+
+    result = collect(network or None, configs=config or DEFAULT_CONFIGS, programs_per_task=per_task,
+                     evolved_share=evolved_share, records=records, work_dir=work_dir,
+                     progress=progress)  # fmt: skip
+    console.print(f"measured {result.measured} programs of {result.tasks} tasks on "
+                  f"{', '.join(result.configs)} into {result.records_url}")  # fmt: skip
 
 
 @app.command("compile")

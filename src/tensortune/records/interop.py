@@ -8,7 +8,6 @@ out of tuning on this machine.
 from __future__ import annotations
 
 import hashlib
-import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +15,7 @@ from pathlib import Path
 from tensortune.errors import RecordsError, last_line
 from tensortune.hardware import Hardware, current_hardware, target_key
 from tensortune.measure.status import FAILED_COST
-from tensortune.records.ms_database import to_plain, to_tuning_record
+from tensortune.records.convert import args_info_text, to_tuning_record, trace_text
 from tensortune.records.schema import Record
 from tensortune.records.storage import RecordStore
 
@@ -108,7 +107,7 @@ def import_records(
         if wid not in seen:
             seen[wid] = {(r.trace, r.target) for r in store.query(workload_id=wid,
                                                                   hardware_id=hw_id)}  # fmt: skip
-        trace = json.dumps(to_plain(tr.trace.as_json(remove_postproc=False)))
+        trace = trace_text(tr.trace)
         key = (trace, target_key(tr.target))
         if key in seen[wid]:
             skipped += 1
@@ -123,7 +122,7 @@ def import_records(
                 hw_id,
                 key[1],
                 trace,
-                json.dumps([to_plain(a.as_json()) for a in tr.args_info]),
+                args_info_text(tr.args_info),
                 secs if ok else (),
                 "ok" if ok else "run_error",
                 None if ok else "failed (imported from a MetaSchedule database)",

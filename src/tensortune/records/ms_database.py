@@ -7,7 +7,6 @@ this machine), so records from other machines are never mistaken for local ones.
 
 from __future__ import annotations
 
-import json
 import time
 
 from tensortune.compat import (
@@ -20,31 +19,9 @@ from tensortune.compat import (
 )
 from tensortune.hardware import Hardware, current_hardware, target_key
 from tensortune.measure.status import FAILED_COST
+from tensortune.records.convert import args_info_text, to_tuning_record, trace_text
 from tensortune.records.schema import Record
 from tensortune.records.storage import RecordStore
-
-
-def to_plain(value: object) -> object:
-    """MetaSchedule JSON (which may hold IntImm/FloatImm/containers) → plain Python for json."""
-    if isinstance(value, tvm.tirx.IntImm | tvm.tirx.FloatImm):
-        return value.value
-    if isinstance(value, str | int | float | bool) or value is None:
-        return value
-    if hasattr(value, "items"):
-        return {str(k): to_plain(v) for k, v in value.items()}
-    if hasattr(value, "__iter__"):
-        return [to_plain(v) for v in value]
-    return value
-
-
-def to_tuning_record(record: Record, workload: Workload) -> TuningRecord:
-    payload = [
-        record.trace_json(),
-        list(record.run_secs) if record.ok else [FAILED_COST],
-        json.loads(record.target),
-        json.loads(record.args_info),
-    ]
-    return TuningRecord.from_json(payload, workload)
 
 
 @derived_object
@@ -80,8 +57,8 @@ class StoreDatabase(PyDatabase):
                 workload_id=self.store.workload_id(record.workload.mod),
                 hardware_id=self.hardware_id,
                 target=target_key(record.target),
-                trace=json.dumps(to_plain(record.trace.as_json(remove_postproc=False))),
-                args_info=json.dumps([to_plain(a.as_json()) for a in record.args_info]),
+                trace=trace_text(record.trace),
+                args_info=args_info_text(record.args_info),
                 run_secs=tuple(secs) if ok else (),
                 status="ok" if ok else "run_error",
                 error=None if ok else "failed (reported by MetaSchedule without a message)",

@@ -7,7 +7,8 @@ import statistics
 from dataclasses import dataclass, field
 
 # Bump with a migration in sqlite.py whenever the tables change.
-SCHEMA_VERSION = 1
+# v2: task_sources (which networks a workload is a task of, and how often it occurs there).
+SCHEMA_VERSION = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +43,16 @@ class Record:
 
     def trace_json(self) -> list:
         return json.loads(self.trace)
+
+
+@dataclass(frozen=True, slots=True)
+class TaskSource:
+    """Workload ``workload_id`` is task ``task_name`` of ``network``, occurring ``weight`` times."""
+
+    network: str
+    workload_id: int
+    task_name: str
+    weight: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from tensortune.errors import RecordsError
 from tensortune.hardware import Hardware
-from tensortune.records.schema import SCHEMA_VERSION, Record, StoredWorkload
+from tensortune.records.schema import SCHEMA_VERSION, Record, StoredWorkload, TaskSource
 from tensortune.records.storage import RecordStore
 
 _TABLES = """
@@ -44,7 +44,19 @@ CREATE TABLE IF NOT EXISTS records (
     created_at REAL NOT NULL
 );
 CREATE INDEX IF NOT EXISTS records_lookup ON records (workload_id, hardware_id, target, cost);
+CREATE TABLE IF NOT EXISTS task_sources (
+    network TEXT NOT NULL,
+    workload_id INTEGER NOT NULL REFERENCES workloads (id),
+    task_name TEXT NOT NULL,
+    weight INTEGER NOT NULL,
+    PRIMARY KEY (network, workload_id)
+);
 """
+
+# Statements that bring a store of version N-1 to version N.
+_MIGRATIONS = {
+    2: [_TABLES[_TABLES.index("CREATE TABLE IF NOT EXISTS task_sources") :]],
+}
 
 _COLUMNS = (
     "workload_id, hardware_id, target, trace, args_info, run_secs, status, error, run_id, "
@@ -123,8 +135,18 @@ class SQLiteStore(RecordStore):
                 f"{self.path} has records schema v{version}; this tensortune reads up to "
                 f"v{SCHEMA_VERSION} (upgrade tensortune)"
             )
-        if version < SCHEMA_VERSION:  # no older schema exists yet; migrations go here
+        if version < 1:
             raise RecordsError(f"{self.path}: unknown old records schema v{version}")
+        if version < SCHEMA_VERSION:
+            self._migrate(version)
+
+    def _migrate(self, version: int) -> None:
+        with self._transaction() as db:
+            for v in range(version + 1, SCHEMA_VERSION + 1):
+                for statement in _MIGRATIONS[v]:
+                    db.execute(statement)
+            db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'",
+                       (str(SCHEMA_VERSION),))  # fmt: skip
         db.execute("SELECT count(*) FROM records").fetchone()  # surfaces a corrupt file early
 
     @contextmanager
@@ -241,6 +263,17 @@ class SQLiteStore(RecordStore):
     def count(self, *, workload_id=None, hardware_id=None, target=None, ok_only=False) -> int:
         where, params = self._where(workload_id, hardware_id, target, ok_only)
         return int(self._read(f"SELECT count(*) FROM records{where}", params)[0][0])
+
+    def add_task_sources(self, sources: Iterable[TaskSource]) -> None:
+        rows = [(s.network, s.workload_id, s.task_name, s.weight) for s in sources]
+        with self._transaction() as db:
+            db.executemany("INSERT OR REPLACE INTO task_sources VALUES (?, ?, ?, ?)", rows)
+
+    def task_sources(self, network: str | None = None) -> list[TaskSource]:
+        where, params = (" WHERE network = ?", (network,)) if network else ("", ())
+        rows = self._read(f"SELECT * FROM task_sources{where} ORDER BY network, workload_id",
+                          params)  # fmt: skip
+        return [TaskSource(*r) for r in rows]
 
     def summary(self) -> list[tuple]:
         return self._read(

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Iterator
 
 from tensortune.errors import RecordsError
 from tensortune.hardware import Hardware
-from tensortune.records.schema import Record, StoredWorkload
+from tensortune.records.schema import Record, StoredWorkload, TaskSource
 
 DEFAULT_URL = "sqlite:///tensortune.db"
 
@@ -63,6 +63,13 @@ class RecordStore(abc.ABC):
         target: str | None = None,
         ok_only: bool = False,
     ) -> int: ...
+
+    @abc.abstractmethod
+    def add_task_sources(self, sources: Iterable[TaskSource]) -> None:
+        """Record which networks each workload is a task of (replacing earlier entries)."""
+
+    @abc.abstractmethod
+    def task_sources(self, network: str | None = None) -> list[TaskSource]: ...
 
     @abc.abstractmethod
     def summary(self) -> list[tuple]:

@@ -1,0 +1,1 @@
+"""Datasets of measured programs: collection into the records store, and (later) Parquet files."""

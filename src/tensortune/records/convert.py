@@ -1,0 +1,69 @@
+"""Conversions between MetaSchedule's objects and our records."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from tensortune.compat import TVM_VERSION, TuningRecord, Workload, tvm
+from tensortune.measure.status import FAILED_COST, Status, classify
+from tensortune.records.schema import Record
+
+
+def to_plain(value: object) -> object:
+    """MetaSchedule JSON (which may hold IntImm/FloatImm/containers) → plain Python for json."""
+    if isinstance(value, tvm.tirx.IntImm | tvm.tirx.FloatImm):
+        return value.value
+    if isinstance(value, str | int | float | bool) or value is None:
+        return value
+    if hasattr(value, "items"):
+        return {str(k): to_plain(v) for k, v in value.items()}
+    if hasattr(value, "__iter__"):
+        return [to_plain(v) for v in value]
+    return value
+
+
+def trace_text(trace) -> str:
+    return json.dumps(to_plain(trace.as_json(remove_postproc=False)))
+
+
+def args_info_text(args_info) -> str:
+    return json.dumps([to_plain(a.as_json()) for a in args_info])
+
+
+def to_tuning_record(record: Record, workload: Workload) -> TuningRecord:
+    payload = [
+        record.trace_json(),
+        list(record.run_secs) if record.ok else [FAILED_COST],
+        json.loads(record.target),
+        json.loads(record.args_info),
+    ]
+    return TuningRecord.from_json(payload, workload)
+
+
+def measured_records(
+    candidates, builder_results, runner_results, *, workload_id: int, hardware_id: str,
+    target: str, run_id: str,
+) -> list[Record]:  # fmt: skip
+    """One record per measured candidate, with its status and error message."""
+    now = time.time()
+    records = []
+    for cand, built, ran in zip(candidates, builder_results, runner_results, strict=True):
+        status = classify(built.error_msg, ran.error_msg)
+        secs = tuple(float(s) for s in ran.run_secs or []) if status is Status.OK else ()
+        records.append(
+            Record(
+                workload_id=workload_id,
+                hardware_id=hardware_id,
+                target=target,
+                trace=trace_text(cand.sch.trace),
+                args_info=args_info_text(cand.args_info),
+                run_secs=secs,
+                status=status.value,
+                error=None if status is Status.OK else (built.error_msg or ran.error_msg),
+                run_id=run_id,
+                tvm_version=TVM_VERSION,
+                created_at=now,
+            )
+        )
+    return records

@@ -1,0 +1,1 @@
+"""Which programs to measure: samplers for dataset collection (active learning builds on these)."""
