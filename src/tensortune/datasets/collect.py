@@ -58,9 +58,14 @@ def collect(
     records: str | RecordStore = DEFAULT_URL,
     work_dir: str | os.PathLike = "tensortune-work",
     seed: int = 0,
+    timing: object | None = None,
     progress: Progress | None = None,
 ) -> CollectResult:
-    """Measure ``programs_per_task`` programs of each distinct task, on every configuration."""
+    """Measure ``programs_per_task`` programs of each distinct task, on every configuration.
+
+    ``timing`` (a ``TimingConfig``) defaults to 3 repeats of at least 10 ms: random programs of
+    large tasks run for tens of milliseconds each, and the dataset needs many of them.
+    """
     from tensortune.measure.batch import measure_batch
     from tensortune.measure.builder import PersistentBuilder
     from tensortune.measure.runner import PersistentRunner
