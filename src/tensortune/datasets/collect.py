@@ -48,6 +48,14 @@ def network_tasks(networks: Sequence[object], target: dict) -> dict[str, list[Ta
     return out
 
 
+def _evolution() -> object:
+    """MetaSchedule's evolutionary search with a smaller population: collection needs evolved
+    programs, not the best possible ones, and a default round costs 10-35 s on 2 cores."""
+    from tensortune.compat import ms
+
+    return ms.search_strategy.EvolutionarySearch(population_size=128)
+
+
 def collect(
     networks: Sequence[object] | None = None,
     *,
@@ -68,7 +76,7 @@ def collect(
     """
     from tensortune.measure.batch import measure_batch
     from tensortune.measure.builder import PersistentBuilder
-    from tensortune.measure.runner import PersistentRunner
+    from tensortune.measure.runner import PersistentRunner, TimingConfig
     from tensortune.records.convert import measured_records
     from tensortune.select.samplers import RandomSampler
     from tensortune.tuning.tune import tune
@@ -96,9 +104,8 @@ def collect(
         logs = work / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         builder = PersistentBuilder(log_path=str(logs / "builder-workers.log"))
-        runner = PersistentRunner(
-            num_threads=config.threads, log_path=str(logs / "runner-worker.log")
-        )
+        runner = PersistentRunner(timing or TimingConfig(repeat=3), num_threads=config.threads,
+                                  log_path=str(logs / "runner-worker.log"))  # fmt: skip
         measured = 0
         try:
             for i, (wid, task) in enumerate(tasks.items()):
@@ -122,7 +129,8 @@ def collect(
                     done = tune([task], trials=programs_per_task, records=store,
                                 work_dir=work / config.name, target=config.target,
                                 builder=builder, runner=runner, check_correctness=False,
-                                trials_per_round=BATCH, seed=seed)  # fmt: skip
+                                trials_per_round=BATCH, seed=seed,
+                                strategy=_evolution())  # fmt: skip
                     measured += done.tasks[0].trials - have
         finally:
             builder.close()
