@@ -275,6 +275,41 @@ def dataset_collect(
                   f"{', '.join(result.configs)} into {result.records_url}")  # fmt: skip
 
 
+@dataset_app.command("build")
+def dataset_build(
+    out: Annotated[Path, typer.Argument(help="Directory for programs.parquet and card.json.")],
+    records: RecordsOpt = DEFAULT_URL,
+    description: Annotated[str, typer.Option(help="How the records were collected.")] = "",
+) -> None:
+    """Turn records into a Parquet dataset with labels and cached features."""
+    from tensortune.datasets.build import build_dataset
+
+    with console.status("replaying traces and extracting features..."):
+        card = build_dataset(records, out, description=description)
+    d = card.data
+    console.print(f"{d['programs']} programs ({d['successful']} successful) of {d['tasks']} tasks "
+                  f"on {len(d['hardware'])} hardware → {out}")  # fmt: skip
+
+
+@dataset_app.command("info")
+def dataset_info(
+    dataset: Annotated[Path, typer.Argument(help="Dataset directory.")],
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object.")] = False,
+) -> None:
+    """Programs, tasks, hardware and networks of a dataset."""
+    from tensortune.datasets.build import read_card
+
+    d = read_card(dataset).data
+    info = {k: d[k] for k in ("programs", "successful", "tasks", "networks")}
+    info["hardware"] = sorted(d["hardware"])
+    info["feature_schema"] = d["feature_schema"]
+    if as_json:
+        print(json.dumps(info))
+        return
+    for key, value in info.items():
+        console.print(f"{key:15s} {', '.join(value) if isinstance(value, list) else value}")
+
+
 @app.command("compile")
 def compile_cmd(
     model: Annotated[str, typer.Argument(help="Zoo network name or .onnx file.")],

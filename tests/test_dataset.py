@@ -1,0 +1,134 @@
+"""dataset build / info: one row per program with TenSet labels, cached features and a card."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tensortune.datasets import features as F
+from tensortune.datasets.build import CARD, TABLE, build_dataset, load_table, read_card
+from tensortune.errors import TensortuneError
+from tensortune.records.schema import Record
+from tensortune.records.storage import open_records
+from tensortune.tuning.tune import tune
+
+TARGET = {"kind": "llvm", "num-cores": 2}
+
+
+@pytest.fixture(scope="module")
+def store_url(tmp_path_factory):
+    path = tmp_path_factory.mktemp("ds") / "r.db"
+    url = f"sqlite:///{path}"
+    tune(["matmul:32,32,32", "softmax:8,64"], trials=12, records=url,
+         work_dir=path.parent / "w", trials_per_round=3, strategy="replay-trace",
+         cost_model="random", target=TARGET)  # fmt: skip
+    with open_records(url) as store:  # one failure, as the runner would record it
+        r = next(store.query(ok_only=True))
+        store.add([Record(r.workload_id, r.hardware_id, r.target, r.trace, r.args_info, (),
+                          "run_error", "boom", "x", r.tvm_version, 1.0)])  # fmt: skip
+    return url
+
+
+@pytest.fixture(scope="module")
+def dataset(store_url, tmp_path_factory):
+    out = tmp_path_factory.mktemp("out") / "d"
+    card = build_dataset(store_url, out, description="test")
+    return out, card
+
+
+def test_one_row_per_record_with_tenset_labels(dataset, store_url):
+    out, card = dataset
+    table = load_table(out).to_pydict()
+    with open_records(store_url) as store:
+        assert len(table["program_id"]) == store.count() == card.data["programs"] == 13
+    for task in set(table["task_id"]):
+        rows = [i for i, t in enumerate(table["task_id"]) if t == task]
+        costs = [table["cost"][i] for i in rows if table["cost"][i] is not None]
+        labels = [table["label"][i] for i in rows]
+        assert max(labels) == pytest.approx(1.0)
+        for i in rows:
+            if table["cost"][i] is None:
+                assert table["label"][i] == 0.0 and table["status"][i] == "run_error"
+            else:
+                assert table["label"][i] == pytest.approx(min(costs) / table["cost"][i])
+    assert card.data["successful"] == 12
+
+
+def test_features_have_their_documented_widths(dataset):
+    out, card = dataset
+    t = load_table(out, columns=["per_store", "trace_tokens", "workload_embedding",
+                                  "hardware_vector"]).to_pydict()  # fmt: skip
+    for per_store, tokens, wl, hw in zip(*t.values(), strict=True):
+        assert np.asarray(per_store).shape[1] == F.PER_STORE_WIDTH
+        assert np.asarray(tokens).shape[1] == F.TOKEN_WIDTH and len(tokens) > 0
+        assert len(wl) == F.WORKLOAD_WIDTH and len(hw) == F.HARDWARE_WIDTH
+    assert card.data["widths"]["trace_tokens"] == F.TOKEN_WIDTH
+    assert card.feature_schema == F.schema_hash()
+
+
+def test_trace_tokens_encode_kinds_and_decisions():
+    trace = [[["GetSBlock", [], ["C", "main"], ["b0"]],
+              ["SamplePerfectTile", ["l1"], [4, 64], ["v2", "v3"]],
+              ["Annotate", ["b0", 16], ["meta_schedule.parallel"], []],
+              ["EnterPostproc", [], [], []], ["Parallel", ["l9"], [], []]],
+             [[1, [8, 4]]]]  # fmt: skip
+    tokens = F.trace_tokens(trace)
+    assert tokens.shape == (3, F.TOKEN_WIDTH)  # the postproc part is left out
+    kinds = tokens[:, : len(F.INSTRUCTION_KINDS)].argmax(axis=1)
+    assert [F.INSTRUCTION_KINDS[k] for k in kinds] == ["GetSBlock", "SamplePerfectTile", "Annotate"]
+    decision_at = len(F.INSTRUCTION_KINDS) + 1 + len(F.ANNOTATIONS) + 1
+    assert tokens[1, decision_at : decision_at + 2] == pytest.approx([np.log2(9), np.log2(5)])
+    assert tokens[2, len(F.INSTRUCTION_KINDS) + 1] == 1.0  # annotation key: parallel
+
+
+def test_the_hardware_vector_reflects_the_target_isa_not_the_host():
+    from tensortune.hardware import current_hardware
+
+    hw = current_hardware()
+    avx2 = F.hardware_vector({"kind": "llvm", "mcpu": "haswell", "num-cores": 1}, hw)
+    avx512 = F.hardware_vector({"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 2}, hw)
+    lanes = len(F._ISA_FEATURES)
+    assert (avx2[lanes], avx512[lanes]) == (8, 16)
+    assert (avx2[lanes + 1], avx512[lanes + 1]) == (1, 2)
+
+
+def test_info_json(dataset):
+    out, _ = dataset
+    cmd = [sys.executable, "-m", "tensortune.cli.app", "dataset", "info", str(out), "--json"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    info = json.loads(proc.stdout)
+    assert info["programs"] == 13 and info["tasks"] == 2
+    assert len(info["hardware"]) == 1 and info["networks"] == []
+
+
+def test_a_dataset_from_another_feature_schema_is_refused(dataset, tmp_path):
+    out, _ = dataset
+    other = tmp_path / "other"
+    other.mkdir()
+    card = json.loads((out / CARD).read_text())
+    card["feature_schema"] = "0000000000000000"
+    (other / CARD).write_text(json.dumps(card))
+    (other / TABLE).write_bytes((out / TABLE).read_bytes())
+    with pytest.raises(TensortuneError, match=r"feature schema 0000000000000000.*rebuild"):
+        read_card(other)
+
+
+def test_a_modified_table_fails_its_checksum(dataset, tmp_path):
+    out, _ = dataset
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    (copy / CARD).write_text((out / CARD).read_text())
+    (copy / TABLE).write_bytes((out / TABLE).read_bytes()[:-10] + b"0123456789")
+    with pytest.raises(TensortuneError, match="checksum"):
+        load_table(copy)
+
+
+def test_an_empty_store_gives_a_clear_error(tmp_path):
+    url = f"sqlite:///{tmp_path / 'empty.db'}"
+    open_records(url).close()
+    with pytest.raises(TensortuneError, match="holds no records"):
+        build_dataset(url, tmp_path / "d")
