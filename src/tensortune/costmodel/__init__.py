@@ -1,0 +1,1 @@
+"""Learned cost models: rank candidate programs of a task by predicted speed."""

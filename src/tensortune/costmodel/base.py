@@ -1,0 +1,116 @@
+"""The contract every cost model follows, and its version-stamped file format.
+
+Settings go to ``__init__`` and are kept as given; ``fit`` learns from scratch, ``update`` adds
+new measurements to what was learned; learned state lives in attributes ending in ``_``.
+``save`` writes one zip file (``meta.json`` + the model's own state bytes) that ``load_model``
+checks before trusting: format version, feature schema and model kind.
+"""
+
+from __future__ import annotations
+
+import abc
+import inspect
+import io
+import json
+import zipfile
+from pathlib import Path
+from typing import ClassVar
+
+import numpy as np
+
+from tensortune.costmodel.data import ProgramSet
+from tensortune.errors import TensortuneError
+
+FORMAT = "tensortune-cost-model"
+FORMAT_VERSION = 1
+
+
+class CostModel(abc.ABC):
+    """Predicts a score per program: higher means faster, comparable within a task."""
+
+    kind: ClassVar[str]
+
+    def get_params(self) -> dict:
+        names = [p for p in inspect.signature(type(self).__init__).parameters if p != "self"]
+        return {n: getattr(self, n) for n in names}
+
+    @abc.abstractmethod
+    def fit(self, data: ProgramSet) -> CostModel: ...
+
+    def update(self, data: ProgramSet) -> CostModel:
+        """Learn from new measurements too.  Default: refit on everything seen so far."""
+        seen = getattr(self, "seen_", None)
+        self.seen_ = data if seen is None else _concat(seen, data)
+        return self.fit(self.seen_)
+
+    @abc.abstractmethod
+    def predict(self, data: ProgramSet) -> np.ndarray: ...
+
+    @abc.abstractmethod
+    def _state(self) -> bytes: ...
+
+    @abc.abstractmethod
+    def _restore(self, state: bytes) -> None: ...
+
+    @property
+    def fitted(self) -> bool:
+        return any(k.endswith("_") and not k.startswith("_") for k in vars(self))
+
+    def save(self, path: str | Path) -> None:
+        from importlib.metadata import version
+
+        from tensortune.datasets.features import schema_hash
+
+        if not self.fitted:
+            raise TensortuneError("save: the model has not been fitted")
+        meta = {"format": FORMAT, "format_version": FORMAT_VERSION, "kind": self.kind,
+                "params": self.get_params(), "feature_schema": schema_hash(),
+                "tensortune": version("tensortune")}  # fmt: skip
+        with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as z:
+            z.writestr("meta.json", json.dumps(meta))
+            z.writestr("state.bin", self._state())
+
+
+def load_model(path: str | Path) -> CostModel:
+    """Read a model file written by :meth:`CostModel.save`, refusing foreign or stale ones."""
+    from tensortune.costmodel.registry import model_class
+    from tensortune.datasets.features import schema_hash
+
+    try:
+        with zipfile.ZipFile(path) as z:
+            meta = json.loads(z.read("meta.json"))
+            state = z.read("state.bin")
+    except (OSError, zipfile.BadZipFile, KeyError, ValueError) as e:
+        raise TensortuneError(f"{path} is not a tensortune cost model file ({e})") from None
+    if meta.get("format") != FORMAT:
+        raise TensortuneError(f"{path} is not a tensortune cost model file")
+    if meta.get("format_version") != FORMAT_VERSION:
+        raise TensortuneError(f"{path} has model format v{meta.get('format_version')}; this "
+                              f"tensortune reads v{FORMAT_VERSION}")  # fmt: skip
+    if meta.get("feature_schema") != schema_hash():
+        raise TensortuneError(
+            f"{path} was trained on feature schema {meta.get('feature_schema')}, "
+            f"this tensortune computes {schema_hash()}: retrain it"
+        )
+    model = model_class(meta["kind"])(**meta["params"])
+    try:
+        model._restore(state)
+    except Exception as e:
+        raise TensortuneError(f"{path}: cannot restore the {meta['kind']} model ({e})") from None
+    return model
+
+
+def _concat(a: ProgramSet, b: ProgramSet) -> ProgramSet:
+    offset = int(a.groups.max()) + 1 if len(a) else 0
+    labels = None if a.labels is None or b.labels is None else np.concatenate([a.labels, b.labels])
+    return ProgramSet(a.per_store + b.per_store, a.tokens + b.tokens,
+                      np.concatenate([a.workload, b.workload]),
+                      np.concatenate([a.hardware, b.hardware]),
+                      np.concatenate([a.groups, b.groups + offset]), labels)  # fmt: skip
+
+
+def to_bytes(save) -> bytes:
+    """Bytes written by ``save(file_like)``."""
+    buf = io.BytesIO()
+    save(buf)
+    return buf.getvalue()

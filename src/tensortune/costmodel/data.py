@@ -1,0 +1,80 @@
+"""The inputs every cost model learns from: features of a set of programs, and their labels."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from tensortune.errors import TensortuneError
+
+
+@dataclass
+class ProgramSet:
+    """Features of ``n`` programs.
+
+    ``groups`` says which programs are comparable (same task on the same hardware): ranking
+    losses and TenSet's labels only make sense within a group.  ``labels`` are TenSet's
+    normalised throughput (best cost in the group / cost; 0 for failures), when known.
+    """
+
+    per_store: list[np.ndarray]  # (blocks_i, 164) each
+    tokens: list[np.ndarray]  # (instructions_i, TOKEN_WIDTH) each
+    workload: np.ndarray  # (n, WORKLOAD_WIDTH)
+    hardware: np.ndarray  # (n, HARDWARE_WIDTH)
+    groups: np.ndarray  # (n,) int
+    labels: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return len(self.per_store)
+
+    def subset(self, index: np.ndarray) -> ProgramSet:
+        index = np.flatnonzero(index) if index.dtype == bool else index
+        return ProgramSet(
+            [self.per_store[i] for i in index],
+            [self.tokens[i] for i in index],
+            self.workload[index],
+            self.hardware[index],
+            self.groups[index],
+            None if self.labels is None else self.labels[index],
+        )
+
+    def require_labels(self) -> np.ndarray:
+        if self.labels is None:
+            raise TensortuneError("these programs have no labels to learn from")
+        if len(self) == 0:
+            raise TensortuneError("no programs to learn from (empty training set)")
+        if not np.any(self.labels > 0):
+            raise TensortuneError("no successful measurement among these programs")
+        return self.labels
+
+    def blocks(self) -> tuple[np.ndarray, np.ndarray]:
+        """One row per block, ``[per-store | workload | hardware]``, and each row's program."""
+        counts = np.array([len(p) for p in self.per_store])
+        program_of_row = np.repeat(np.arange(len(self)), counts)
+        rows = np.concatenate(self.per_store) if len(self) else np.zeros((0, 164), np.float32)
+        context = np.concatenate([self.workload, self.hardware], axis=1)[program_of_row]
+        return np.concatenate([rows, context], axis=1).astype(np.float32), program_of_row
+
+    @classmethod
+    def from_columns(cls, columns: dict, index: np.ndarray | None = None) -> ProgramSet:
+        """From a dataset table's columns (``pyarrow.Table.to_pydict()`` or lists)."""
+        n = len(columns["per_store"])
+        rows = range(n) if index is None else (np.flatnonzero(index) if index.dtype == bool
+                                              else index)  # fmt: skip
+        keep = [i for i in rows if columns["per_store"][i] is not None]
+        keys = [(columns["task_id"][i], columns["hardware"][i]) for i in keep]
+        codes = {k: j for j, k in enumerate(dict.fromkeys(keys))}
+
+        def arr(name: str) -> list[np.ndarray]:
+            return [np.asarray(columns[name][i], dtype=np.float32).reshape(
+                len(columns[name][i]), -1) for i in keep]  # fmt: skip
+
+        return cls(
+            per_store=arr("per_store"),
+            tokens=arr("trace_tokens"),
+            workload=np.asarray([columns["workload_embedding"][i] for i in keep], np.float32),
+            hardware=np.asarray([columns["hardware_vector"][i] for i in keep], np.float32),
+            groups=np.array([codes[k] for k in keys], dtype=np.int64),
+            labels=np.asarray([columns["label"][i] for i in keep], dtype=np.float64),
+        )

@@ -1,0 +1,23 @@
+"""Cost models by name."""
+
+from __future__ import annotations
+
+from tensortune.errors import TensortuneError
+
+
+def _classes() -> dict[str, type]:
+    from tensortune.costmodel.gbdt import LightGBMModel, XGBoostModel
+    from tensortune.costmodel.nn import MLPModel
+
+    return {c.kind: c for c in (XGBoostModel, LightGBMModel, MLPModel)}
+
+
+def model_class(kind: str) -> type:
+    classes = _classes()
+    if kind not in classes:
+        raise TensortuneError(f"unknown cost model '{kind}'; known: {', '.join(classes)}")
+    return classes[kind]
+
+
+def model_kinds() -> list[str]:
+    return list(_classes())
