@@ -46,14 +46,16 @@ class MLPModel(CostModel):
         epochs: int = 30,
         lr: float = 7e-4,
         weight_decay: float = 1e-6,
-        batch_groups: int = 8,
+        chunk: int = 64,
+        batch_chunks: int = 4,
         seed: int = 0,
     ) -> None:
         self.hidden = hidden
         self.epochs = epochs
         self.lr = lr
         self.weight_decay = weight_decay
-        self.batch_groups = batch_groups
+        self.chunk = chunk
+        self.batch_chunks = batch_chunks
         self.seed = seed
 
     def _net(self, width: int):
@@ -97,11 +99,16 @@ class MLPModel(CostModel):
         self.net_ = self._net(self.width_)
         opt = torch.optim.Adam(self.net_.parameters(), lr=self.lr, weight_decay=self.weight_decay)
         rng = np.random.default_rng(self.seed)
-        groups = np.unique(data.groups)
         for _ in range(self.epochs):
-            rng.shuffle(groups)
-            for k in range(0, len(groups), self.batch_groups):
-                batch = data.subset(np.isin(data.groups, groups[k : k + self.batch_groups]))
+            # A step ranks a few chunks of programs, each chunk from a single task.
+            chunks = []
+            for g in np.unique(data.groups):
+                members = rng.permutation(np.flatnonzero(data.groups == g))
+                chunks += [members[i : i + self.chunk] for i in range(0, len(members), self.chunk)]
+            order = rng.permutation(len(chunks))
+            for k in range(0, len(order), self.batch_chunks):
+                picked = [chunks[i] for i in order[k : k + self.batch_chunks]]
+                batch = data.subset(np.concatenate(picked))
                 x, seg = self._tensors(batch)
                 scores = self.net_(x, seg, len(batch))
                 loss = lambda_rank_loss(scores, torch.from_numpy(labels_of(batch)),

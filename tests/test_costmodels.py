@@ -1,0 +1,133 @@
+"""One conformance test for every cost model: it learns a ranking, round-trips through its file,
+keeps its settings, and refuses what it cannot use."""
+
+from __future__ import annotations
+
+import json
+import zipfile
+
+import numpy as np
+import pytest
+
+from tensortune.costmodel.base import load_model
+from tensortune.costmodel.data import ProgramSet
+from tensortune.costmodel.registry import model_class, model_kinds
+from tensortune.datasets import features as F
+from tensortune.errors import TensortuneError
+
+FAST = {"xgb": {"n_rounds": 60}, "lgbm": {"n_rounds": 60}, "mlp": {"epochs": 40, "chunk": 16}}
+
+
+def synthetic(n: int, seed: int) -> ProgramSet:
+    """Programs whose speed is a known function of two per-store features, in 4 tasks."""
+    rng = np.random.default_rng(seed)
+    per_store, tokens, speed = [], [], []
+    for _ in range(n):
+        blocks = rng.uniform(0, 5, size=(rng.integers(1, 4), F.PER_STORE_WIDTH)).astype(np.float32)
+        per_store.append(blocks)
+        tokens.append(
+            rng.uniform(0, 1, size=(rng.integers(3, 9), F.TOKEN_WIDTH)).astype(np.float32)
+        )
+        speed.append(blocks[:, 3].sum() - 0.5 * blocks[:, 7].sum())
+    groups = rng.integers(0, 4, size=n)
+    speed = np.asarray(speed)
+    labels = np.zeros(n)
+    for g in range(4):
+        s = np.exp(speed[groups == g] / 3)
+        labels[groups == g] = s / s.max()
+    return ProgramSet(per_store, tokens, rng.uniform(size=(n, F.WORKLOAD_WIDTH)).astype(np.float32),
+                      np.ones((n, F.HARDWARE_WIDTH), np.float32), groups, labels)  # fmt: skip
+
+
+def _spearman(a: np.ndarray, b: np.ndarray) -> float:
+    ra, rb = np.argsort(np.argsort(a)), np.argsort(np.argsort(b))
+    return float(np.corrcoef(ra, rb)[0, 1])
+
+
+@pytest.fixture(scope="module")
+def train():
+    return synthetic(240, seed=1)
+
+
+@pytest.fixture(scope="module")
+def test():
+    return synthetic(120, seed=2)
+
+
+@pytest.fixture(scope="module", params=model_kinds())
+def fitted(request, train):
+    return model_class(request.param)(**FAST.get(request.param, {})).fit(train)
+
+
+def test_every_model_learns_the_ranking(fitted, test):
+    pred = fitted.predict(test)
+    assert pred.shape == (len(test),) and np.all(np.isfinite(pred))
+    for g in range(4):
+        mask = test.groups == g
+        assert _spearman(pred[mask], test.labels[mask]) > 0.4, fitted.kind
+
+
+def test_every_model_round_trips_through_its_file(fitted, test, tmp_path):
+    path = tmp_path / f"model.{fitted.kind}"
+    fitted.save(path)
+    again = load_model(path)
+    assert type(again) is type(fitted) and again.get_params() == fitted.get_params()
+    assert np.allclose(again.predict(test), fitted.predict(test))
+
+
+def test_settings_live_in_init_and_learned_state_in_trailing_underscores(fitted):
+    clone = type(fitted)(**fitted.get_params())
+    assert clone.get_params() == fitted.get_params()
+    assert not clone.fitted and fitted.fitted
+    assert all(not k.endswith("_") for k in vars(clone))
+
+
+def test_every_model_refuses_data_it_cannot_learn_from(fitted, train, tmp_path):
+    cls = type(fitted)
+    with pytest.raises(TensortuneError, match="not been fitted"):
+        cls(**fitted.get_params()).save(tmp_path / "x")
+    unlabeled = ProgramSet(train.per_store, train.tokens, train.workload, train.hardware,
+                           train.groups, None)  # fmt: skip
+    with pytest.raises(TensortuneError, match="no labels"):
+        cls(**fitted.get_params()).fit(unlabeled)
+    failed = ProgramSet(train.per_store, train.tokens, train.workload, train.hardware,
+                        train.groups, np.zeros(len(train)))  # fmt: skip
+    with pytest.raises(TensortuneError, match="no successful"):
+        cls(**fitted.get_params()).fit(failed)
+
+
+def test_update_adds_new_measurements(fitted, train, test):
+    model = type(fitted)(**fitted.get_params())
+    model.update(train.subset(np.arange(120)))
+    model.update(train.subset(np.arange(120, 240)))
+    assert len(model.seen_) == len(train)
+    assert np.all(np.isfinite(model.predict(test)))
+
+
+def test_files_from_elsewhere_are_refused(fitted, tmp_path):
+    path = tmp_path / "m"
+    fitted.save(path)
+    with zipfile.ZipFile(path) as z:
+        meta, state = json.loads(z.read("meta.json")), z.read("state.bin")
+
+    def rewrite(name: str, **changes) -> str:
+        out = tmp_path / name
+        with zipfile.ZipFile(out, "w") as z:
+            z.writestr("meta.json", json.dumps({**meta, **changes}))
+            z.writestr("state.bin", state)
+        return str(out)
+
+    with pytest.raises(TensortuneError, match="format v99"):
+        load_model(rewrite("v", format_version=99))
+    with pytest.raises(TensortuneError, match=r"feature schema 0000.*retrain"):
+        load_model(rewrite("s", feature_schema="0000"))
+    with pytest.raises(TensortuneError, match="unknown cost model 'nope'"):
+        load_model(rewrite("k", kind="nope"))
+    (tmp_path / "junk").write_bytes(b"not a zip")
+    with pytest.raises(TensortuneError, match="not a tensortune cost model"):
+        load_model(tmp_path / "junk")
+    with zipfile.ZipFile(tmp_path / "broken", "w") as z:
+        z.writestr("meta.json", json.dumps(meta))
+        z.writestr("state.bin", b"\x00garbage")
+    with pytest.raises(TensortuneError, match="cannot restore"):
+        load_model(tmp_path / "broken")
