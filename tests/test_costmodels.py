@@ -15,19 +15,25 @@ from tensortune.costmodel.registry import model_class, model_kinds
 from tensortune.datasets import features as F
 from tensortune.errors import TensortuneError
 
-FAST = {"xgb": {"n_rounds": 60}, "lgbm": {"n_rounds": 60}, "mlp": {"epochs": 40, "chunk": 16}}
+FAST = {
+    "xgb": {"n_rounds": 60},
+    "lgbm": {"n_rounds": 60},
+    "mlp": {"epochs": 40, "chunk": 16},
+    "tlp": {"epochs": 50, "chunk": 16, "hidden": 32, "heads": 2, "lr": 3e-3},
+}
 
 
 def synthetic(n: int, seed: int) -> ProgramSet:
-    """Programs whose speed is a known function of two per-store features, in 4 tasks."""
+    """Programs whose speed is a known function of two features, in 4 tasks."""
     rng = np.random.default_rng(seed)
     per_store, tokens, speed = [], [], []
     for _ in range(n):
         blocks = rng.uniform(0, 5, size=(rng.integers(1, 4), F.PER_STORE_WIDTH)).astype(np.float32)
         per_store.append(blocks)
-        tokens.append(
-            rng.uniform(0, 1, size=(rng.integers(3, 9), F.TOKEN_WIDTH)).astype(np.float32)
-        )
+        toks = rng.uniform(0, 1, size=(rng.integers(3, 9), F.TOKEN_WIDTH)).astype(np.float32)
+        # The same two quantities are visible to trace-based models, in the first token.
+        toks[0, -2:] = blocks[:, 3].sum(), blocks[:, 7].sum()
+        tokens.append(toks)
         speed.append(blocks[:, 3].sum() - 0.5 * blocks[:, 7].sum())
     groups = rng.integers(0, 4, size=n)
     speed = np.asarray(speed)

@@ -1,5 +1,10 @@
-"""TenSet's MLP cost model (PyTorch, CPU): a per-block encoder, summed over the program's
-blocks, then residual layers; trained with LambdaRank within each task."""
+"""Neural cost models (PyTorch, CPU), trained with LambdaRank within each task.
+
+- ``mlp``: TenSet's MLP: a per-block encoder summed over the program's blocks, then residual
+  layers (per-store features + workload and hardware vectors on every block).
+- ``tlp``: TLP's idea on MetaSchedule traces: each trace instruction is a token; an encoder,
+  one self-attention layer and residual layers, a per-token decoder summed over tokens.
+"""
 
 from __future__ import annotations
 
@@ -26,8 +31,8 @@ def lambda_rank_loss(scores, labels, groups):
         rank[order] = torch.arange(1, len(s) + 1)
         discount = 1.0 / torch.log2(rank.float() + 1.0)
         gain = torch.pow(2.0, y) - 1.0
-        ideal = (torch.sort(gain, descending=True).values / torch.log2(
-            torch.arange(2, len(s) + 2, dtype=torch.float32))).sum().clamp_min(1e-9)  # fmt: skip
+        positions = torch.log2(torch.arange(2, len(s) + 2, dtype=torch.float32))
+        ideal = (torch.sort(gain, descending=True).values / positions).sum().clamp_min(1e-9)
         better = (y[:, None] > y[None, :]).float()
         delta = (gain[:, None] - gain[None, :]).abs() * (
             discount[:, None] - discount[None, :]
@@ -37,19 +42,89 @@ def lambda_rank_loss(scores, labels, groups):
     return total
 
 
-class MLPModel(CostModel):
+class _RankModel(CostModel):
+    """Training loop shared by the neural models: Adam, gradient clipping at 0.5, steps over a
+    few single-task chunks of programs at a time."""
+
+    epochs: int
+    lr: float
+    weight_decay: float
+    chunk: int
+    batch_chunks: int
+    seed: int
+
+    def _rows(self, data: ProgramSet) -> np.ndarray:
+        """The unscaled inputs whose per-feature maxima scale the model's inputs."""
+        raise NotImplementedError
+
+    def _build(self, width: int):
+        raise NotImplementedError
+
+    def _forward(self, data: ProgramSet):
+        raise NotImplementedError
+
+    def fit(self, data: ProgramSet) -> _RankModel:
+        import torch
+
+        data.require_labels()
+        torch.manual_seed(self.seed)
+        rows = self._rows(data)
+        # TenSet scales each feature by its maximum over the training set.
+        self.scale_ = np.maximum(np.abs(rows).max(axis=0), 1e-6).astype(np.float32)
+        self.width_ = rows.shape[1]
+        self.net_ = self._build(self.width_)
+        opt = torch.optim.Adam(self.net_.parameters(), lr=self.lr, weight_decay=self.weight_decay)
+        rng = np.random.default_rng(self.seed)
+        for _ in range(self.epochs):
+            chunks = []
+            for g in np.unique(data.groups):
+                members = rng.permutation(np.flatnonzero(data.groups == g))
+                chunks += [members[i : i + self.chunk] for i in range(0, len(members), self.chunk)]
+            order = rng.permutation(len(chunks))
+            for k in range(0, len(order), self.batch_chunks):
+                picked = [chunks[i] for i in order[k : k + self.batch_chunks]]
+                batch = data.subset(np.concatenate(picked))
+                labels = torch.from_numpy(batch.require_labels().astype(np.float32))
+                loss = lambda_rank_loss(self._forward(batch), labels,
+                                        torch.from_numpy(batch.groups))  # fmt: skip
+                if not loss.requires_grad:
+                    continue
+                opt.zero_grad()
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(self.net_.parameters(), 0.5)
+                opt.step()
+        return self
+
+    def predict(self, data: ProgramSet) -> np.ndarray:
+        import torch
+
+        self.net_.eval()
+        with torch.no_grad():
+            out = self._forward(data).double().numpy()
+        self.net_.train()
+        return out
+
+    def _state(self) -> bytes:
+        import torch
+
+        return to_bytes(lambda f: torch.save({"net": self.net_.state_dict(), "scale": self.scale_,
+                                              "width": self.width_}, f))  # fmt: skip
+
+    def _restore(self, state: bytes) -> None:
+        import torch
+
+        saved = torch.load(io.BytesIO(state), weights_only=False)
+        self.scale_, self.width_ = saved["scale"], saved["width"]
+        self.net_ = self._build(self.width_)
+        self.net_.load_state_dict(saved["net"])
+
+
+class MLPModel(_RankModel):
     kind = "mlp"
 
-    def __init__(
-        self,
-        hidden: int = 256,
-        epochs: int = 30,
-        lr: float = 7e-4,
-        weight_decay: float = 1e-6,
-        chunk: int = 64,
-        batch_chunks: int = 4,
-        seed: int = 0,
-    ) -> None:
+    def __init__(self, hidden: int = 256, epochs: int = 30, lr: float = 7e-4,
+                 weight_decay: float = 1e-6, chunk: int = 64, batch_chunks: int = 4,
+                 seed: int = 0) -> None:  # fmt: skip
         self.hidden = hidden
         self.epochs = epochs
         self.lr = lr
@@ -58,7 +133,10 @@ class MLPModel(CostModel):
         self.batch_chunks = batch_chunks
         self.seed = seed
 
-    def _net(self, width: int):
+    def _rows(self, data: ProgramSet) -> np.ndarray:
+        return data.blocks()[0]
+
+    def _build(self, width: int):
         import torch
         from torch import nn
 
@@ -80,68 +158,76 @@ class MLPModel(CostModel):
 
         return Net()
 
-    def _tensors(self, data: ProgramSet):
+    def _forward(self, data: ProgramSet):
         import torch
 
         rows, program_of_row = data.blocks()
-        rows = rows / self.scale_
-        return torch.from_numpy(rows), torch.from_numpy(program_of_row)
+        x = torch.from_numpy(rows / self.scale_)
+        return self.net_(x, torch.from_numpy(program_of_row), len(data))
 
-    def fit(self, data: ProgramSet) -> MLPModel:
+
+class TLPModel(_RankModel):
+    kind = "tlp"
+
+    def __init__(self, max_tokens: int = 48, hidden: int = 256, heads: int = 8, epochs: int = 30,
+                 lr: float = 7e-4, weight_decay: float = 1e-6, chunk: int = 64,
+                 batch_chunks: int = 4, seed: int = 0) -> None:  # fmt: skip
+        self.max_tokens = max_tokens
+        self.hidden = hidden
+        self.heads = heads
+        self.epochs = epochs
+        self.lr = lr
+        self.weight_decay = weight_decay
+        self.chunk = chunk
+        self.batch_chunks = batch_chunks
+        self.seed = seed
+
+    def _padded(self, data: ProgramSet) -> tuple[np.ndarray, np.ndarray]:
+        """``(n, max_tokens, width)`` tokens with workload and hardware context appended to each,
+        and the mask of real (not padding) positions."""
+        n, t = len(data), self.max_tokens
+        context = np.concatenate([data.workload, data.hardware], axis=1)
+        width = (data.tokens[0].shape[1] if n else 0) + context.shape[1]
+        x = np.zeros((n, t, width), np.float32)
+        mask = np.zeros((n, t), bool)
+        for i, tok in enumerate(data.tokens):
+            m = min(len(tok), t)
+            x[i, :m, : tok.shape[1]] = tok[:m]
+            x[i, :m, tok.shape[1] :] = context[i]
+            mask[i, :m] = True
+        return x, mask
+
+    def _rows(self, data: ProgramSet) -> np.ndarray:
+        x, mask = self._padded(data)
+        return x[mask]
+
+    def _build(self, width: int):
+        import torch
+        from torch import nn
+
+        h, heads = self.hidden, self.heads
+
+        class Net(nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.encode = nn.Sequential(nn.Linear(width, 64), nn.ReLU(), nn.Linear(64, 128),
+                                            nn.ReLU(), nn.Linear(128, h), nn.ReLU())  # fmt: skip
+                self.attention = nn.MultiheadAttention(h, heads, batch_first=True)
+                self.res = nn.ModuleList([nn.Linear(h, h) for _ in range(2)])
+                self.decode = nn.Sequential(nn.Linear(h, 64), nn.ReLU(), nn.Linear(64, 1))
+
+            def forward(self, x, mask):
+                z = self.encode(x)
+                attended, _ = self.attention(z, z, z, key_padding_mask=~mask)
+                z = z + attended
+                for layer in self.res:
+                    z = z + torch.relu(layer(z))
+                return (self.decode(z).squeeze(-1) * mask).sum(dim=1)
+
+        return Net()
+
+    def _forward(self, data: ProgramSet):
         import torch
 
-        data.require_labels()
-        torch.manual_seed(self.seed)
-        rows, _ = data.blocks()
-        # TenSet scales each feature by its maximum over the training set.
-        self.scale_ = np.maximum(np.abs(rows).max(axis=0), 1e-6).astype(np.float32)
-        self.width_ = rows.shape[1]
-        self.net_ = self._net(self.width_)
-        opt = torch.optim.Adam(self.net_.parameters(), lr=self.lr, weight_decay=self.weight_decay)
-        rng = np.random.default_rng(self.seed)
-        for _ in range(self.epochs):
-            # A step ranks a few chunks of programs, each chunk from a single task.
-            chunks = []
-            for g in np.unique(data.groups):
-                members = rng.permutation(np.flatnonzero(data.groups == g))
-                chunks += [members[i : i + self.chunk] for i in range(0, len(members), self.chunk)]
-            order = rng.permutation(len(chunks))
-            for k in range(0, len(order), self.batch_chunks):
-                picked = [chunks[i] for i in order[k : k + self.batch_chunks]]
-                batch = data.subset(np.concatenate(picked))
-                x, seg = self._tensors(batch)
-                scores = self.net_(x, seg, len(batch))
-                loss = lambda_rank_loss(scores, torch.from_numpy(labels_of(batch)),
-                                        torch.from_numpy(batch.groups))  # fmt: skip
-                if not loss.requires_grad:
-                    continue
-                opt.zero_grad()
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(self.net_.parameters(), 0.5)
-                opt.step()
-        return self
-
-    def predict(self, data: ProgramSet) -> np.ndarray:
-        import torch
-
-        with torch.no_grad():
-            x, seg = self._tensors(data)
-            return self.net_(x, seg, len(data)).double().numpy()
-
-    def _state(self) -> bytes:
-        import torch
-
-        return to_bytes(lambda f: torch.save({"net": self.net_.state_dict(), "scale": self.scale_,
-                                              "width": self.width_}, f))  # fmt: skip
-
-    def _restore(self, state: bytes) -> None:
-        import torch
-
-        saved = torch.load(io.BytesIO(state), weights_only=False)
-        self.scale_, self.width_ = saved["scale"], saved["width"]
-        self.net_ = self._net(self.width_)
-        self.net_.load_state_dict(saved["net"])
-
-
-def labels_of(data: ProgramSet) -> np.ndarray:
-    return data.require_labels().astype(np.float32)
+        x, mask = self._padded(data)
+        return self.net_(torch.from_numpy(x / self.scale_), torch.from_numpy(mask))

@@ -7,9 +7,9 @@ from tensortune.errors import TensortuneError
 
 def _classes() -> dict[str, type]:
     from tensortune.costmodel.gbdt import LightGBMModel, XGBoostModel
-    from tensortune.costmodel.nn import MLPModel
+    from tensortune.costmodel.nn import MLPModel, TLPModel
 
-    return {c.kind: c for c in (XGBoostModel, LightGBMModel, MLPModel)}
+    return {c.kind: c for c in (XGBoostModel, LightGBMModel, MLPModel, TLPModel)}
 
 
 def model_class(kind: str) -> type:
