@@ -68,9 +68,9 @@ def fitted(request, train):
 def test_every_model_learns_the_ranking(fitted, test):
     pred = fitted.predict(test)
     assert pred.shape == (len(test),) and np.all(np.isfinite(pred))
-    for g in range(4):
-        mask = test.groups == g
-        assert _spearman(pred[mask], test.labels[mask]) > 0.4, fitted.kind
+    per_task = [_spearman(pred[test.groups == g], test.labels[test.groups == g]) for g in range(4)]
+    # Random scores give 0 ± 0.18 on 30 programs.
+    assert np.mean(per_task) > 0.45 and min(per_task) > 0.2, (fitted.kind, per_task)
 
 
 def test_every_model_round_trips_through_its_file(fitted, test, tmp_path):

@@ -8,8 +8,9 @@ from tensortune.errors import TensortuneError
 def _classes() -> dict[str, type]:
     from tensortune.costmodel.gbdt import LightGBMModel, XGBoostModel
     from tensortune.costmodel.nn import MLPModel, TLPModel
+    from tensortune.costmodel.reference import MetaScheduleXGB
 
-    return {c.kind: c for c in (XGBoostModel, LightGBMModel, MLPModel, TLPModel)}
+    return {c.kind: c for c in (XGBoostModel, LightGBMModel, MLPModel, TLPModel, MetaScheduleXGB)}
 
 
 def model_class(kind: str) -> type:

@@ -56,8 +56,10 @@ def build_dataset(
 
     store = open_records(records, create=False) if isinstance(records, str) else records
     networks: dict[int, list[str]] = defaultdict(list)
+    weights: dict[str, dict[str, int]] = defaultdict(dict)
     for s in store.task_sources():
         networks[s.workload_id].append(s.network)
+        weights[s.network][str(s.workload_id)] = s.weight
     hardware = store.hardware()
     columns: dict[str, list] = defaultdict(list)
     hw_seen: dict[str, dict] = {}
@@ -102,6 +104,7 @@ def build_dataset(
     table = pa.table(dict(columns), schema=_schema())
     pq.write_table(table, out / TABLE, compression="zstd", compression_level=9)
     labels = np.array(columns["label"])
+    present = {n for ns in columns["networks"] for n in ns}
     card = {
         "name": out.name,
         "description": description,
@@ -113,7 +116,8 @@ def build_dataset(
         "programs": len(labels),
         "successful": int((labels > 0).sum()),
         "tasks": len(set(columns["task"])),
-        "networks": sorted({n for ns in columns["networks"] for n in ns}),
+        "networks": sorted(present),
+        "task_weights": {n: w for n, w in weights.items() if n in present},
         "hardware": hw_seen,
         "files": {TABLE: _sha256(out / TABLE)},
     }  # fmt: skip
