@@ -310,6 +310,70 @@ def dataset_info(
         console.print(f"{key:15s} {', '.join(value) if isinstance(value, list) else value}")
 
 
+@app.command("train")
+def train_cmd(
+    dataset: Annotated[Path, typer.Option("--dataset", help="Dataset directory.")],
+    model: Annotated[str, typer.Option("--model", help="xgb | lgbm | mlp | tlp | ms-xgb")] = "xgb",
+    split: Annotated[
+        str, typer.Option(help="within-task | by-task | by-network:NET[,NET] | by-hardware:HW[,HW]")
+    ] = "within-task",
+    out: Annotated[Path | None, typer.Option("--out", help="Write the model file here.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Fit a cost model on a dataset split and report TenSet's metrics on its test part."""
+    from tensortune.train.trainer import train
+
+    result = train(dataset, model=model, split=split, out=out)
+    summary = {**result.metrics, "train_programs": result.train_programs,
+               "fit_seconds": result.fit_seconds,
+               "predict_programs_per_second": result.predict_per_second}  # fmt: skip
+    if as_json:
+        print(json.dumps(summary))
+        return
+    _metrics_table(f"{model} on {dataset} ({split})", summary)
+    if out is not None:
+        console.print(f"model written to {out}")
+
+
+@app.command("evaluate")
+def evaluate_cmd(
+    model: Annotated[Path, typer.Option("--model", help="A model file from `train`.")],
+    dataset: Annotated[Path | None, typer.Option("--dataset")] = None,
+    split: Annotated[
+        str | None,
+        typer.Option(
+            help="Split of --dataset to test on (default: the one the model was trained with)."
+        ),
+    ] = None,
+    test_records: Annotated[
+        Path | None,
+        typer.Option(
+            "--test-records", help="A MetaSchedule JSON database directory to test on instead."
+        ),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Score a trained cost model with TenSet's metrics."""
+    from tensortune.train.trainer import evaluate
+
+    scores = evaluate(model, dataset=dataset, split=split, test_records=test_records)
+    if as_json:
+        print(json.dumps(scores))
+        return
+    _metrics_table(f"{model}", scores)
+
+
+def _metrics_table(title: str, values: dict) -> None:
+    from rich.table import Table
+
+    t = Table(title=title)
+    t.add_column("metric")
+    t.add_column("value", justify="right")
+    for k, v in values.items():
+        t.add_row(k, f"{v:.4f}" if isinstance(v, float) else str(v))
+    console.print(t)
+
+
 @app.command("compile")
 def compile_cmd(
     model: Annotated[str, typer.Argument(help="Zoo network name or .onnx file.")],

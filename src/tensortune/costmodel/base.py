@@ -65,7 +65,8 @@ class CostModel(abc.ABC):
             raise TensortuneError("save: the model has not been fitted")
         meta = {"format": FORMAT, "format_version": FORMAT_VERSION, "kind": self.kind,
                 "params": self.get_params(), "feature_schema": schema_hash(),
-                "tensortune": version("tensortune")}  # fmt: skip
+                "tensortune": version("tensortune"),
+                "provenance": getattr(self, "provenance_", None)}  # fmt: skip
         with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as z:
             z.writestr("meta.json", json.dumps(meta))
             z.writestr("state.bin", self._state())
@@ -97,6 +98,8 @@ def load_model(path: str | Path) -> CostModel:
         model._restore(state)
     except Exception as e:
         raise TensortuneError(f"{path}: cannot restore the {meta['kind']} model ({e})") from None
+    if meta.get("provenance"):
+        model.provenance_ = meta["provenance"]
     return model
 
 

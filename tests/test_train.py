@@ -1,0 +1,85 @@
+"""train / evaluate: splits, TenSet metrics, model files, and records measured elsewhere."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tensortune.datasets.build import build_dataset
+from tensortune.errors import TensortuneError
+from tensortune.records.interop import export_records
+from tensortune.records.storage import open_records
+from tensortune.train.metrics import METRIC_KEYS
+from tensortune.train.trainer import evaluate, train
+from tensortune.tuning.tune import tune
+
+TARGET = {"kind": "llvm", "num-cores": 2}
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    root = tmp_path_factory.mktemp("train")
+    url = f"sqlite:///{root / 'r.db'}"
+    tune(["matmul:32,32,32", "matmul:16,64,32", "softmax:8,64"], trials=30, records=url,
+         work_dir=root / "w", trials_per_round=5, strategy="replay-trace", cost_model="random",
+         target=TARGET)  # fmt: skip
+    build_dataset(url, root / "d")
+    return root, url
+
+
+def test_train_reports_every_metric_and_evaluate_reproduces_it(built):
+    root, _ = built
+    result = train(root / "d", model="xgb", split="within-task", out=root / "m.ttm",
+                   params={"n_rounds": 30})  # fmt: skip
+    assert set(METRIC_KEYS) <= set(result.metrics)
+    assert 0.0 <= result.metrics["pca"] <= 1.0
+    assert 0.0 < result.metrics["top1_score"] <= 1.0
+    assert result.train_programs + result.test_programs == 30
+    again = evaluate(root / "m.ttm", dataset=root / "d")  # the split comes from the file
+    assert again == pytest.approx(result.metrics)
+
+
+def test_by_task_keeps_whole_tasks_apart(built):
+    root, _ = built
+    result = train(root / "d", model="lgbm", split="by-task", params={"n_rounds": 20})
+    assert result.metrics["tasks"] >= 1 and result.test_programs % 10 == 0
+
+
+def test_records_measured_elsewhere_can_be_the_test_set(built, tmp_path):
+    root, url = built
+    train(root / "d", model="xgb", split="within-task", out=tmp_path / "m.ttm",
+          params={"n_rounds": 20})  # fmt: skip
+    with open_records(url) as store:
+        export_records(store, tmp_path / "msdb")
+    scores = evaluate(tmp_path / "m.ttm", test_records=tmp_path / "msdb")
+    assert scores["programs"] == 30 and scores["tasks"] == 3
+
+
+def test_bad_requests_are_explained(built, tmp_path):
+    root, _ = built
+    with pytest.raises(TensortuneError, match="unknown split 'sideways'"):
+        train(root / "d", split="sideways")
+    with pytest.raises(TensortuneError, match="unknown network"):
+        train(root / "d", split="by-network:nope")
+    with pytest.raises(TensortuneError, match="unknown cost model 'svm'"):
+        train(root / "d", model="svm")
+    with pytest.raises(TensortuneError, match="not a tensortune dataset"):
+        train(tmp_path, model="xgb")
+
+
+def test_cli_train_and_evaluate_json(built, tmp_path):
+    root, _ = built
+    cli = [sys.executable, "-m", "tensortune.cli.app"]
+    out = subprocess.run([*cli, "train", "--dataset", str(root / "d"), "--model", "xgb",
+                          "--out", str(tmp_path / "m.ttm"), "--json"],
+                         capture_output=True, text=True, check=True)  # fmt: skip
+    trained = json.loads(out.stdout)
+    evaluate_cmd = [*cli, "evaluate", "--model", str(tmp_path / "m.ttm"), "--dataset",
+                    str(root / "d"), "--json"]  # fmt: skip
+    out = subprocess.run(evaluate_cmd, capture_output=True, text=True, check=True)
+    scores = json.loads(out.stdout)
+    for key in ("pca", "top1_score", "top5_score", "a_peak@1", "a_peak@5", "r2"):
+        assert scores[key] == pytest.approx(trained[key])
