@@ -83,3 +83,26 @@ def test_cli_train_and_evaluate_json(built, tmp_path):
     scores = json.loads(out.stdout)
     for key in ("pca", "top1_score", "top5_score", "a_peak@1", "a_peak@5", "r2"):
         assert scores[key] == pytest.approx(trained[key])
+
+
+def test_tuning_with_a_pretrained_model_frozen_and_online(built, tmp_path):
+    from tensortune.costmodel.ms_adapter import LearnedCostModel
+
+    root, _ = built
+    train(root / "d", model="xgb", split="within-task", out=tmp_path / "m.ttm",
+          params={"n_rounds": 20, "refine_rounds": 5})  # fmt: skip
+    url = f"sqlite:///{tmp_path / 't.db'}"
+    for online in (False, True):
+        result = tune(["matmul:16,32,32"], trials=4 if not online else 8, records=url,
+                      work_dir=tmp_path / "w", trials_per_round=4, target=TARGET,
+                      cost_model=str(tmp_path / "m.ttm"), online_cost_model=online)  # fmt: skip
+        assert result.tasks[0].trials == (4 if not online else 8)
+    adapter = LearnedCostModel(str(tmp_path / "m.ttm"), target=TARGET, online=True)
+    assert adapter.model.provenance_["split"] == "within-task"
+
+
+def test_default_model_is_refused_when_none_is_shipped_for_the_target(tmp_path):
+    with pytest.raises(TensortuneError, match="no pre-trained cost model is shipped"):
+        tune(["matmul:8,8,8"], trials=2, records=f"sqlite:///{tmp_path / 'r.db'}",
+             work_dir=tmp_path / "w", target={"kind": "llvm", "num-cores": 3},
+             cost_model="default")  # fmt: skip

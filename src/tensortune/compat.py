@@ -59,6 +59,7 @@ from tvm.ir.utils import derived_object  # noqa: E402
 from tvm.s_tir import meta_schedule as ms  # noqa: E402
 from tvm.s_tir.meta_schedule.arg_info import ArgInfo  # noqa: E402
 from tvm.s_tir.meta_schedule.builder import BuilderInput, BuilderResult, PyBuilder  # noqa: E402
+from tvm.s_tir.meta_schedule.cost_model import PyCostModel  # noqa: E402
 from tvm.s_tir.meta_schedule.database import (  # noqa: E402
     PyDatabase,
     TuningRecord,
@@ -112,6 +113,7 @@ __all__ = [
     "BuilderResult",
     "MeasureCandidate",
     "PyBuilder",
+    "PyCostModel",
     "PyDatabase",
     "PyMeasureCallback",
     "PyRunner",

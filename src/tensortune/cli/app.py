@@ -78,7 +78,20 @@ def tune(
     strategy: Annotated[str, typer.Option(help="evolutionary | replay-trace | replay-func")] = (
         "evolutionary"
     ),
-    cost_model: Annotated[str, typer.Option("--cost-model", help="xgb | random | mlp")] = "xgb",
+    cost_model: Annotated[
+        str,
+        typer.Option(
+            "--cost-model",
+            help="MetaSchedule's xgb | random | mlp, a model file from `tensortune train`, or "
+            "default (the pre-trained model shipped for the target).",
+        ),
+    ] = "xgb",
+    online: Annotated[
+        bool,
+        typer.Option(
+            "--online/--frozen", help="Refine a pre-trained cost model with each measured batch."
+        ),
+    ] = False,
     trials_per_round: Annotated[
         int | None,
         typer.Option(
@@ -117,7 +130,7 @@ def tune(
     n_tasks[0] = len(tasks)
     console.print(f"tuning {len(tasks)} task(s), {trials} trials, records {records}")
     result = run_tune(tasks, trials=trials, records=records, work_dir=work_dir, target=tgt,
-                      strategy=strategy, cost_model=cost_model,
+                      strategy=strategy, cost_model=cost_model, online_cost_model=online,
                       trials_per_round=trials_per_round, check_correctness=check, seed=seed,
                       progress=progress)  # fmt: skip
     if result.trials_before >= trials:

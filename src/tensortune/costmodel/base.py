@@ -38,10 +38,18 @@ class CostModel(abc.ABC):
     def fit(self, data: ProgramSet) -> CostModel: ...
 
     def update(self, data: ProgramSet) -> CostModel:
-        """Learn from new measurements too.  Default: refit on everything seen so far."""
+        """Learn from new measurements too, starting from what the model already knows.
+
+        Everything passed to ``update`` is kept (``seen_``); a fitted model is refined on it
+        (see :meth:`_refine`), an unfitted one fitted.
+        """
         seen = getattr(self, "seen_", None)
         self.seen_ = data if seen is None else _concat(seen, data)
-        return self.fit(self.seen_)
+        return self._refine(self.seen_) if self.fitted else self.fit(self.seen_)
+
+    def _refine(self, data: ProgramSet) -> CostModel:
+        """Default refinement: refit from scratch."""
+        return self.fit(data)
 
     @abc.abstractmethod
     def predict(self, data: ProgramSet) -> np.ndarray: ...
@@ -54,7 +62,9 @@ class CostModel(abc.ABC):
 
     @property
     def fitted(self) -> bool:
-        return any(k.endswith("_") and not k.startswith("_") for k in vars(self))
+        bookkeeping = {"seen_", "provenance_"}
+        return any(k.endswith("_") and not k.startswith("_") and k not in bookkeeping
+                   for k in vars(self))  # fmt: skip
 
     def save(self, path: str | Path) -> None:
         from importlib.metadata import version

@@ -31,8 +31,9 @@ class XGBoostModel(CostModel):
 
     def __init__(self, n_rounds: int = 300, max_depth: int = 6, eta: float = 0.2,
                  min_child_weight: float = 2.0, gamma: float = 0.003, seed: int = 0,
-                 threads: int = 0) -> None:  # fmt: skip
+                 threads: int = 0, refine_rounds: int = 50) -> None:  # fmt: skip
         self.n_rounds = n_rounds
+        self.refine_rounds = refine_rounds
         self.max_depth = max_depth
         self.eta = eta
         self.min_child_weight = min_child_weight
@@ -41,6 +42,9 @@ class XGBoostModel(CostModel):
         self.threads = threads
 
     def fit(self, data: ProgramSet) -> XGBoostModel:
+        return self._boost(data, self.n_rounds, None)
+
+    def _boost(self, data: ProgramSet, rounds: int, start) -> XGBoostModel:
         import xgboost as xgb
 
         labels = data.require_labels()
@@ -52,10 +56,15 @@ class XGBoostModel(CostModel):
         self.booster_ = xgb.train(
             {k: v for k, v in params.items() if v is not None},
             xgb.DMatrix(rows),
-            num_boost_round=self.n_rounds,
+            num_boost_round=rounds,
             obj=lambda pred, _: objective(pred),
+            xgb_model=start,
         )
         return self
+
+    def _refine(self, data: ProgramSet) -> XGBoostModel:
+        """More trees, fitted to the new data on top of the trained ones."""
+        return self._boost(data, self.refine_rounds, self.booster_)
 
     def predict(self, data: ProgramSet) -> np.ndarray:
         import xgboost as xgb
@@ -78,8 +87,10 @@ class LightGBMModel(CostModel):
     kind = "lgbm"
 
     def __init__(self, n_rounds: int = 300, num_leaves: int = 63, learning_rate: float = 0.1,
-                 min_data_in_leaf: int = 20, seed: int = 0, threads: int = 0) -> None:  # fmt: skip
+                 min_data_in_leaf: int = 20, seed: int = 0, threads: int = 0,
+                 refine_rounds: int = 50) -> None:  # fmt: skip
         self.n_rounds = n_rounds
+        self.refine_rounds = refine_rounds
         self.num_leaves = num_leaves
         self.learning_rate = learning_rate
         self.min_data_in_leaf = min_data_in_leaf
@@ -87,6 +98,13 @@ class LightGBMModel(CostModel):
         self.threads = threads
 
     def fit(self, data: ProgramSet) -> LightGBMModel:
+        return self._boost(data, self.n_rounds, None)
+
+    def _refine(self, data: ProgramSet) -> LightGBMModel:
+        """More trees, fitted to the new data on top of the trained ones."""
+        return self._boost(data, self.refine_rounds, self.booster_)
+
+    def _boost(self, data: ProgramSet, rounds: int, start) -> LightGBMModel:
         import lightgbm as lgb
 
         labels = data.require_labels()
@@ -95,7 +113,8 @@ class LightGBMModel(CostModel):
         params = {"objective": lambda pred, _: objective(pred), "num_leaves": self.num_leaves,
                   "learning_rate": self.learning_rate, "min_data_in_leaf": self.min_data_in_leaf,
                   "seed": self.seed, "num_threads": self.threads, "verbosity": -1}  # fmt: skip
-        self.booster_ = lgb.train(params, lgb.Dataset(rows), num_boost_round=self.n_rounds)
+        self.booster_ = lgb.train(params, lgb.Dataset(rows), num_boost_round=rounds,
+                                  init_model=start)  # fmt: skip
         return self
 
     def predict(self, data: ProgramSet) -> np.ndarray:

@@ -51,6 +51,7 @@ class _RankModel(CostModel):
     weight_decay: float
     chunk: int
     batch_chunks: int
+    refine_epochs: int
     seed: int
 
     def _rows(self, data: ProgramSet) -> np.ndarray:
@@ -73,9 +74,18 @@ class _RankModel(CostModel):
         self.scale_ = np.maximum(np.abs(rows).max(axis=0), 1e-6).astype(np.float32)
         self.width_ = rows.shape[1]
         self.net_ = self._build(self.width_)
+        return self._train(data, self.epochs)
+
+    def _refine(self, data: ProgramSet) -> _RankModel:
+        """A few more epochs from the trained weights (input scaling unchanged)."""
+        return self._train(data, self.refine_epochs)
+
+    def _train(self, data: ProgramSet, epochs: int) -> _RankModel:
+        import torch
+
         opt = torch.optim.Adam(self.net_.parameters(), lr=self.lr, weight_decay=self.weight_decay)
         rng = np.random.default_rng(self.seed)
-        for _ in range(self.epochs):
+        for _ in range(epochs):
             chunks = []
             for g in np.unique(data.groups):
                 members = rng.permutation(np.flatnonzero(data.groups == g))
@@ -124,13 +134,14 @@ class MLPModel(_RankModel):
 
     def __init__(self, hidden: int = 256, epochs: int = 30, lr: float = 7e-4,
                  weight_decay: float = 1e-6, chunk: int = 64, batch_chunks: int = 4,
-                 seed: int = 0) -> None:  # fmt: skip
+                 refine_epochs: int = 5, seed: int = 0) -> None:  # fmt: skip
         self.hidden = hidden
         self.epochs = epochs
         self.lr = lr
         self.weight_decay = weight_decay
         self.chunk = chunk
         self.batch_chunks = batch_chunks
+        self.refine_epochs = refine_epochs
         self.seed = seed
 
     def _rows(self, data: ProgramSet) -> np.ndarray:
@@ -171,7 +182,7 @@ class TLPModel(_RankModel):
 
     def __init__(self, max_tokens: int = 48, hidden: int = 256, heads: int = 8, epochs: int = 30,
                  lr: float = 7e-4, weight_decay: float = 1e-6, chunk: int = 64,
-                 batch_chunks: int = 4, seed: int = 0) -> None:  # fmt: skip
+                 batch_chunks: int = 4, refine_epochs: int = 5, seed: int = 0) -> None:  # fmt: skip
         self.max_tokens = max_tokens
         self.hidden = hidden
         self.heads = heads
@@ -180,6 +191,7 @@ class TLPModel(_RankModel):
         self.weight_decay = weight_decay
         self.chunk = chunk
         self.batch_chunks = batch_chunks
+        self.refine_epochs = refine_epochs
         self.seed = seed
 
     def _padded(self, data: ProgramSet) -> tuple[np.ndarray, np.ndarray]:

@@ -107,16 +107,23 @@ def tune(
     check_correctness: bool = True,
     seed: int = 0,
     progress: ProgressFn | None = None,
+    online_cost_model: bool = False,
 ) -> TuneResult:
     """Tune until the store holds ``trials`` measurements of these tasks on this hardware/target.
 
     ``strategy``, ``cost_model`` and ``task_scheduler`` take MetaSchedule's names or objects
-    (ours or TVM's). ``builder``/``runner`` default to tensortune's persistent-worker ones.
+    (ours or TVM's); ``cost_model`` also takes one of our model files, ``"default"`` (the
+    pre-trained model shipped for this target) or a fitted ``CostModel``, frozen unless
+    ``online_cost_model``.  ``builder``/``runner`` default to tensortune's persistent-worker ones.
     ``trials_per_round`` defaults to 64, lowered (down to 8) so that each task gets a round.
     """
     if trials <= 0:
         raise TensortuneError("trials must be positive")
     target = parse_target(target)
+    if cost_model == "default":  # fail before any work when nothing is shipped for the target
+        from tensortune.costmodel.shipped import shipped_model
+
+        cost_model = shipped_model(target)
     tasks = resolve_tasks(workloads, model=model, workloads_from=workloads_from, target=target)
     with contextlib.ExitStack() as cleanup:
         if isinstance(records, str):
@@ -126,7 +133,7 @@ def tune(
             store = records
         opts = _Options(strategy, cost_model, task_scheduler, trials_per_round,
                         max_trials_per_task, builder, runner, timing, check_correctness, seed,
-                        progress)  # fmt: skip
+                        progress, online_cost_model)  # fmt: skip
         return _search(store, tasks, target, trials, Path(work_dir), opts, cleanup)
 
 
@@ -143,6 +150,7 @@ class _Options:
     check_correctness: bool
     seed: int
     progress: ProgressFn | None
+    online: bool
 
 
 def _search(store: RecordStore, tasks: list[Task], target: dict, trials: int, work: Path,
@@ -209,7 +217,7 @@ def _search(store: RecordStore, tasks: list[Task], target: dict, trials: int, wo
             builder=builder,
             runner=runner,
             database=StoreDatabase(store, hardware=hardware, target=target, run_id=run_id),
-            cost_model=_cost_model(opts.cost_model),
+            cost_model=_cost_model(opts.cost_model, target, opts.online),
             measure_callbacks=callbacks,
             task_scheduler=opts.task_scheduler,
         )
@@ -270,9 +278,20 @@ def _strategy(strategy: object) -> object:
     return strategy.clone() if hasattr(strategy, "clone") else strategy
 
 
-def _cost_model(cost_model: object) -> object:
+def _cost_model(cost_model: object, target: dict, online: bool) -> object:
+    """MetaSchedule's models by name; ours from a model file, ``default`` (the one shipped for
+    this target) or a fitted ``CostModel`` object."""
     from tensortune.compat import ms
+    from tensortune.costmodel.base import CostModel
 
+    if isinstance(cost_model, CostModel) or (
+        isinstance(cost_model, str) and (cost_model == "default" or Path(cost_model).is_file())
+    ):
+        from tensortune.costmodel.ms_adapter import LearnedCostModel
+        from tensortune.costmodel.shipped import shipped_model
+
+        model = shipped_model(target) if cost_model == "default" else cost_model
+        return LearnedCostModel(model, target=target, online=online)
     if isinstance(cost_model, str):
         if cost_model == "xgb":
             return ms.cost_model.XGBModel(num_tuning_cores=len(os.sched_getaffinity(0)))

@@ -1,0 +1,86 @@
+"""Our cost models inside MetaSchedule's search, as a ``PyCostModel``."""
+
+from __future__ import annotations
+
+import json
+import statistics
+
+import numpy as np
+
+from tensortune.compat import PyCostModel, derived_object, ms, structural_hash
+from tensortune.costmodel.base import CostModel, load_model
+from tensortune.costmodel.data import ProgramSet
+from tensortune.datasets import features as F
+from tensortune.hardware import Hardware, current_hardware
+from tensortune.measure.status import FAILED_COST
+from tensortune.records.convert import to_plain
+
+
+def candidate_features(context, candidates, target: dict, hardware: Hardware,
+                       flop: float) -> ProgramSet:  # fmt: skip
+    """Features of MetaSchedule candidates, computed as ``dataset build`` computes them."""
+    extractor = ms.feature_extractor.PerStoreFeature()
+    per_store = [f.numpy().astype(np.float32) for f in extractor.extract_from(context, candidates)]
+    tokens = [F.trace_tokens(to_plain(c.sch.trace.as_json(remove_postproc=False)))
+              for c in candidates]  # fmt: skip
+    n = len(candidates)
+    workload = np.tile(F.workload_embedding(context.mod, flop), (n, 1))
+    hw = np.tile(F.hardware_vector(target, hardware), (n, 1))
+    return ProgramSet(per_store, tokens, workload, hw, np.zeros(n, dtype=np.int64))
+
+
+@derived_object
+class LearnedCostModel(PyCostModel):
+    """Scores MetaSchedule candidates with one of our cost models.
+
+    Frozen by default; with ``online=True`` every measured batch refines the model (more trees
+    for the GBDTs, a few epochs for the networks), with labels recomputed per task from all
+    measurements seen so far.
+    """
+
+    def __init__(self, model: CostModel | str, *, target: dict, online: bool = False,
+                 hardware: Hardware | None = None) -> None:  # fmt: skip
+        super().__init__()
+        self.model = load_model(model) if isinstance(model, str) else model
+        self.target = target
+        self.online = online
+        self.hardware = hardware or current_hardware()
+        self._measured: dict[str, list[tuple[ProgramSet, np.ndarray]]] = {}
+
+    def _features(self, context, candidates) -> ProgramSet:
+        from tensortune.workloads.sources import estimate_flop
+
+        return candidate_features(context, candidates, self.target, self.hardware,
+                                  estimate_flop(context.mod))  # fmt: skip
+
+    def predict(self, context, candidates) -> np.ndarray:
+        if not candidates:
+            return np.zeros(0)
+        return np.asarray(self.model.predict(self._features(context, candidates)), np.float64)
+
+    def update(self, context, candidates, results) -> None:
+        if not self.online or not candidates:
+            return
+        costs = np.array([statistics.median(float(s) for s in r.run_secs)
+                          if r.run_secs and max(float(s) for s in r.run_secs) < FAILED_COST / 10
+                          else np.inf for r in results])  # fmt: skip
+        key = structural_hash(context.mod)
+        self._measured.setdefault(key, []).append((self._features(context, candidates), costs))
+        batches = self._measured[key]
+        all_costs = np.concatenate([c for _, c in batches])
+        if not np.isfinite(all_costs).any():
+            return
+        best = all_costs[np.isfinite(all_costs)].min()
+        data = batches[-1][0]
+        data.labels = np.where(np.isfinite(costs), best / costs, 0.0)
+        self.model.update(data)
+
+    def save(self, path: str) -> None:
+        self.model.save(path)
+
+    def load(self, path: str) -> None:
+        self.model = load_model(path)
+
+
+def describe(model: CostModel) -> str:
+    return json.dumps({"kind": model.kind, **(getattr(model, "provenance_", None) or {})})
