@@ -106,3 +106,11 @@ def test_default_model_is_refused_when_none_is_shipped_for_the_target(tmp_path):
         tune(["matmul:8,8,8"], trials=2, records=f"sqlite:///{tmp_path / 'r.db'}",
              work_dir=tmp_path / "w", target={"kind": "llvm", "num-cores": 3},
              cost_model="default")  # fmt: skip
+
+
+def test_evaluate_draws_its_plot(built, tmp_path):
+    root, _ = built
+    train(root / "d", model="lgbm", split="by-task", out=tmp_path / "m.ttm",
+          params={"n_rounds": 10})  # fmt: skip
+    evaluate(tmp_path / "m.ttm", dataset=root / "d", plot=tmp_path / "p.png")
+    assert (tmp_path / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

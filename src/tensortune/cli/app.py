@@ -365,11 +365,14 @@ def evaluate_cmd(
         ),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    plot: Annotated[
+        Path | None, typer.Option(help="Write a PNG: predicted vs measured, and the top-k curve.")
+    ] = None,
 ) -> None:
     """Score a trained cost model with TenSet's metrics."""
     from tensortune.train.trainer import evaluate
 
-    scores = evaluate(model, dataset=dataset, split=split, test_records=test_records)
+    scores = evaluate(model, dataset=dataset, split=split, test_records=test_records, plot=plot)
     if as_json:
         print(json.dumps(scores))
         return

@@ -61,7 +61,8 @@ def _networks(card: dict) -> dict[str, dict[int, int]] | None:
     return {n: {int(t): int(w) for t, w in ws.items()} for n, ws in weights.items()} or None
 
 
-def _score(model: CostModel, columns: dict, test: np.ndarray, card: dict) -> tuple[dict, float]:
+def _score(model: CostModel, columns: dict, test: np.ndarray, card: dict,
+           plot: str | Path | None = None) -> tuple[dict, float]:  # fmt: skip
     data = ProgramSet.from_columns(columns, test)
     kept = np.flatnonzero(test)
     kept = np.array([i for i in kept if columns["per_store"][i] is not None], dtype=int)
@@ -79,6 +80,10 @@ def _score(model: CostModel, columns: dict, test: np.ndarray, card: dict) -> tup
     if networks is not None:
         present = set(rows["task_id"].tolist())
         networks = {n: w for n, w in networks.items() if present & set(w)} or None
+    if plot is not None:
+        from tensortune.train.plots import plot_predictions
+
+        plot_predictions(rows["task_id"], rows["label"], pred, plot, title=model.kind)
     return metrics.evaluate(rows, pred, networks=networks), per_second
 
 
@@ -114,12 +119,13 @@ def evaluate(
     dataset: str | Path | None = None,
     split: str | None = None,
     test_records: str | Path | None = None,
+    plot: str | Path | None = None,
 ) -> dict:
     """TenSet's metrics of a model on a dataset split's test rows (default: the split it was
     trained with) or on a MetaSchedule JSON database measured elsewhere."""
     estimator = load_model(model) if not isinstance(model, CostModel) else model
     if test_records is not None:
-        return _evaluate_records(estimator, test_records)
+        return _evaluate_records(estimator, test_records, plot)
     if dataset is None:
         raise TensortuneError("evaluate needs --dataset (with --split) or --test-records")
     columns, card = _columns(dataset)
@@ -127,11 +133,11 @@ def evaluate(
     if split is None:
         raise TensortuneError("give --split: the model file does not say how it was trained")
     _, test = split_masks(columns, split)
-    scores, _ = _score(estimator, columns, test, card)
+    scores, _ = _score(estimator, columns, test, card, plot)
     return scores
 
 
-def _evaluate_records(estimator: CostModel, directory: str | Path) -> dict:
+def _evaluate_records(estimator: CostModel, directory: str | Path, plot=None) -> dict:
     from tensortune.datasets.build import build_dataset
     from tensortune.records.interop import import_records
     from tensortune.records.storage import open_records
@@ -142,7 +148,8 @@ def _evaluate_records(estimator: CostModel, directory: str | Path) -> dict:
             import_records(store, directory)
             card = build_dataset(store, Path(tmp) / "dataset").data
         columns, _ = _columns(Path(tmp) / "dataset")
-        scores, _ = _score(estimator, columns, np.ones(len(columns["task_id"]), bool), card)
+        everything = np.ones(len(columns["task_id"]), bool)
+        scores, _ = _score(estimator, columns, everything, card, plot)
     return scores
 
 
