@@ -306,12 +306,15 @@ def dataset_build(
 
 @dataset_app.command("info")
 def dataset_info(
-    dataset: Annotated[Path, typer.Argument(help="Dataset directory.")],
+    dataset: Annotated[Path | None, typer.Argument(
+        help="Dataset directory (default: the dataset shipped with tensortune).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object.")] = False,
 ) -> None:
     """Programs, tasks, hardware and networks of a dataset."""
     from tensortune.datasets.build import read_card
+    from tensortune.datasets.shipped import DATASET_DIR
 
+    dataset = dataset or DATASET_DIR
     d = read_card(dataset).data
     info = {k: d[k] for k in ("programs", "successful", "tasks", "networks")}
     info["hardware"] = sorted(d["hardware"])
