@@ -38,6 +38,7 @@ def _curve(task, target, trials, per_round, cost_model, online, work) -> tuple[l
         if result.best_seconds is not None:
             curve.append((result.trials, result.best_seconds))
 
+    work.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     tune([task], trials=trials, records=f"sqlite:///{work / 'r.db'}", work_dir=work,
          target=target, cost_model=cost_model, online_cost_model=online,

@@ -306,8 +306,10 @@ def dataset_build(
 
 @dataset_app.command("info")
 def dataset_info(
-    dataset: Annotated[Path | None, typer.Argument(
-        help="Dataset directory (default: the dataset shipped with tensortune).")] = None,
+    dataset: Annotated[
+        Path | None,
+        typer.Argument(help="Dataset directory (default: the dataset shipped with tensortune)."),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object.")] = False,
 ) -> None:
     """Programs, tasks, hardware and networks of a dataset."""

@@ -29,6 +29,8 @@ class CostModel(abc.ABC):
     """Predicts a score per program: higher means faster, comparable within a task."""
 
     kind: ClassVar[str]
+    # Which per-program features the model reads: callers skip computing the others.
+    uses_tokens: ClassVar[bool] = False
 
     def get_params(self) -> dict:
         names = [p for p in inspect.signature(type(self).__init__).parameters if p != "self"]

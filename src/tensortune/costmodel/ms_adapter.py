@@ -16,17 +16,20 @@ from tensortune.measure.status import FAILED_COST
 from tensortune.records.convert import to_plain
 
 
-def candidate_features(context, candidates, target: dict, hardware: Hardware,
-                       flop: float) -> ProgramSet:  # fmt: skip
-    """Features of MetaSchedule candidates, computed as ``dataset build`` computes them."""
+def candidate_features(context, candidates, *, workload: np.ndarray, hardware: np.ndarray,
+                       tokens: bool = True) -> ProgramSet:  # fmt: skip
+    """Features of MetaSchedule candidates, computed as ``dataset build`` computes them.
+
+    ``workload`` and ``hardware`` are the task's vectors; trace tokens are skipped (left
+    empty) when the model does not read them.
+    """
     extractor = ms.feature_extractor.PerStoreFeature()
     per_store = [f.numpy().astype(np.float32) for f in extractor.extract_from(context, candidates)]
-    tokens = [F.trace_tokens(to_plain(c.sch.trace.as_json(remove_postproc=False)))
-              for c in candidates]  # fmt: skip
+    seqs = [F.trace_tokens(to_plain(c.sch.trace.as_json(remove_postproc=False))) if tokens
+            else np.zeros((0, F.TOKEN_WIDTH), np.float32) for c in candidates]  # fmt: skip
     n = len(candidates)
-    workload = np.tile(F.workload_embedding(context.mod, flop), (n, 1))
-    hw = np.tile(F.hardware_vector(target, hardware), (n, 1))
-    return ProgramSet(per_store, tokens, workload, hw, np.zeros(n, dtype=np.int64))
+    return ProgramSet(per_store, seqs, np.tile(workload, (n, 1)), np.tile(hardware, (n, 1)),
+                      np.zeros(n, dtype=np.int64))  # fmt: skip
 
 
 @derived_object
@@ -46,12 +49,19 @@ class LearnedCostModel(PyCostModel):
         self.online = online
         self.hardware = hardware or current_hardware()
         self._measured: dict[str, list[tuple[ProgramSet, np.ndarray]]] = {}
+        self._workload: dict[str, np.ndarray] = {}
+        self._hardware = F.hardware_vector(target, self.hardware)
 
     def _features(self, context, candidates) -> ProgramSet:
         from tensortune.workloads.sources import estimate_flop
 
-        return candidate_features(context, candidates, self.target, self.hardware,
-                                  estimate_flop(context.mod))  # fmt: skip
+        key = structural_hash(context.mod)
+        if key not in self._workload:  # once per task, not once per generation
+            self._workload[key] = F.workload_embedding(context.mod, estimate_flop(context.mod))
+        return candidate_features(
+            context, candidates, workload=self._workload[key], hardware=self._hardware,
+            tokens=self.model.uses_tokens,
+        )  # fmt: skip
 
     def predict(self, context, candidates) -> np.ndarray:
         if not candidates:

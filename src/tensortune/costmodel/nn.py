@@ -179,6 +179,7 @@ class MLPModel(_RankModel):
 
 class TLPModel(_RankModel):
     kind = "tlp"
+    uses_tokens = True
 
     def __init__(self, max_tokens: int = 48, hidden: int = 256, heads: int = 8, epochs: int = 30,
                  lr: float = 7e-4, weight_decay: float = 1e-6, chunk: int = 64,
