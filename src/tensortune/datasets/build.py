@@ -122,7 +122,35 @@ def build_dataset(
         "files": {TABLE: _sha256(out / TABLE)},
     }  # fmt: skip
     (out / CARD).write_text(json.dumps(card, indent=1))
+    (out / "README.md").write_text(card_markdown(card, columns))
     return Card(card)
+
+
+def card_markdown(card: dict, columns: dict) -> str:
+    """The card for people: what is in the table, per hardware and network, and how it was made."""
+    lines = [f"# Dataset card: {card['name']}", "", card["description"] or "(no description)", "",
+             f"- {card['programs']} programs ({card['successful']} measured successfully) of "
+             f"{card['tasks']} tasks; TVM {card['tvm_version']}; feature schema "
+             f"`{card['feature_schema']}`; built {card['created']}.",
+             f"- `{TABLE}` sha256 `{card['files'][TABLE]}`.", "", "## Hardware", ""]  # fmt: skip
+    for label, hw in sorted(card["hardware"].items()):
+        n = sum(h == label for h in columns["hardware"])
+        fp = hw["fingerprint"]
+        machine = f"{fp['cpu_model']} ({fp['cores']} cores, ISA {', '.join(fp['isa'])})"
+        lines.append(f"- `{label}`: {n} programs; target `{json.dumps(hw['target'])}` on {machine}")
+    lines += ["", "## Networks", ""]
+    for net in card["networks"]:
+        tasks = {t for t, ns in zip(columns["task_id"], columns["networks"], strict=True)
+                 if net in ns}  # fmt: skip
+        n = sum(net in ns for ns in columns["networks"])
+        lines.append(f"- `{net}`: {len(tasks)} tasks, {n} programs")
+    lines += ["", "## Columns", "",
+              "program_id, task_id, task (structural hash), task_name, networks, hardware, target, "
+              "status, run_secs (every timing repeat, seconds), cost (median), label (best cost "
+              "of the task on that hardware / cost; 0 for failures), trace (MetaSchedule JSON), "
+              "per_store, trace_tokens, workload_embedding, hardware_vector "
+              f"(widths {json.dumps(card['widths'])}).", ""]  # fmt: skip
+    return "\n".join(lines)
 
 
 def _schema():
