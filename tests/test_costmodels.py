@@ -20,6 +20,7 @@ FAST = {
     "lgbm": {"n_rounds": 60},
     "mlp": {"epochs": 40, "chunk": 16},
     "tlp": {"epochs": 50, "chunk": 16, "hidden": 32, "heads": 2, "lr": 3e-3},
+    "pacm": {"epochs": 40, "chunk": 16, "pattern_hidden": 32, "heads": 2},
 }
 
 

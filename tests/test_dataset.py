@@ -132,3 +132,21 @@ def test_an_empty_store_gives_a_clear_error(tmp_path):
     open_records(url).close()
     with pytest.raises(TensortuneError, match="holds no records"):
         build_dataset(url, tmp_path / "d")
+
+
+def test_workloads_table_replays_every_trace_and_feeds_the_draft_check(dataset):
+    from tensortune.compat import tvm
+    from tensortune.datasets.build import load_workloads
+    from tensortune.draft.quality import draft_quality
+
+    out, _ = dataset
+    modules = load_workloads(out)
+    table = load_table(out, ["task_id", "trace"]).to_pydict()
+    assert set(modules) == set(table["task_id"])
+    for task, trace in zip(table["task_id"], table["trace"], strict=True):
+        tvm.s_tir.Trace.apply_json_to_schedule(json.loads(trace), tvm.s_tir.Schedule(modules[task]))
+    q = draft_quality(out, share=0.5, min_programs=4)
+    assert q.groups >= 1 and q.programs >= 8
+    assert all(0.0 <= r <= 1.0 for r in q.recall.values()) and 0 < q.best_in_draft <= 1.0
+    with pytest.raises(TensortuneError, match="no task"):
+        draft_quality(out, min_programs=10_000)

@@ -35,10 +35,18 @@ _EXPORTS = {
     "current_hardware": "tensortune.hardware",
     "default_target": "tensortune.hardware",
     "TensortuneError": "tensortune.errors",
+    "bench_tune": "tensortune.bench.tune",
+    "BenchResult": "tensortune.bench.tune",
+    "DraftThenVerify": "tensortune.search.draft_verify",
+    "DraftModel": "tensortune.draft.analyzer",
+    "draft_quality": "tensortune.draft.quality",
 }
 
 __all__ = [
+    "BenchResult",
     "CompileReport",
+    "DraftModel",
+    "DraftThenVerify",
     "PersistentBuilder",
     "PersistentRunner",
     "Record",
@@ -49,9 +57,11 @@ __all__ = [
     "TimingConfig",
     "TuneResult",
     "__version__",
+    "bench_tune",
     "compile_model",
     "current_hardware",
     "default_target",
+    "draft_quality",
     "export_records",
     "import_records",
     "load_model",
@@ -62,7 +72,10 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
+    from tensortune.bench.tune import BenchResult, bench_tune
     from tensortune.deploy.compile import CompileReport, compile_model
+    from tensortune.draft.analyzer import DraftModel
+    from tensortune.draft.quality import draft_quality
     from tensortune.errors import TensortuneError
     from tensortune.hardware import current_hardware, default_target
     from tensortune.measure.builder import PersistentBuilder
@@ -71,6 +84,7 @@ if TYPE_CHECKING:
     from tensortune.records.ms_database import StoreDatabase
     from tensortune.records.schema import Record
     from tensortune.records.storage import RecordStore, open_records
+    from tensortune.search.draft_verify import DraftThenVerify
     from tensortune.tuning.tune import TuneResult, resolve_tasks, tune
     from tensortune.workloads.models import load_model
     from tensortune.workloads.ops import parse_spec

@@ -26,6 +26,8 @@ records_app = typer.Typer(help="Inspect, import and export measurement records."
 app.add_typer(records_app, name="records")
 dataset_app = typer.Typer(help="Collect measured programs into datasets.", no_args_is_help=True)
 app.add_typer(dataset_app, name="dataset")
+bench_app = typer.Typer(help="Benchmarks of search methods.", no_args_is_help=True)
+app.add_typer(bench_app, name="bench")
 
 _state = {"debug": False}
 
@@ -75,9 +77,13 @@ def tune(
         "tensortune-work"
     ),
     target: TargetOpt = None,
-    strategy: Annotated[str, typer.Option(help="evolutionary | replay-trace | replay-func")] = (
-        "evolutionary"
-    ),
+    strategy: Annotated[
+        str,
+        typer.Option(
+            help="evolutionary (MetaSchedule's) | draft-verify (analyzer drafts, cost model "
+            "verifies) | replay-trace | replay-func"
+        ),
+    ] = "evolutionary",
     cost_model: Annotated[
         str,
         typer.Option(
@@ -90,6 +96,14 @@ def tune(
         bool,
         typer.Option(
             "--online/--frozen", help="Refine a pre-trained cost model with each measured batch."
+        ),
+    ] = False,
+    moa: Annotated[
+        bool,
+        typer.Option(
+            "--moa",
+            help="Momentum online adaptation of a neural cost model pre-trained on other "
+            "hardware (implies --online).",
         ),
     ] = False,
     trials_per_round: Annotated[
@@ -130,7 +144,8 @@ def tune(
     n_tasks[0] = len(tasks)
     console.print(f"tuning {len(tasks)} task(s), {trials} trials, records {records}")
     result = run_tune(tasks, trials=trials, records=records, work_dir=work_dir, target=tgt,
-                      strategy=strategy, cost_model=cost_model, online_cost_model=online,
+                      strategy=strategy, cost_model=cost_model,
+                      online_cost_model="moa" if moa else online,
                       trials_per_round=trials_per_round, check_correctness=check, seed=seed,
                       progress=progress)  # fmt: skip
     if result.trials_before >= trials:
@@ -432,3 +447,75 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+@bench_app.command("tune")
+def bench_tune_cmd(
+    workload: Annotated[
+        list[str] | None,
+        typer.Option("--workload", "-w", help="Operator spec or TVMScript file; repeatable."),
+    ] = None,
+    model: Annotated[str | None, typer.Option("--model", "-m", help="Zoo network.")] = None,
+    workloads_from: Annotated[
+        Path | None, typer.Option("--workloads-from", help="A MetaSchedule database directory.")
+    ] = None,
+    trials: Annotated[int, typer.Option("--trials", "-n", help="Trials per task.")] = 64,
+    work_dir: Annotated[Path, typer.Option("--work-dir", help="Stores, logs, results.json.")] = (
+        Path("tensortune-bench")
+    ),
+    target: TargetOpt = None,
+    method: Annotated[
+        list[str] | None,
+        typer.Option("--method", help="default | draft | pretrained | moa; repeatable (all)."),
+    ] = None,
+    max_tasks: Annotated[
+        int | None, typer.Option("--max-tasks", help="Keep the heaviest N tasks of a model.")
+    ] = None,
+    plot: Annotated[Path | None, typer.Option("--plot", help="Write the curves (PNG).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    seed: Annotated[int, typer.Option(help="Random seed of the searches.")] = 0,
+) -> None:
+    """Compare search methods on the same tasks, budget, builder and runner.
+
+    Reports each method's final latency, the search-time speedup over MetaSchedule's default
+    (time to reach the default's final latency) and where the time went.
+    """
+    from tensortune.bench.tune import METHODS, bench_tune, format_latency, plot_curves
+
+    def progress(name, run) -> None:
+        if not as_json:
+            lat = run.curve[-1][2] if run.curve else None
+            console.print(f"[{name}] {run.trials} trials, {run.curve[-1][0]:.0f} s, "
+                          f"latency {format_latency(lat)}", highlight=False)  # fmt: skip
+
+    result = bench_tune(workload, model=model, workloads_from=workloads_from, trials=trials,
+                        work_dir=work_dir, target=target, methods=method or METHODS,
+                        max_tasks=max_tasks, seed=seed, progress=progress)  # fmt: skip
+    if plot is not None:
+        plot_curves(result, plot)
+    if as_json:
+        print(json.dumps(result.to_dict()))
+        return
+    from rich.table import Table
+
+    table = Table(title=f"{len(result.tasks)} task(s) x {trials} trials")
+    for col in ("method", "final latency", "wall", "speedup", "trial ratio", "build", "run",
+                "model", "analyzer"):  # fmt: skip
+        table.add_column(col)
+    speedup, ratio = result.speedup, result.trial_ratio
+    for name, run in result.runs.items():
+        b = run.breakdown
+        table.add_row(
+            name, format_latency(run.final_latency), fmt_seconds(run.wall_s),
+            _ratio(speedup.get(name)), _ratio(ratio.get(name)), fmt_seconds(b.get("build", 0)),
+            fmt_seconds(b.get("run", 0)),
+            fmt_seconds(b.get("model_predict", 0) + b.get("model_update", 0)),
+            fmt_seconds(b.get("analyzer", 0)),
+        )  # fmt: skip
+    console.print(table)
+    if plot is not None:
+        console.print(f"curves: {plot}")
+
+
+def _ratio(x: float | None) -> str:
+    return "not reached" if x is None else f"{x:.2f}x"

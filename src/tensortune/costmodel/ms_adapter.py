@@ -64,8 +64,8 @@ class LearnedCostModel(PyCostModel):
         )  # fmt: skip
 
     def predict(self, context, candidates) -> np.ndarray:
-        if not candidates:
-            return np.zeros(0)
+        if not candidates or not self.model.fitted:  # a cold online model knows nothing yet
+            return np.zeros(len(candidates))
         return np.asarray(self.model.predict(self._features(context, candidates)), np.float64)
 
     def update(self, context, candidates, results) -> None:

@@ -8,9 +8,13 @@ from tensortune.errors import TensortuneError
 def _classes() -> dict[str, type]:
     from tensortune.costmodel.gbdt import LightGBMModel, XGBoostModel
     from tensortune.costmodel.nn import MLPModel, TLPModel
+    from tensortune.costmodel.pacm import PaCMModel
     from tensortune.costmodel.reference import MetaScheduleXGB
 
-    return {c.kind: c for c in (XGBoostModel, LightGBMModel, MLPModel, TLPModel, MetaScheduleXGB)}
+    return {
+        c.kind: c
+        for c in (XGBoostModel, LightGBMModel, MLPModel, TLPModel, PaCMModel, MetaScheduleXGB)
+    }
 
 
 def model_class(kind: str) -> type:

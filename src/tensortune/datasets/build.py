@@ -21,6 +21,7 @@ from tensortune.errors import TensortuneError
 from tensortune.records.storage import RecordStore, open_records
 
 TABLE = "programs.parquet"
+WORKLOADS = "workloads.parquet"  # task_id -> the workload module, to replay traces on
 CARD = "card.json"
 
 
@@ -63,10 +64,14 @@ def build_dataset(
     hardware = store.hardware()
     columns: dict[str, list] = defaultdict(list)
     hw_seen: dict[str, dict] = {}
+    modules: dict[str, list] = defaultdict(list)
     for w in store.workloads():
         records_of = list(store.query(workload_id=w.id))
         if not records_of:
             continue
+        modules["task_id"].append(w.id)
+        modules["task_name"].append(w.name)
+        modules["mod_json"].append(w.mod_json)
         mod = w.mod()
         embedding = F.workload_embedding(mod, estimate_flop(mod)).tolist()
         groups: dict[tuple[str, str], list] = defaultdict(list)
@@ -103,6 +108,8 @@ def build_dataset(
     out.mkdir(parents=True, exist_ok=True)
     table = pa.table(dict(columns), schema=_schema())
     pq.write_table(table, out / TABLE, compression="zstd", compression_level=9)
+    pq.write_table(pa.table(dict(modules)), out / WORKLOADS, compression="zstd",
+                   compression_level=9)  # fmt: skip
     labels = np.array(columns["label"])
     present = {n for ns in columns["networks"] for n in ns}
     card = {
@@ -119,7 +126,7 @@ def build_dataset(
         "networks": sorted(present),
         "task_weights": {n: w for n, w in weights.items() if n in present},
         "hardware": hw_seen,
-        "files": {TABLE: _sha256(out / TABLE)},
+        "files": {TABLE: _sha256(out / TABLE), WORKLOADS: _sha256(out / WORKLOADS)},
     }  # fmt: skip
     (out / CARD).write_text(json.dumps(card, indent=1))
     (out / "README.md").write_text(card_markdown(card, columns))
@@ -132,7 +139,9 @@ def card_markdown(card: dict, columns: dict) -> str:
              f"- {card['programs']} programs ({card['successful']} measured successfully) of "
              f"{card['tasks']} tasks; TVM {card['tvm_version']}; feature schema "
              f"`{card['feature_schema']}`; built {card['created']}.",
-             f"- `{TABLE}` sha256 `{card['files'][TABLE]}`.", "", "## Hardware", ""]  # fmt: skip
+             f"- `{TABLE}` sha256 `{card['files'][TABLE]}`; `{WORKLOADS}` (each task's "
+             f"module, to replay traces on) sha256 `{card['files'][WORKLOADS]}`.", "",
+             "## Hardware", ""]  # fmt: skip
     for label, hw in sorted(card["hardware"].items()):
         n = sum(h == label for h in columns["hardware"])
         fp = hw["fingerprint"]
@@ -191,12 +200,22 @@ def read_card(directory: str | Path) -> Card:
     return Card(data)
 
 
-def load_table(directory: str | Path, columns: list[str] | None = None):
+def load_table(directory: str | Path, columns: list[str] | None = None, *,
+               table: str = TABLE):  # fmt: skip
     """The dataset's table (pyarrow), after checking its card and file checksum."""
     import pyarrow.parquet as pq
 
     card = read_card(directory)
-    path = Path(directory) / TABLE
-    if not path.is_file() or _sha256(path) != card.data["files"][TABLE]:
+    path = Path(directory) / table
+    if not path.is_file() or _sha256(path) != card.data["files"].get(table):
         raise TensortuneError(f"{path} is missing or does not match its card's checksum")
     return pq.read_table(path, columns=columns)
+
+
+def load_workloads(directory: str | Path) -> dict[int, object]:
+    """Each task's workload module (``task_id -> IRModule``), to replay the dataset's traces."""
+    from tensortune.compat import tvm
+
+    cols = load_table(directory, table=WORKLOADS).to_pydict()
+    return {int(i): tvm.ir.load_json(j) for i, j in zip(cols["task_id"], cols["mod_json"],
+                                                         strict=True)}  # fmt: skip

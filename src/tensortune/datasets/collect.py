@@ -113,10 +113,12 @@ def collect(
                 have = store.count(**where)
                 if progress is not None:
                     progress(config.name, i, len(tasks), task, have, programs_per_task)
+                dry = False  # the design space has no new program left to draw
                 if have < n_random:  # random share first, so a resume knows which phase it is in
                     seen = {r.trace for r in store.query(**where)}
                     cands = sampler.sample(task.mod, config.target, n_random - have,
                                            seed=seed + have, exclude=seen)  # fmt: skip
+                    dry = len(cands) < n_random - have
                     for k in range(0, len(cands), BATCH):
                         batch = cands[k : k + BATCH]
                         built, ran = measure_batch(builder, runner, batch, config.target)
@@ -125,7 +127,7 @@ def collect(
                                                    run_id=run_id))  # fmt: skip
                         measured += len(batch)
                     have = store.count(**where)
-                if have < programs_per_task:
+                if have < programs_per_task and not dry:  # evolution cannot beat a dry space
                     done = tune([task], trials=programs_per_task, records=store,
                                 work_dir=work / config.name, target=config.target,
                                 builder=builder, runner=runner, check_correctness=False,

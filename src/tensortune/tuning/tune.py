@@ -107,14 +107,17 @@ def tune(
     check_correctness: bool = True,
     seed: int = 0,
     progress: ProgressFn | None = None,
-    online_cost_model: bool = False,
+    online_cost_model: bool | str = False,
 ) -> TuneResult:
     """Tune until the store holds ``trials`` measurements of these tasks on this hardware/target.
 
     ``strategy``, ``cost_model`` and ``task_scheduler`` take MetaSchedule's names or objects
-    (ours or TVM's); ``cost_model`` also takes one of our model files, ``"default"`` (the
-    pre-trained model shipped for this target) or a fitted ``CostModel``, frozen unless
-    ``online_cost_model``.  ``builder``/``runner`` default to tensortune's persistent-worker ones.
+    (ours or TVM's); ``strategy="draft-verify"`` is our draft-then-verify search.
+    ``cost_model`` also takes one of our model files, ``"default"`` (the pre-trained model
+    shipped for this target) or a fitted ``CostModel``, frozen unless ``online_cost_model``
+    (``True``: refined with every measured batch; ``"moa"``: momentum online adaptation of a
+    neural model pre-trained on other hardware).  ``builder``/``runner`` default to
+    tensortune's persistent-worker ones.
     ``trials_per_round`` defaults to 64, lowered (down to 8) so that each task gets a round.
     """
     if trials <= 0:
@@ -150,7 +153,7 @@ class _Options:
     check_correctness: bool
     seed: int
     progress: ProgressFn | None
-    online: bool
+    online: bool | str
 
 
 def _search(store: RecordStore, tasks: list[Task], target: dict, trials: int, work: Path,
@@ -273,12 +276,16 @@ def _quiet_console() -> None:
 def _strategy(strategy: object) -> object:
     from tensortune.compat import ms
 
+    if strategy == "draft-verify":
+        from tensortune.search.draft_verify import DraftThenVerify
+
+        return DraftThenVerify()
     if isinstance(strategy, str):
         return ms.search_strategy.SearchStrategy.create(strategy)
     return strategy.clone() if hasattr(strategy, "clone") else strategy
 
 
-def _cost_model(cost_model: object, target: dict, online: bool) -> object:
+def _cost_model(cost_model: object, target: dict, online: bool | str) -> object:
     """MetaSchedule's models by name; ours from a model file, ``default`` (the one shipped for
     this target) or a fitted ``CostModel`` object."""
     from tensortune.compat import ms
@@ -291,7 +298,11 @@ def _cost_model(cost_model: object, target: dict, online: bool) -> object:
         from tensortune.costmodel.shipped import shipped_model
 
         model = shipped_model(target) if cost_model == "default" else cost_model
-        return LearnedCostModel(model, target=target, online=online)
+        if online == "moa":
+            from tensortune.costmodel.moa import MomentumAdapted
+
+            return LearnedCostModel(MomentumAdapted(model), target=target, online=True)
+        return LearnedCostModel(model, target=target, online=bool(online))
     if isinstance(cost_model, str):
         if cost_model == "xgb":
             return ms.cost_model.XGBModel(num_tuning_cores=len(os.sched_getaffinity(0)))

@@ -1,0 +1,264 @@
+"""``tensortune bench tune``: search methods compared on the same tasks, trial budget, builder
+and runner, so that only the search differs.
+
+Methods:
+
+- ``default``: MetaSchedule's own search as ``tune_tasks`` runs it (evolutionary + ``XGBModel``);
+- ``draft``: draft-then-verify with a verifier learned online from scratch;
+- ``pretrained``: draft-then-verify, verifier pre-trained on this hardware (refined online);
+- ``moa``: draft-then-verify, a neural verifier pre-trained on *other* hardware, adapted online
+  with momentum (MoA).
+
+Each method tunes into a store of its own.  The curve is the network latency estimate
+(Σ task weight x best latency) after every measured batch, against wall time and trials; the
+search-time speedup of a method is the default's total time over the time the method needed
+to reach the default's final latency (algorithms.md §1.6).  Finished methods are kept in
+``results.json`` in the work directory: a rerun skips them (an interrupted method restarts).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from tensortune.errors import TensortuneError
+from tensortune.hardware import parse_target
+from tensortune.workloads.task import Task
+
+METHODS = ("default", "draft", "pretrained", "moa")
+
+
+@dataclass
+class MethodRun:
+    method: str
+    wall_s: float = 0.0
+    trials: int = 0
+    final_latency: float | None = None
+    # (seconds since start, trials so far, network latency estimate or None while a task has
+    # no valid measurement yet)
+    curve: list[tuple[float, int, float | None]] = field(default_factory=list)
+    breakdown: dict[str, float] = field(default_factory=dict)  # seconds per activity
+
+    def time_to_reach(self, latency: float) -> float | None:
+        for t, _, lat in self.curve:
+            if lat is not None and lat <= latency * (1 + 1e-9):
+                return t
+        return None
+
+    def trials_to_reach(self, latency: float) -> int | None:
+        for _, n, lat in self.curve:
+            if lat is not None and lat <= latency * (1 + 1e-9):
+                return n
+        return None
+
+
+@dataclass
+class BenchResult:
+    tasks: list[str]
+    trials: int
+    target: dict
+    runs: dict[str, MethodRun] = field(default_factory=dict)
+
+    @property
+    def speedup(self) -> dict[str, float | None]:
+        """Search-time speedup over the default: its total time over the time each method
+        took to reach the default's final latency (None: never reached it)."""
+        base = self.runs.get("default")
+        if base is None or base.final_latency is None:
+            return {}
+        out: dict[str, float | None] = {}
+        for name, run in self.runs.items():
+            t = run.time_to_reach(base.final_latency)
+            out[name] = base.wall_s / t if t else None
+        return out
+
+    @property
+    def trial_ratio(self) -> dict[str, float | None]:
+        """The default's trials over the trials each method needed to reach its latency."""
+        base = self.runs.get("default")
+        if base is None or base.final_latency is None:
+            return {}
+        out: dict[str, float | None] = {}
+        for name, run in self.runs.items():
+            n = run.trials_to_reach(base.final_latency)
+            out[name] = base.trials / n if n else None
+        return out
+
+    def to_dict(self) -> dict:
+        return {
+            "tasks": self.tasks, "trials": self.trials, "target": self.target,
+            "methods": {k: asdict(v) for k, v in self.runs.items()},
+            "final_latency": {k: v.final_latency for k, v in self.runs.items()},
+            "speedup": self.speedup, "trial_ratio": self.trial_ratio,
+        }  # fmt: skip
+
+
+def bench_tune(
+    workloads: Sequence[str | Task] | None = None,
+    *,
+    model: object | None = None,
+    workloads_from: str | os.PathLike | None = None,
+    trials: int,
+    work_dir: str | os.PathLike,
+    target: dict | str | None = None,
+    methods: Sequence[str] = METHODS,
+    pretrained: str | None = None,
+    moa_source: str | None = None,
+    max_tasks: int | None = None,
+    seed: int = 0,
+    progress: Callable[[str, MethodRun], None] | None = None,
+) -> BenchResult:
+    """Run each method on the same tasks with the same budget; see the module docstring.
+
+    ``pretrained``: the verifier of ``pretrained`` (default: the model shipped for the target);
+    ``moa_source``: the neural model MoA adapts (default: the one shipped for the other
+    hardware configuration).  ``max_tasks`` keeps the heaviest tasks (by FLOPs x weight).
+    """
+    from tensortune.tuning.tune import resolve_tasks
+
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown:
+        raise TensortuneError(f"unknown method(s) {unknown}; known: {', '.join(METHODS)}")
+    if trials <= 0:
+        raise TensortuneError("trials must be positive")
+    tgt = parse_target(target)
+    tasks = resolve_tasks(workloads, model=model, workloads_from=workloads_from, target=tgt)
+    tasks = [t for t in tasks if t.flop > 0] or tasks  # zero-FLOP tasks move data only
+    if max_tasks:
+        tasks = sorted(tasks, key=lambda t: -t.flop * t.weight)[:max_tasks]
+    work = Path(work_dir)
+    work.mkdir(parents=True, exist_ok=True)
+    saved = work / "results.json"
+    result = BenchResult([t.name for t in tasks], trials, tgt)
+    if saved.is_file():
+        old = json.loads(saved.read_text())
+        if old.get("tasks") == result.tasks and old.get("trials") == trials:
+            for name, run in old.get("methods", {}).items():
+                run["curve"] = [tuple(p) for p in run["curve"]]
+                result.runs[name] = MethodRun(**run)
+    for name in methods:
+        if name in result.runs:
+            continue
+        run = _run_method(name, tasks, trials, work, tgt, pretrained, moa_source, seed, progress)
+        result.runs[name] = run
+        saved.write_text(json.dumps(result.to_dict(), indent=1))
+    return result
+
+
+def _run_method(name: str, tasks: list[Task], trials: int, work: Path, target: dict,
+                pretrained: str | None, moa_source: str | None, seed: int,
+                progress) -> MethodRun:  # fmt: skip
+    from tensortune.costmodel.gbdt import XGBoostModel
+    from tensortune.measure.builder import PersistentBuilder
+    from tensortune.measure.runner import PersistentRunner
+    from tensortune.search.draft_verify import DraftThenVerify
+    from tensortune.tuning.timed import TimedCostModel
+    from tensortune.tuning.tune import _cost_model, tune
+
+    method_dir = work / name
+    shutil.rmtree(method_dir, ignore_errors=True)  # a half-done method starts over
+    method_dir.mkdir(parents=True)
+    timings: dict[str, float] = {}
+    if name == "default":
+        strategy: object = "evolutionary"
+        model = _cost_model("xgb", target, False)
+    else:
+        strategy = DraftThenVerify(timings=timings)
+        if name == "draft":
+            model = _cost_model(XGBoostModel(), target, True)
+        elif name == "pretrained":
+            model = _cost_model(pretrained or _shipped(target), target, True)
+        else:
+            model = _cost_model(moa_source or _shipped(target, other=True), target, "moa")
+    timed = TimedCostModel(model)
+    builder = PersistentBuilder(log_path=str(method_dir / "builder-workers.log"))
+    from tensortune.hardware import runtime_threads
+
+    runner = PersistentRunner(num_threads=runtime_threads(target),
+                              log_path=str(method_dir / "runner-worker.log"))  # fmt: skip
+    run = MethodRun(name)
+    best: dict[str, float] = {}
+    weights = {t.name: t.weight for t in tasks}
+    start = time.perf_counter()
+
+    def on_batch(i, task, batch, task_result) -> None:
+        if task_result.best_seconds:
+            best[task.name] = task_result.best_seconds
+        run.trials += len(batch)
+        latency = (sum(weights[n] * best[n] for n in weights) if len(best) == len(weights)
+                   else None)  # fmt: skip
+        run.curve.append((time.perf_counter() - start, run.trials, latency))
+        if progress is not None:
+            progress(name, run)
+
+    try:
+        tune(tasks, trials=trials * len(tasks), max_trials_per_task=trials,
+             records=f"sqlite:///{method_dir / 'records.db'}", work_dir=method_dir,
+             target=target, strategy=strategy, cost_model=timed, builder=builder,
+             runner=runner, check_correctness=False, seed=seed, progress=on_batch)  # fmt: skip
+    finally:
+        builder.close()
+        runner.close()
+    run.wall_s = time.perf_counter() - start
+    finals = [lat for _, _, lat in run.curve if lat is not None]
+    run.final_latency = finals[-1] if finals else None
+    run.breakdown = {"build": builder.seconds, "run": runner.seconds,
+                     "model_predict": timed.predict_s, "model_update": timed.update_s,
+                     **{k: v for k, v in timings.items()}}  # fmt: skip
+    known = sum(v for k, v in run.breakdown.items() if k != "verify")
+    run.breakdown["other_search"] = max(run.wall_s - known, 0.0)
+    return run
+
+
+def _shipped(target: dict, *, other: bool = False) -> str:
+    """The model shipped for ``target``'s configuration, or (``other``) the neural one shipped
+    for another configuration: what MoA starts from."""
+    from tensortune.costmodel.shipped import SHIPPED_DIR, config_of, shipped_model
+
+    if not other:
+        return shipped_model(target)
+    mine = config_of(target)
+    for path in sorted(SHIPPED_DIR.glob("*.nn.ttm")):
+        if path.name.split(".")[0] != mine:
+            return str(path)
+    raise TensortuneError("no neural model pre-trained on other hardware is shipped for MoA")
+
+
+def format_latency(seconds: float | None) -> str:
+    if seconds is None or not math.isfinite(seconds):
+        return "-"
+    return f"{seconds * 1e3:.3f} ms"
+
+
+def plot_curves(result: BenchResult, out: str | Path) -> None:
+    """Best network latency of each method against wall time and against trials."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (by_time, by_trials) = plt.subplots(1, 2, figsize=(10, 4.2))
+    for name, run in result.runs.items():
+        points = [(t, n, lat * 1e3) for t, n, lat in run.curve if lat is not None]
+        if not points:
+            continue
+        by_time.step([p[0] for p in points], [p[2] for p in points], where="post", label=name)
+        by_trials.step([p[1] for p in points], [p[2] for p in points], where="post", label=name)
+    base = result.runs.get("default")
+    for ax, xlabel in ((by_time, "search time (s)"), (by_trials, "trials measured")):
+        if base is not None and base.final_latency:
+            ax.axhline(base.final_latency * 1e3, color="grey", lw=0.8, ls="--")
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("estimated latency (ms): Σ weight × best")
+        ax.set_yscale("log")
+        ax.legend()
+    fig.suptitle(f"{len(result.tasks)} task(s), {result.trials} trials each")
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    plt.close(fig)

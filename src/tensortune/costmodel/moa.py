@@ -1,0 +1,85 @@
+"""MoA: momentum online adaptation of a neural cost model pre-trained on other hardware.
+
+Fine-tuning a pre-trained network on a handful of new measurements forgets what it knew;
+never adapting it keeps the other hardware's biases.  MoA (from Pruner) keeps a slow-moving
+copy of the weights (momentum ``m``): every ``every`` updates it retrains a network *starting
+from that copy* on all measurements so far, predicts with the result, and moves the copy a
+step ``1 - m`` towards it.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+
+from tensortune.costmodel.base import CostModel, _concat, load_model
+from tensortune.costmodel.data import ProgramSet
+from tensortune.costmodel.nn import _RankModel
+from tensortune.errors import TensortuneError
+
+
+class MomentumAdapted(CostModel):
+    """Wraps a fitted neural model (``mlp``, ``tlp``, ``pacm``) for online adaptation.
+
+    Saving writes the adapted inner model (a plain model file of its own kind).
+    """
+
+    kind = "moa"
+
+    def __init__(self, model: _RankModel | str, momentum: float = 0.99, every: int = 4,
+                 epochs: int = 10) -> None:  # fmt: skip
+        self.model = load_model(model) if isinstance(model, str) else model
+        if not isinstance(self.model, _RankModel) or not self.model.fitted:
+            raise TensortuneError("MoA adapts a fitted neural cost model (mlp, tlp or pacm)")
+        if not 0 <= momentum < 1:
+            raise TensortuneError("momentum must be in [0, 1)")
+        self.momentum = momentum
+        self.every = every
+        self.epochs = epochs
+        self.momentum_state_ = copy.deepcopy(self.model.net_.state_dict())
+        self.updates_ = 0
+        self.retrains_ = 0
+
+    @property
+    def uses_tokens(self) -> bool:  # type: ignore[override]
+        return self.model.uses_tokens
+
+    def fit(self, data: ProgramSet) -> MomentumAdapted:
+        self.seen_ = data
+        self._retrain()
+        return self
+
+    def update(self, data: ProgramSet) -> MomentumAdapted:
+        seen = getattr(self, "seen_", None)
+        self.seen_ = data if seen is None else _concat(seen, data)
+        self.updates_ += 1
+        if self.updates_ % self.every == 0 and np.any(self.seen_.labels > 0):
+            self._retrain()
+        return self
+
+    def _retrain(self) -> None:
+        import torch
+
+        self.model.net_.load_state_dict(self.momentum_state_)
+        self.model._train(self.seen_, self.epochs)
+        new = self.model.net_.state_dict()
+        m = self.momentum
+        with torch.no_grad():
+            self.momentum_state_ = {
+                k: (m * v + (1 - m) * new[k]) if v.is_floating_point() else new[k].clone()
+                for k, v in self.momentum_state_.items()
+            }
+        self.retrains_ += 1
+
+    def predict(self, data: ProgramSet) -> np.ndarray:
+        return self.model.predict(data)
+
+    def save(self, path) -> None:
+        self.model.save(path)
+
+    def _state(self) -> bytes:
+        return self.model._state()
+
+    def _restore(self, state: bytes) -> None:
+        self.model._restore(state)

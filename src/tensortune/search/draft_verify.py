@@ -1,0 +1,206 @@
+"""Draft-then-verify search (Pruner's idea) as a MetaSchedule ``PySearchStrategy``.
+
+Each draft, MetaSchedule's own evolutionary search (C++, all cores) evolves a population scored
+only by the cheap analyzer and hands back its ``draft_size`` best unmeasured programs: the draft
+cache.  Each round, the learned cost model (the verifier: whatever model the tuner was given)
+scores the cache plus one generation of mutants of the cache's verified best, and the top of
+that, with ε-greedy exploration, is measured.  The verifier therefore sees a few hundred
+programs per round instead of the thousands MetaSchedule's default scores.
+
+Defaults are for CPUs, not Pruner's GPU setting (population 1536, cache 512, 10 measured per
+round): here one candidate's mutation and postprocessing costs milliseconds of the same two
+cores that build and run, so the population is smaller and more is measured per round.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import numpy as np
+
+from tensortune.compat import (
+    ArgInfo,
+    MeasureCandidate,
+    PyCostModel,
+    derived_object,
+    ms,
+    structural_hash,
+    tvm,
+)
+from tensortune.draft.analyzer import DraftModel
+from tensortune.draft.machine import machine_for
+from tensortune.hardware import target_key
+
+PySearchStrategy = ms.search_strategy.PySearchStrategy
+
+
+@derived_object
+class AnalyzerCostModel(PyCostModel):
+    """The draft model as a MetaSchedule cost model (never learns)."""
+
+    def __init__(self, draft: DraftModel) -> None:
+        super().__init__()
+        self.draft = draft
+        self.seconds = 0.0
+        self.calls = 0
+
+    def predict(self, context, candidates) -> np.ndarray:
+        t0 = time.perf_counter()
+        out = self.draft.scores([c.sch.mod for c in candidates])
+        self.seconds += time.perf_counter() - t0
+        self.calls += len(candidates)
+        return out
+
+    def update(self, context, candidates, results) -> None:
+        pass
+
+    def save(self, path: str) -> None:
+        pass
+
+    def load(self, path: str) -> None:
+        pass
+
+
+@derived_object
+class DraftThenVerify(PySearchStrategy):
+    """Draft with the analyzer, verify with the learned model, measure a few per round.
+
+    ``population``/``draft_generations``: the analyzer-scored evolution; ``draft_size``: its
+    best programs kept as the cache; ``redraft_every``: rounds between drafts;
+    ``verify_mutants``: how many of the verified best get one mutation each;
+    ``per_round``: programs measured per round (None: the tuner's per-round count);
+    ``eps``: share of them picked at random from the cache.  ``timings`` (seconds spent
+    drafting, in the analyzer and verifying) is shared by every clone, i.e. summed over tasks.
+    """
+
+    def __init__(self, population: int = 512, draft_generations: int = 2, draft_size: int = 256,
+                 redraft_every: int = 2, verify_mutants: int = 32, per_round: int | None = 16,
+                 eps: float = 0.1, init_measured_ratio: float = 0.1,
+                 timings: dict[str, float] | None = None) -> None:  # fmt: skip
+        super().__init__()
+        self.population = population
+        self.draft_generations = draft_generations
+        self.draft_size = draft_size
+        self.redraft_every = redraft_every
+        self.verify_mutants = verify_mutants
+        self.per_round = per_round
+        self.eps = eps
+        self.init_measured_ratio = init_measured_ratio
+        self.timings = timings if timings is not None else {}
+        for key in ("draft", "analyzer", "verify"):
+            self.timings.setdefault(key, 0.0)
+
+    def clone(self) -> DraftThenVerify:
+        return DraftThenVerify(self.population, self.draft_generations, self.draft_size,
+                               self.redraft_every, self.verify_mutants, self.per_round, self.eps,
+                               self.init_measured_ratio, self.timings)  # fmt: skip
+
+    def _initialize_with_tune_context(self, context) -> None:
+        self.context = context
+        self.rng = np.random.default_rng(max(int(context.rand_state), 0))
+        target = json.loads(target_key(context.target))
+        self.analyzer = AnalyzerCostModel(DraftModel(machine_for(target)))
+        self.drafter = ms.search_strategy.EvolutionarySearch(
+            population_size=self.population, init_measured_ratio=self.init_measured_ratio,
+            init_min_unmeasured=max(self.population // 4, 16),
+            genetic_num_iters=self.draft_generations, eps_greedy=0.0,
+        )  # fmt: skip
+        self.drafter._initialize_with_tune_context(context)
+        gen = context.space_generator
+        self.postprocs = list(gen.postprocs)
+        probs = {m: float(p) for m, p in dict(gen.mutator_probs).items()}
+        self.mutators = list(probs)
+        total = sum(probs.values()) or 1.0
+        self.mutator_p = np.array([probs[m] / total for m in self.mutators])
+
+    def pre_tuning(self, max_trials: int, num_trials_per_iter: int, design_spaces, database=None,
+                   cost_model=None) -> None:  # fmt: skip
+        self.max_trials = max_trials
+        self.n_round = self.per_round or num_trials_per_iter
+        self.verifier = cost_model
+        self.trials = 0
+        self.rounds = 0
+        self.cache: list = []
+        self.seen: set[str] = set()
+        # The drafter never stops on its own: we count trials, it hands out drafts.
+        self.drafter.pre_tuning(1 << 30, self.draft_size, design_spaces, database, self.analyzer)
+
+    def post_tuning(self) -> None:
+        self.drafter.post_tuning()
+
+    def generate_measure_candidates(self):
+        n = min(self.n_round, self.max_trials - self.trials)
+        if n <= 0:
+            return None
+        if not self.cache or self.rounds % self.redraft_every == 0:
+            t0 = time.perf_counter()
+            a0 = self.analyzer.seconds
+            fresh = self.drafter.generate_measure_candidates() or []
+            self.cache = [c for c in fresh if self._new(c)] + self.cache
+            self.cache = self.cache[: self.draft_size]
+            self.timings["analyzer"] += self.analyzer.seconds - a0
+            self.timings["draft"] += time.perf_counter() - t0 - (self.analyzer.seconds - a0)
+        if not self.cache:
+            return None
+        t0 = time.perf_counter()
+        pool, scores = self._verify(self.cache)
+        self.timings["verify"] += time.perf_counter() - t0
+        order = list(np.argsort(-scores, kind="stable"))
+        greedy = order[: n - round(n * self.eps)]
+        taken = set(greedy)
+        rest = [i for i in order if i not in taken]
+        explore = list(self.rng.permutation(rest)[: n - len(greedy)]) if rest else []
+        picked = [pool[i] for i in greedy + explore]
+        chosen = {id(c) for c in picked}
+        self.cache = [c for c in self.cache if id(c) not in chosen]
+        self.rounds += 1
+        return picked
+
+    def _new(self, cand) -> bool:
+        key = structural_hash(cand.sch.mod)
+        if key in self.seen:
+            return False
+        self.seen.add(key)
+        return True
+
+    def _verify(self, cache: list) -> tuple[list, np.ndarray]:
+        """Verifier scores for the cache plus one mutated generation of its best."""
+        scores = self._score(cache)
+        best = [cache[i] for i in np.argsort(-scores)[: self.verify_mutants]]
+        mutants = [m for m in (self._mutate(c) for c in best) if m is not None and self._new(m)]
+        if mutants:
+            cache = cache + mutants
+            scores = np.concatenate([scores, self._score(mutants)])
+        return cache, scores
+
+    def _score(self, cands: list) -> np.ndarray:
+        """The verifier's scores; the analyzer's where the verifier knows nothing yet (a cold
+        online model predicts one constant, or noise before its warm-up)."""
+        draft = self.analyzer.predict(self.context, cands)
+        if self.verifier is None:
+            return draft
+        pred = np.asarray(self.verifier.predict(self.context, cands), np.float64)
+        if len(pred) != len(cands) or not np.isfinite(pred).all() or np.ptp(pred) == 0:
+            return draft
+        return pred
+
+    def _mutate(self, cand):
+        """One random mutation of a candidate's trace, replayed and post-processed."""
+        mutator = self.mutators[int(self.rng.choice(len(self.mutators), p=self.mutator_p))]
+        trace = mutator.apply(cand.sch.trace)
+        if trace is None:
+            return None
+        sch = tvm.s_tir.Schedule(self.context.mod, seed=int(self.rng.integers(1, 1 << 30)))
+        try:
+            trace.apply_to_schedule(sch, remove_postproc=True)
+            sch.enter_postproc()
+            if not all(p.apply(sch) for p in self.postprocs):
+                return None
+        except Exception:  # an illegal mutation: drop it, as MetaSchedule does
+            return None
+        return MeasureCandidate(sch, ArgInfo.from_entry_func(sch.mod, remove_preproc=True))
+
+    def notify_runner_results(self, measure_candidates, results) -> None:
+        self.trials += len(results)
+        self.drafter.notify_runner_results(measure_candidates, results)

@@ -1,0 +1,78 @@
+"""``bench tune``: methods on the same tasks and budget, curves, speedups, resume, CLI."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from tensortune.bench.tune import BenchResult, MethodRun, bench_tune, plot_curves
+from tensortune.cli.app import app
+from tensortune.errors import TensortuneError
+
+SPEC = "matmul:64,64,64"
+
+
+@pytest.fixture(scope="module")
+def bench(tmp_path_factory):
+    from conftest import TARGET
+
+    work = tmp_path_factory.mktemp("bench")
+    result = bench_tune([SPEC], trials=8, work_dir=work, target=TARGET,
+                        methods=["default", "draft"])  # fmt: skip
+    return work, result
+
+
+def test_every_method_tunes_the_same_budget(bench):
+    _, result = bench
+    assert set(result.runs) == {"default", "draft"}
+    for run in result.runs.values():
+        assert run.trials == 8 and run.final_latency and run.final_latency > 0
+        times = [t for t, _, _ in run.curve]
+        assert times == sorted(times) and run.wall_s >= times[-1]
+        lats = [lat for _, _, lat in run.curve if lat is not None]
+        assert lats == sorted(lats, reverse=True)  # best-so-far never gets worse
+        assert run.breakdown["build"] > 0 and run.breakdown["run"] > 0
+    assert result.runs["draft"].breakdown["analyzer"] > 0
+
+
+def test_speedup_is_time_to_reach_the_defaults_final_latency(bench):
+    _, result = bench
+    base = result.runs["default"]
+    for name, s in result.speedup.items():
+        t = result.runs[name].time_to_reach(base.final_latency)
+        assert (s is None and t is None) or s == pytest.approx(base.wall_s / t)
+    assert result.speedup["default"] >= 1.0
+
+
+def test_a_rerun_keeps_finished_methods_and_the_cli_prints_json(bench, tmp_path):
+    from conftest import TARGET
+
+    work, result = bench
+    out = CliRunner().invoke(app, ["bench", "tune", "-w", SPEC, "--trials", "8", "--work-dir",
+                                   str(work), "--target", json.dumps(TARGET), "--method",
+                                   "default", "--method", "draft", "--json", "--plot",
+                                   str(tmp_path / "c.png")])  # fmt: skip
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.output)
+    assert data["final_latency"] == {k: r.final_latency for k, r in result.runs.items()}
+    assert set(data["speedup"]) == {"default", "draft"}
+    assert data["methods"]["draft"]["curve"]
+    assert (tmp_path / "c.png").stat().st_size > 1000
+
+
+def test_unknown_methods_are_refused(tmp_path):
+    with pytest.raises(TensortuneError, match="unknown method"):
+        bench_tune([SPEC], trials=4, work_dir=tmp_path, methods=["fastest"])
+
+
+def test_a_method_that_never_reaches_the_baseline_has_no_speedup(tmp_path):
+    result = BenchResult(["t"], 4, {})
+    result.runs["default"] = MethodRun("default", 10.0, 4, 1.0, [(5.0, 2, 2.0), (10.0, 4, 1.0)])
+    result.runs["slow"] = MethodRun("slow", 10.0, 4, 1.5, [(2.0, 2, 1.5)])
+    result.runs["fast"] = MethodRun("fast", 10.0, 4, 0.5, [(2.5, 1, 0.9), (8.0, 4, 0.5)])
+    assert result.speedup == {"default": 1.0, "slow": None, "fast": 4.0}
+    assert result.trial_ratio == {"default": 1.0, "slow": None, "fast": 4.0}
+    plot_curves(result, tmp_path / "p.png")
+    assert (tmp_path / "p.png").is_file()

@@ -1,0 +1,123 @@
+"""The draft model (symbols + roofline analyzer), the draft-then-verify strategy and MoA."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from tensortune.compat import tvm
+from tensortune.draft.analyzer import DraftModel, estimate_latency
+from tensortune.draft.machine import Machine
+from tensortune.draft.symbols import program_symbols
+from tensortune.workloads.ops import parse_spec
+
+MACHINE = Machine(cores=2, vector_bits=512, ghz=2.0, l1_bytes=48e3, l2_bytes=2e6, l2_gbps=40.0,
+                  mem_gbps=15.0)  # fmt: skip
+
+
+def _matmul(n: int = 256):
+    return parse_spec(f"matmul:{n},{n},{n}").to_module()
+
+
+def _tiled(mod, *, parallel: bool, vector: bool):
+    """A hand-written schedule of the matmul: 32x32 output tiles, optional parallel/vector."""
+    sch = tvm.s_tir.Schedule(mod)
+    block = sch.get_child_blocks(sch.get_sblock("root"))[0]
+    i, j, k = sch.get_loops(block)
+    i0, i1 = sch.split(i, [None, 32])
+    j0, j1 = sch.split(j, [None, 32])
+    sch.reorder(i0, j0, k, i1, j1)
+    if parallel:
+        sch.parallel(sch.fuse(i0, j0))
+    if vector:
+        _, j1i = sch.split(j1, [None, 16])
+        sch.vectorize(j1i)
+    return sch.mod
+
+
+def test_symbols_read_the_loop_nest():
+    mod = _matmul()
+    naive = program_symbols(mod)
+    tuned = program_symbols(_tiled(mod, parallel=True, vector=True))
+    main = max(tuned, key=lambda b: b.work)
+    assert main.iterations == 256**3 and main.ops_per_iter == 2
+    assert main.parallel == 64 and main.vector == 16
+    assert max(b.parallel for b in naive) == 1 and max(b.vector for b in naive) == 1
+    # Footprints grow outward and the whole nest touches the three 256x256 fp32 buffers.
+    assert all(a >= b for a, b in zip(main.footprint, main.footprint[1:], strict=False))
+    assert main.footprint[0] == pytest.approx(3 * 256 * 256 * 4)
+
+
+def test_the_analyzer_prefers_parallel_vectorized_tiles():
+    mod = _matmul()
+    lat = {name: estimate_latency(program_symbols(m), MACHINE) for name, m in {
+        "naive": mod, "tiled": _tiled(mod, parallel=False, vector=False),
+        "parallel": _tiled(mod, parallel=True, vector=False),
+        "both": _tiled(mod, parallel=True, vector=True)}.items()}  # fmt: skip
+    assert lat["naive"] > lat["tiled"] > lat["parallel"] > lat["both"] > 0
+    # On 2 cores parallelism gains at most 2x: the model knows the core count.
+    assert lat["tiled"] / lat["parallel"] <= 2.0 + 1e-6
+
+
+def test_scores_are_higher_for_faster_and_zero_for_nothing_to_run():
+    draft = DraftModel(MACHINE)
+    mod = _matmul(64)
+    s = draft.scores([mod, _tiled(mod, parallel=True, vector=True)])
+    assert s[1] > s[0] > 0
+    assert math.isinf(estimate_latency([], MACHINE))
+
+
+def test_symbols_of_sampled_conv2d_schedules():
+    from conftest import sampled
+
+    _, cands = sampled("conv2d_nhwc:1,14,14,16,16,3", 4)
+    for c in cands:
+        blocks = program_symbols(c.sch.mod)
+        assert blocks and all(b.iterations > 0 and b.footprint for b in blocks)
+        assert 0 < estimate_latency(blocks, MACHINE) < math.inf
+
+
+def test_draft_then_verify_tunes_without_repeats(tmp_path, target):
+    from tensortune.records.storage import open_records
+    from tensortune.search.draft_verify import DraftThenVerify
+    from tensortune.tuning.tune import tune
+
+    timings: dict[str, float] = {}
+    strategy = DraftThenVerify(population=32, draft_size=16, per_round=6, verify_mutants=4,
+                               timings=timings)  # fmt: skip
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    result = tune(["matmul:64,64,64"], trials=12, records=url, work_dir=tmp_path / "w",
+                  target=target, strategy=strategy, cost_model="random",
+                  check_correctness=False)  # fmt: skip
+    assert result.tasks[0].trials == 12 and result.tasks[0].ok > 0
+    assert timings["analyzer"] > 0 and timings["draft"] > 0
+    with open_records(url) as store:
+        traces = [r.trace for r in store.query()]
+    assert len(set(traces)) == len(traces)
+
+
+def test_moa_moves_the_momentum_copy_by_one_minus_m(tmp_path):
+    import torch
+    from test_costmodels import synthetic
+
+    from tensortune.costmodel.moa import MomentumAdapted
+    from tensortune.costmodel.nn import MLPModel
+    from tensortune.errors import TensortuneError
+
+    base = MLPModel(hidden=16, epochs=2, chunk=16).fit(synthetic(60, seed=3))
+    moa = MomentumAdapted(base, momentum=0.9, every=2, epochs=1)
+    before = {k: v.clone() for k, v in moa.momentum_state_.items()}
+    batch = synthetic(30, seed=4)
+    moa.update(batch)
+    assert moa.retrains_ == 0  # only every 2nd update retrains
+    moa.update(batch)
+    assert moa.retrains_ == 1
+    trained = moa.model.net_.state_dict()
+    for k, v in moa.momentum_state_.items():
+        expected = 0.9 * before[k] + 0.1 * trained[k]
+        assert torch.allclose(v, expected, atol=1e-6)
+    assert np.all(np.isfinite(moa.predict(batch)))
+    with pytest.raises(TensortuneError, match="fitted neural"):
+        MomentumAdapted(MLPModel())
