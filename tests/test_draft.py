@@ -121,3 +121,24 @@ def test_moa_moves_the_momentum_copy_by_one_minus_m(tmp_path):
     assert np.all(np.isfinite(moa.predict(batch)))
     with pytest.raises(TensortuneError, match="fitted neural"):
         MomentumAdapted(MLPModel())
+
+
+def test_moa_adapts_a_pretrained_verifier_during_draft_then_verify(tmp_path, target):
+    from test_costmodels import synthetic
+
+    from tensortune.costmodel.moa import MomentumAdapted
+    from tensortune.costmodel.ms_adapter import LearnedCostModel
+    from tensortune.costmodel.nn import MLPModel
+    from tensortune.search.draft_verify import DraftThenVerify
+    from tensortune.tuning.tune import tune
+
+    # A network "pre-trained elsewhere": synthetic data with the real feature widths.
+    moa = MomentumAdapted(MLPModel(hidden=16, epochs=2, chunk=16).fit(synthetic(60, seed=5)),
+                          every=1, epochs=1)  # fmt: skip
+    verifier = LearnedCostModel(moa, target=target, online=True)
+    strategy = DraftThenVerify(population=32, draft_size=16, per_round=6, verify_mutants=4)
+    result = tune(["matmul:64,64,64"], trials=12, records=f"sqlite:///{tmp_path / 'r.db'}",
+                  work_dir=tmp_path / "w", target=target, strategy=strategy,
+                  cost_model=verifier, check_correctness=False)  # fmt: skip
+    assert result.tasks[0].trials == 12
+    assert moa.updates_ == 2 and moa.retrains_ == 2 and len(moa.seen_) == 12

@@ -114,3 +114,16 @@ def test_evaluate_draws_its_plot(built, tmp_path):
           params={"n_rounds": 10})  # fmt: skip
     evaluate(tmp_path / "m.ttm", dataset=root / "d", plot=tmp_path / "p.png")
     assert (tmp_path / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_shipped_models_load_and_serve_the_nearest_configuration():
+    from tensortune.costmodel.base import load_model
+    from tensortune.costmodel.shipped import shipped_model
+
+    assert shipped_model({"kind": "llvm", "mcpu": "haswell", "num-cores": 1}).endswith(
+        "avx2-1c.ttm"
+    )
+    near = shipped_model({"kind": "llvm", "mcpu": "icelake-server", "num-cores": 2})
+    assert near.endswith("avx512-2c.ttm")
+    model = load_model(near)
+    assert model.fitted and model.provenance_["train_programs"] > 1000

@@ -217,17 +217,17 @@ def _run_method(name: str, tasks: list[Task], trials: int, work: Path, target: d
 
 
 def _shipped(target: dict, *, other: bool = False) -> str:
-    """The model shipped for ``target``'s configuration, or (``other``) the neural one shipped
-    for another configuration: what MoA starts from."""
+    """The model shipped for ``target``'s configuration, or (``other``) the one shipped for
+    another configuration: what MoA starts from."""
     from tensortune.costmodel.shipped import SHIPPED_DIR, config_of, shipped_model
 
     if not other:
         return shipped_model(target)
     mine = config_of(target)
-    for path in sorted(SHIPPED_DIR.glob("*.nn.ttm")):
-        if path.name.split(".")[0] != mine:
+    for path in sorted(SHIPPED_DIR.glob("*.ttm")):
+        if path.stem != mine:
             return str(path)
-    raise TensortuneError("no neural model pre-trained on other hardware is shipped for MoA")
+    raise TensortuneError("no model pre-trained on other hardware is shipped for MoA")
 
 
 def format_latency(seconds: float | None) -> str:

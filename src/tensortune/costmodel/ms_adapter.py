@@ -15,6 +15,8 @@ from tensortune.hardware import Hardware, current_hardware
 from tensortune.measure.status import FAILED_COST
 from tensortune.records.convert import to_plain
 
+_MEMO_SIZE = 50_000  # programs whose features are kept (about 10 KB each)
+
 
 def candidate_features(context, candidates, *, workload: np.ndarray, hardware: np.ndarray,
                        tokens: bool = True) -> ProgramSet:  # fmt: skip
@@ -51,17 +53,31 @@ class LearnedCostModel(PyCostModel):
         self._measured: dict[str, list[tuple[ProgramSet, np.ndarray]]] = {}
         self._workload: dict[str, np.ndarray] = {}
         self._hardware = F.hardware_vector(target, self.hardware)
+        self._memo: dict[str, tuple[np.ndarray, np.ndarray]] = {}
 
     def _features(self, context, candidates) -> ProgramSet:
+        """Features of the candidates, extracted once per distinct program: search strategies
+        re-score the same programs round after round (a draft cache, an elite population)."""
         from tensortune.workloads.sources import estimate_flop
 
         key = structural_hash(context.mod)
         if key not in self._workload:  # once per task, not once per generation
             self._workload[key] = F.workload_embedding(context.mod, estimate_flop(context.mod))
-        return candidate_features(
-            context, candidates, workload=self._workload[key], hardware=self._hardware,
-            tokens=self.model.uses_tokens,
-        )  # fmt: skip
+        keys = [structural_hash(c.sch.mod) for c in candidates]
+        missing = {k: c for k, c in zip(keys, candidates, strict=True) if k not in self._memo}
+        if missing:
+            fresh = candidate_features(
+                context, list(missing.values()), workload=self._workload[key],
+                hardware=self._hardware, tokens=self.model.uses_tokens,
+            )  # fmt: skip
+            if len(self._memo) + len(missing) > _MEMO_SIZE:
+                self._memo.clear()
+            for k, p, t in zip(missing, fresh.per_store, fresh.tokens, strict=True):
+                self._memo[k] = (p, t)
+        n = len(candidates)
+        return ProgramSet([self._memo[k][0] for k in keys], [self._memo[k][1] for k in keys],
+                          np.tile(self._workload[key], (n, 1)), np.tile(self._hardware, (n, 1)),
+                          np.zeros(n, dtype=np.int64))  # fmt: skip
 
     def predict(self, context, candidates) -> np.ndarray:
         if not candidates or not self.model.fitted:  # a cold online model knows nothing yet

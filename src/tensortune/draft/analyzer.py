@@ -19,7 +19,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from tensortune.draft.machine import Machine
-from tensortune.draft.symbols import BlockSymbols, program_symbols
+from tensortune.draft.symbols import BlockSymbols, StructureCache, program_symbols
 
 _LAUNCH_SECONDS = 2e-6  # one wake-up of TVM's thread pool
 _CACHE_USE = 0.75  # share of a cache a tile may fill before it spills
@@ -56,14 +56,18 @@ def estimate_latency(symbols: Sequence[BlockSymbols], machine: Machine) -> float
 
 
 class DraftModel:
-    """Scores scheduled programs by their estimated latency: higher is faster."""
+    """Scores scheduled programs of one task by their estimated latency: higher is faster.
+
+    Use one per task: it caches the access structure of the task's blocks.
+    """
 
     def __init__(self, machine: Machine) -> None:
         self.machine = machine
+        self.structure: StructureCache = {}
 
     def latency(self, mod: object) -> float:
         try:
-            return estimate_latency(program_symbols(mod), self.machine)
+            return estimate_latency(program_symbols(mod, self.structure), self.machine)
         except Exception:  # a schedule the walk does not understand ranks last, not fatally
             return math.inf
 

@@ -50,120 +50,148 @@ def _var_names(expr: object) -> set[str]:
     return {v.name for v in tvm.tirx.analysis.undefined_vars(expr)}
 
 
-def program_symbols(func: object) -> list[BlockSymbols]:
-    """Symbols of every computing block of a scheduled ``PrimFunc`` (or an ``IRModule``)."""
+_PARALLEL = int(tvm.tirx.ForKind.PARALLEL)
+_VECTORIZED = int(tvm.tirx.ForKind.VECTORIZED)
+_UNROLLED = int(tvm.tirx.ForKind.UNROLLED)
+
+
+@dataclass(frozen=True)
+class _Loop:
+    name: str
+    extent: float
+    kind: int
+    unroll: float  # auto-unroll step annotated on the loop (1: none)
+
+
+@dataclass(frozen=True)
+class _BlockShape:
+    """What does not change between the schedules of one sketch: whether the block runs, which
+    loops index each region it accesses, region tile and buffer sizes, element width."""
+
+    computes: bool
+    regions: tuple[tuple[frozenset[str], float, float], ...] = ()
+    bits: int = 32
+    reduction: bool = False
+
+
+StructureCache = dict[tuple[str, tuple[str, ...]], _BlockShape]
+
+
+def program_symbols(func: object, cache: StructureCache | None = None) -> list[BlockSymbols]:
+    """Symbols of every computing block of a scheduled ``PrimFunc`` (or an ``IRModule``).
+
+    ``cache`` (one per task) keeps each block's access structure, keyed by the block's name and
+    its loops' names: schedules of the same sketch differ in extents and loop kinds, not in
+    which loops index which buffers, so later candidates skip re-deriving it.
+    """
     if isinstance(func, tvm.IRModule):
         func = func["main"]
     out: list[BlockSymbols] = []
-    _walk(func.body, [], {}, out)
+    _walk(func.body, [], [], {} if cache is None else cache, out)
     return out
 
 
-def _walk(stmt: object, loops: list, bound: dict[str, set[str]], out: list) -> None:
-    """``loops``: enclosing ``For`` nodes, outermost first; ``bound``: block var -> loop vars."""
+def _walk(stmt: object, loops: list[_Loop], realizes: list, cache: StructureCache,
+          out: list) -> None:  # fmt: skip
     if isinstance(stmt, tvm.tirx.For):
-        loops.append(stmt)
-        _walk(stmt.body, loops, bound, out)
+        ann = stmt.annotations
+        unroll = 1.0
+        if len(ann):
+            for key in _UNROLL_KEYS:
+                if key in ann:
+                    unroll = max(unroll, _int(ann[key]))
+        loops.append(_Loop(stmt.loop_var.name, _int(stmt.extent), int(stmt.kind), unroll))
+        _walk(stmt.body, loops, realizes, cache, out)
         loops.pop()
     elif isinstance(stmt, tvm.s_tir.SBlockRealize):
         block = stmt.block
-        inner = dict(bound)
-        for iv, value in zip(block.iter_vars, stmt.iter_values, strict=True):
+        realizes.append(stmt)
+        key = (block.name_hint, tuple(lp.name for lp in loops))
+        shape = cache.get(key)
+        if shape is None:
+            shape = cache[key] = _block_shape(block, realizes)
+        if shape.computes:
+            out.append(_symbols(block.name_hint, shape, loops))
+        else:
+            init = block.init
+            if init is not None:
+                _walk(init, loops, realizes, cache, out)
+            _walk(block.body, loops, realizes, cache, out)
+        realizes.pop()
+    elif isinstance(stmt, tvm.tirx.SeqStmt):
+        for s in stmt.seq:
+            _walk(s, loops, realizes, cache, out)
+    elif isinstance(stmt, tvm.tirx.IfThenElse):
+        _walk(stmt.then_case, loops, realizes, cache, out)
+        if stmt.else_case is not None:
+            _walk(stmt.else_case, loops, realizes, cache, out)
+    elif hasattr(stmt, "body") and not isinstance(stmt, tvm.tirx.BufferStore):
+        _walk(stmt.body, loops, realizes, cache, out)
+
+
+def _block_shape(block, realizes: list) -> _BlockShape:
+    """A leaf block that runs at run time (its body stores directly; blocks holding loops are
+    containers; weight-layout rewrites run ahead of time at build) and its access structure."""
+    if not isinstance(block.body, tvm.tirx.BufferStore) or (
+        "meta_schedule.layout_rewrite_preproc" in block.annotations
+    ):
+        return _BlockShape(computes=False)
+    bound: dict[str, set[str]] = {}  # block var -> the loop vars its binding reads
+    for realize in realizes:
+        for iv, value in zip(realize.block.iter_vars, realize.iter_values, strict=True):
             names: set[str] = set()
             for n in _var_names(value):
                 names |= bound.get(n, {n})
-            inner[iv.var.name] = names
-        if _computes(block):
-            out.append(_block_symbols(block, loops, inner))
-        if block.init is not None:
-            _walk(block.init, loops, inner, out)
-        _walk(block.body, loops, inner, out)
-    elif isinstance(stmt, tvm.tirx.SeqStmt):
-        for s in stmt.seq:
-            _walk(s, loops, bound, out)
-    elif isinstance(stmt, tvm.tirx.IfThenElse):
-        _walk(stmt.then_case, loops, bound, out)
-        if stmt.else_case is not None:
-            _walk(stmt.else_case, loops, bound, out)
-    elif hasattr(stmt, "body") and not isinstance(stmt, tvm.tirx.BufferStore):
-        _walk(stmt.body, loops, bound, out)
-
-
-def _computes(block) -> bool:
-    """A leaf block that runs at run time: its body stores directly (blocks holding loops are
-    containers), and it is not a weight-layout rewrite (done ahead of time at build)."""
-    return isinstance(block.body, tvm.tirx.BufferStore) and (
-        "meta_schedule.layout_rewrite_preproc" not in block.annotations
-    )
-
-
-def _block_symbols(block, loops: list, bound: dict[str, set[str]]) -> BlockSymbols:
-    extents = [_int(lp.extent) for lp in loops]
-    names = [lp.loop_var.name for lp in loops]
-    parallel = vector = unroll = 1.0
-    launches = 0.0
-    outside = 1.0
-    for lp, ext in zip(loops, extents, strict=True):
-        kind = int(lp.kind)
-        if kind == int(tvm.tirx.ForKind.PARALLEL):
-            launches = launches or outside
-            parallel *= ext
-        elif kind == int(tvm.tirx.ForKind.VECTORIZED):
-            vector = ext
-        elif kind == int(tvm.tirx.ForKind.UNROLLED):
-            unroll = max(unroll, ext)
-        outside *= ext
-        for key in _UNROLL_KEYS:
-            if key in lp.annotations:
-                unroll = max(unroll, _int(lp.annotations[key]))
-    iterations = 1.0
-    for e in extents:
-        iterations *= e
-    written = block.writes[0].source if len(block.writes) else None
-    bits = int(written.dtype.bits) if written is not None else 32
-    reduction = block.init is not None or any(
-        int(iv.iter_type) == 2
-        for iv in block.iter_vars  # CommReduce
-    )
-    # Which loops index each accessed region: a loop outside them re-reads the same tile.
+            bound[iv.var.name] = names
     regions = []
     for region in list(block.reads) + list(block.writes):
         used: set[str] = set()
-        sizes = []
+        tile = elem = max(int(region.source.dtype.bits) // 8, 1)
         for r in region.region:
             for n in _var_names(r.min):
                 used |= bound.get(n, set())
-            sizes.append(_int(r.extent))
-        elem = max(int(region.source.dtype.bits) // 8, 1)
+            tile *= _int(r.extent)
         total = elem
         for d in region.source.shape:
             total *= _int(d)
-        tile = elem
-        for s in sizes:
-            tile *= s
-        regions.append((used, tile, total))
+        regions.append((frozenset(used), tile, total))
+    writes = block.writes
+    bits = int(writes[0].source.dtype.bits) if len(writes) else 32
+    reduction = block.init is not None or any(int(iv.iter_type) == 2 for iv in block.iter_vars)
+    return _BlockShape(True, tuple(regions), bits, reduction)
+
+
+def _symbols(name: str, shape: _BlockShape, loops: list[_Loop]) -> BlockSymbols:
+    parallel = vector = unroll = 1.0
+    launches = 0.0
+    iterations = 1.0
+    for lp in loops:
+        if lp.kind == _PARALLEL:
+            launches = launches or iterations
+            parallel *= lp.extent
+        elif lp.kind == _VECTORIZED:
+            vector = lp.extent
+        elif lp.kind == _UNROLLED:
+            unroll = max(unroll, lp.extent)
+        unroll = max(unroll, lp.unroll)
+        iterations *= lp.extent
     depth = len(loops)
     footprint = [0.0] * (depth + 1)
-    for used, tile, total in regions:
+    # A loop that does not index a region re-reads the same tile: only indexing loops grow it.
+    for used, tile, total in shape.regions:
         size = tile
-        for d in range(depth, -1, -1):  # innermost level first, growing outward
-            if d < depth and names[d] in used:
-                size *= extents[d]
+        footprint[depth] += min(size, total)
+        for d in range(depth - 1, -1, -1):
+            if loops[d].name in used:
+                size *= loops[d].extent
             footprint[d] += min(size, total)
     trips = [1.0] * (depth + 1)
     for d in range(1, depth + 1):
-        trips[d] = trips[d - 1] * extents[d - 1]
-    unique = sum(min(total, tile * _prod(extents)) for _, tile, total in regions)
+        trips[d] = trips[d - 1] * loops[d - 1].extent
+    unique = sum(min(total, tile * iterations) for _, tile, total in shape.regions)
     return BlockSymbols(
-        name=block.name_hint, iterations=iterations, ops_per_iter=2.0 if reduction else 1.0,
-        parallel=parallel, vector=vector, dtype_bits=bits, unroll=unroll,
-        inner=extents[-1] if extents else 1.0, footprint=footprint, trips=trips,
+        name=name, iterations=iterations, ops_per_iter=2.0 if shape.reduction else 1.0,
+        parallel=parallel, vector=vector, dtype_bits=shape.bits, unroll=unroll,
+        inner=loops[-1].extent if loops else 1.0, footprint=footprint, trips=trips,
         unique_bytes=unique, launches=launches,
     )  # fmt: skip
-
-
-def _prod(xs: list[float]) -> float:
-    p = 1.0
-    for x in xs:
-        p *= x
-    return p
