@@ -46,15 +46,16 @@ class MethodRun:
     breakdown: dict[str, float] = field(default_factory=dict)  # seconds per activity
 
     def time_to_reach(self, latency: float) -> float | None:
-        for t, _, lat in self.curve:
-            if lat is not None and lat <= latency * (1 + 1e-9):
-                return t
-        return None
+        return self._first(latency, 0)
 
     def trials_to_reach(self, latency: float) -> int | None:
-        for _, n, lat in self.curve:
-            if lat is not None and lat <= latency * (1 + 1e-9):
-                return n
+        return self._first(latency, 1)
+
+    def _first(self, latency: float, which: int):
+        """Time (0) or trials (1) of the first curve point at or below ``latency``."""
+        for point in self.curve:
+            if point[2] is not None and point[2] <= latency * (1 + 1e-9):
+                return point[which]
         return None
 
 
@@ -69,25 +70,21 @@ class BenchResult:
     def speedup(self) -> dict[str, float | None]:
         """Search-time speedup over the default: its total time over the time each method
         took to reach the default's final latency (None: never reached it)."""
-        base = self.runs.get("default")
-        if base is None or base.final_latency is None:
-            return {}
-        out: dict[str, float | None] = {}
-        for name, run in self.runs.items():
-            t = run.time_to_reach(base.final_latency)
-            out[name] = base.wall_s / t if t else None
-        return out
+        return self._over_default(lambda base: base.wall_s, MethodRun.time_to_reach)
 
     @property
     def trial_ratio(self) -> dict[str, float | None]:
         """The default's trials over the trials each method needed to reach its latency."""
+        return self._over_default(lambda base: base.trials, MethodRun.trials_to_reach)
+
+    def _over_default(self, total, reach) -> dict[str, float | None]:
         base = self.runs.get("default")
         if base is None or base.final_latency is None:
             return {}
         out: dict[str, float | None] = {}
         for name, run in self.runs.items():
-            n = run.trials_to_reach(base.final_latency)
-            out[name] = base.trials / n if n else None
+            needed = reach(run, base.final_latency)
+            out[name] = total(base) / needed if needed else None
         return out
 
     def to_dict(self) -> dict:
