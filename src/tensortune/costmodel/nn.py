@@ -42,6 +42,15 @@ def lambda_rank_loss(scores, labels, groups):
     return total
 
 
+def residual_head(x, layers, out):
+    """Residual ReLU layers then a linear score: the head TenSet's MLP and its relatives share."""
+    import torch
+
+    for layer in layers:
+        x = x + torch.relu(layer(x))
+    return out(x).squeeze(-1)
+
+
 class _RankModel(CostModel):
     """Training loop shared by the neural models: Adam, gradient clipping at 0.5, steps over a
     few single-task chunks of programs at a time."""
@@ -163,9 +172,7 @@ class MLPModel(_RankModel):
 
             def forward(self, rows, program_of_row, n_programs):
                 x = torch.zeros(n_programs, h).index_add_(0, program_of_row, self.encode(rows))
-                for layer in self.res:
-                    x = x + torch.relu(layer(x))
-                return self.out(x).squeeze(-1)
+                return residual_head(x, self.res, self.out)
 
         return Net()
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from tensortune.costmodel.data import ProgramSet
-from tensortune.costmodel.nn import MLPModel
+from tensortune.costmodel.nn import MLPModel, residual_head
 
 # PerStoreFeature's layout: 57 arithmetic/loop features, then 5 buffers x 18 access features.
 _GROUP1, _BUFFERS, _PER_BUFFER = 57, 5, 18
@@ -96,10 +96,7 @@ class PaCMModel(MLPModel):
                 z = self.pattern(tokens)
                 attended, _ = self.attention(z, z, z, key_padding_mask=~mask)
                 z = ((z + attended) * mask.unsqueeze(-1)).sum(dim=1)
-                x = self.fuse(torch.cat([x, z], dim=1))
-                for layer in self.res:
-                    x = x + torch.relu(layer(x))
-                return self.out(x).squeeze(-1)
+                return residual_head(self.fuse(torch.cat([x, z], dim=1)), self.res, self.out)
 
         return Net()
 
