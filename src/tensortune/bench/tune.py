@@ -152,6 +152,7 @@ def _run_method(name: str, tasks: list[Task], trials: int, work: Path, target: d
                 pretrained: str | None, moa_source: str | None, seed: int,
                 progress) -> MethodRun:  # fmt: skip
     from tensortune.costmodel.gbdt import XGBoostModel
+    from tensortune.hardware import runtime_threads
     from tensortune.measure.builder import PersistentBuilder
     from tensortune.measure.runner import PersistentRunner
     from tensortune.search.draft_verify import DraftThenVerify
@@ -175,8 +176,6 @@ def _run_method(name: str, tasks: list[Task], trials: int, work: Path, target: d
             model = _cost_model(moa_source or _shipped(target, other=True), target, "moa")
     timed = TimedCostModel(model)
     builder = PersistentBuilder(log_path=str(method_dir / "builder-workers.log"))
-    from tensortune.hardware import runtime_threads
-
     runner = PersistentRunner(num_threads=runtime_threads(target),
                               log_path=str(method_dir / "runner-worker.log"))  # fmt: skip
     run = MethodRun(name)
@@ -207,7 +206,7 @@ def _run_method(name: str, tasks: list[Task], trials: int, work: Path, target: d
     run.final_latency = finals[-1] if finals else None
     run.breakdown = {"build": builder.seconds, "run": runner.seconds,
                      "model_predict": timed.predict_s, "model_update": timed.update_s,
-                     **{k: v for k, v in timings.items()}}  # fmt: skip
+                     **timings}  # fmt: skip
     known = sum(v for k, v in run.breakdown.items() if k != "verify")
     run.breakdown["other_search"] = max(run.wall_s - known, 0.0)
     return run

@@ -31,6 +31,7 @@ from tensortune.compat import (
 from tensortune.draft.analyzer import DraftModel
 from tensortune.draft.machine import machine_for
 from tensortune.hardware import target_key
+from tensortune.tuning.timed import TimedCostModel
 
 PySearchStrategy = ms.search_strategy.PySearchStrategy
 
@@ -42,15 +43,9 @@ class AnalyzerCostModel(PyCostModel):
     def __init__(self, draft: DraftModel) -> None:
         super().__init__()
         self.draft = draft
-        self.seconds = 0.0
-        self.calls = 0
 
     def predict(self, context, candidates) -> np.ndarray:
-        t0 = time.perf_counter()
-        out = self.draft.scores([c.sch.mod for c in candidates])
-        self.seconds += time.perf_counter() - t0
-        self.calls += len(candidates)
-        return out
+        return self.draft.scores([c.sch.mod for c in candidates])
 
     def update(self, context, candidates, results) -> None:
         pass
@@ -100,7 +95,7 @@ class DraftThenVerify(PySearchStrategy):
         self.context = context
         self.rng = np.random.default_rng(max(int(context.rand_state), 0))
         target = json.loads(target_key(context.target))
-        self.analyzer = AnalyzerCostModel(DraftModel(machine_for(target)))
+        self.analyzer = TimedCostModel(AnalyzerCostModel(DraftModel(machine_for(target))))
         self.drafter = ms.search_strategy.EvolutionarySearch(
             population_size=self.population, init_measured_ratio=self.init_measured_ratio,
             init_min_unmeasured=max(self.population // 4, 16),
@@ -135,12 +130,13 @@ class DraftThenVerify(PySearchStrategy):
             return None
         if not self.cache or self.rounds % self.redraft_every == 0:
             t0 = time.perf_counter()
-            a0 = self.analyzer.seconds
+            a0 = self.analyzer.predict_s
             fresh = self.drafter.generate_measure_candidates() or []
             self.cache = [c for c in fresh if self._new(c)] + self.cache
             self.cache = self.cache[: self.draft_size]
-            self.timings["analyzer"] += self.analyzer.seconds - a0
-            self.timings["draft"] += time.perf_counter() - t0 - (self.analyzer.seconds - a0)
+            spent = self.analyzer.predict_s - a0
+            self.timings["analyzer"] += spent
+            self.timings["draft"] += time.perf_counter() - t0 - spent
         if not self.cache:
             return None
         t0 = time.perf_counter()
@@ -177,13 +173,11 @@ class DraftThenVerify(PySearchStrategy):
     def _score(self, cands: list) -> np.ndarray:
         """The verifier's scores; the analyzer's where the verifier knows nothing yet (a cold
         online model predicts one constant, or noise before its warm-up)."""
-        draft = self.analyzer.predict(self.context, cands)
-        if self.verifier is None:
-            return draft
-        pred = np.asarray(self.verifier.predict(self.context, cands), np.float64)
-        if len(pred) != len(cands) or not np.isfinite(pred).all() or np.ptp(pred) == 0:
-            return draft
-        return pred
+        if self.verifier is not None:
+            pred = np.asarray(self.verifier.predict(self.context, cands), np.float64)
+            if len(pred) == len(cands) and np.isfinite(pred).all() and np.ptp(pred) > 0:
+                return pred
+        return self.analyzer.predict(self.context, cands)
 
     def _mutate(self, cand):
         """One random mutation of a candidate's trace, replayed and post-processed."""
