@@ -415,7 +415,9 @@ def compile_cmd(
     model: Annotated[str, typer.Argument(help="Zoo network name or .onnx file.")],
     records: RecordsOpt = DEFAULT_URL,
     target: TargetOpt = None,
-    repeat: Annotated[int, typer.Option(help="Timed repeats of each build.")] = 10,
+    repeat: Annotated[
+        int, typer.Option(help="Timed repeats of each build (fewer if they would take over 30 s).")
+    ] = 10,
 ) -> None:
     """Build a model with the tuned schedules and compare its latency."""
     from tensortune.deploy.compile import compile_model

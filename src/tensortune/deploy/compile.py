@@ -86,12 +86,20 @@ def _outputs(value) -> list[np.ndarray]:
     return [a for v in value for a in _outputs(v)]
 
 
+_TIMING_BUDGET_S = 30.0  # per build: an untuned BERT-base runs for over a minute per call
+
+
 def _time_vm(executable, inputs, repeat: int) -> tuple[list[np.ndarray], float]:
+    """Outputs and median latency; a build too slow for ``repeat`` timings within the budget
+    gets fewer (at least one after the first call, which pays one-off initialisation)."""
     from tensortune.compat import tvm
 
     dev = tvm.cpu()
     vm = tvm.relax.VirtualMachine(executable, dev)
+    start = time.perf_counter()
     out = _outputs(vm["main"](*inputs))
+    first = time.perf_counter() - start
+    repeat = max(1, min(repeat, int(_TIMING_BUDGET_S / max(first, 1e-9))))
     timer = vm.time_evaluator("main", dev, number=1, repeat=repeat, min_repeat_ms=50)
     return out, float(timer(*inputs).median)
 
