@@ -7,7 +7,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from tensortune.bench.tune import BenchResult, MethodRun, bench_tune, plot_curves
+from tensortune.bench.tune import BenchResult, MethodRun, bench_tune, plot_curves, summarize_seeds
 from tensortune.cli.app import app
 from tensortune.errors import TensortuneError
 
@@ -62,6 +62,18 @@ def test_a_rerun_keeps_finished_methods_and_the_cli_prints_json(bench, tmp_path)
     assert (tmp_path / "c.png").stat().st_size > 1000
 
 
+def test_a_rerun_with_another_seed_measures_again(bench):
+    from conftest import TARGET
+
+    work, result = bench
+    again = bench_tune([SPEC], trials=8, work_dir=work, target=TARGET, methods=["default"],
+                       seed=1)  # fmt: skip
+    assert again.seed == 1 and set(again.runs) == {"default"}  # seed 0's runs were not reused
+    assert again.runs["default"].curve != result.runs["default"].curve
+    saved = json.loads((work / "results.json").read_text())
+    assert saved["seed"] == 1
+
+
 def test_unknown_methods_are_refused(tmp_path):
     with pytest.raises(TensortuneError, match="unknown method"):
         bench_tune([SPEC], trials=4, work_dir=tmp_path, methods=["fastest"])
@@ -76,3 +88,35 @@ def test_a_method_that_never_reaches_the_baseline_has_no_speedup(tmp_path):
     assert result.trial_ratio == {"default": 1.0, "slow": None, "fast": 4.0}
     plot_curves(result, tmp_path / "p.png")
     assert (tmp_path / "p.png").is_file()
+
+
+def test_seeds_are_summarized_by_their_median_speedup():
+    def seed(s: int, fast_reach: float | None) -> BenchResult:
+        r = BenchResult(["t"], 4, {}, seed=s)
+        r.runs["default"] = MethodRun("default", 10.0, 4, 1.0, [(10.0, 4, 1.0)])
+        curve = [(fast_reach, 2, 1.0)] if fast_reach else [(9.0, 4, 1.2)]
+        r.runs["fast"] = MethodRun("fast", 10.0, 4, curve[-1][2], curve)
+        return r
+
+    summary = summarize_seeds([seed(0, 2.0), seed(1, 5.0), seed(2, None)])
+    assert summary["seeds"] == [0, 1, 2]
+    assert summary["speedup"]["fast"] == {"seeds": [5.0, 2.0, None], "median": 2.0}
+    assert summary["speedup"]["default"]["median"] == 1.0
+    assert summary["final_latency"]["fast"] == [1.0, 1.0, 1.2]
+    never = summarize_seeds([seed(0, None), seed(1, None), seed(2, 2.0)])
+    assert never["speedup"]["fast"]["median"] is None  # most seeds never reached it
+
+
+def test_the_cli_runs_each_seed_in_its_own_directory(tmp_path):
+    from conftest import TARGET
+
+    out = CliRunner().invoke(app, ["bench", "tune", "-w", SPEC, "--trials", "8", "--work-dir",
+                                   str(tmp_path), "--target", json.dumps(TARGET), "--method",
+                                   "default", "--seed", "3", "--seed", "4", "--json"])  # fmt: skip
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.output)
+    assert [r["seed"] for r in data["runs"]] == [3, 4]
+    assert data["summary"]["seeds"] == [3, 4]
+    assert len(data["summary"]["speedup"]["default"]["seeds"]) == 2
+    for s in (3, 4):
+        assert json.loads((tmp_path / f"seed-{s}" / "results.json").read_text())["seed"] == s

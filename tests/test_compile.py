@@ -8,7 +8,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from tensortune.compat import tvm  # noqa: E402
-from tensortune.deploy.compile import compile_model  # noqa: E402
+from tensortune.deploy.compile import compile_model, timing_repeats  # noqa: E402
 from tensortune.records.storage import open_records  # noqa: E402
 from tensortune.tuning.tune import tune  # noqa: E402
 from tensortune.workloads.models import load_model  # noqa: E402
@@ -64,3 +64,10 @@ def test_records_of_another_target_are_not_applied(model, tmp_path):
          target={"kind": "llvm", "num-cores": 1})  # fmt: skip
     report = compile_model(model, records=url, target=TARGET, repeat=2)
     assert not any(s.tuned for s in report.tasks)
+
+
+def test_slow_builds_are_timed_fewer_times_within_the_budget() -> None:
+    # An untuned BERT-base call takes over a minute: ten timings would take a quarter hour.
+    assert timing_repeats(85.0, 10) == 1
+    assert timing_repeats(4.0, 10, budget_s=30.0) == 7
+    assert timing_repeats(0.002, 10) == 10

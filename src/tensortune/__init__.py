@@ -37,6 +37,7 @@ _EXPORTS = {
     "TensortuneError": "tensortune.errors",
     "bench_tune": "tensortune.bench.tune",
     "BenchResult": "tensortune.bench.tune",
+    "summarize_seeds": "tensortune.bench.tune",
     "DraftThenVerify": "tensortune.search.draft_verify",
     "DraftModel": "tensortune.draft.analyzer",
     "draft_quality": "tensortune.draft.quality",
@@ -68,11 +69,12 @@ __all__ = [
     "open_records",
     "parse_spec",
     "resolve_tasks",
+    "summarize_seeds",
     "tune",
 ]
 
 if TYPE_CHECKING:
-    from tensortune.bench.tune import BenchResult, bench_tune
+    from tensortune.bench.tune import BenchResult, bench_tune, summarize_seeds
     from tensortune.deploy.compile import CompileReport, compile_model
     from tensortune.draft.analyzer import DraftModel
     from tensortune.draft.quality import draft_quality

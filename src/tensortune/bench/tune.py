@@ -65,6 +65,7 @@ class BenchResult:
     trials: int
     target: dict
     runs: dict[str, MethodRun] = field(default_factory=dict)
+    seed: int = 0
 
     @property
     def speedup(self) -> dict[str, float | None]:
@@ -89,7 +90,7 @@ class BenchResult:
 
     def to_dict(self) -> dict:
         return {
-            "tasks": self.tasks, "trials": self.trials, "target": self.target,
+            "tasks": self.tasks, "trials": self.trials, "target": self.target, "seed": self.seed,
             "methods": {k: asdict(v) for k, v in self.runs.items()},
             "final_latency": {k: v.final_latency for k, v in self.runs.items()},
             "speedup": self.speedup, "trial_ratio": self.trial_ratio,
@@ -132,10 +133,11 @@ def bench_tune(
     work = Path(work_dir)
     work.mkdir(parents=True, exist_ok=True)
     saved = work / "results.json"
-    result = BenchResult([t.name for t in tasks], trials, tgt)
+    result = BenchResult([t.name for t in tasks], trials, tgt, seed=seed)
     if saved.is_file():
         old = json.loads(saved.read_text())
-        if old.get("tasks") == result.tasks and old.get("trials") == trials:
+        same = (old.get("tasks"), old.get("trials"), old.get("target"), old.get("seed", 0))
+        if same == (result.tasks, trials, tgt, seed):
             for name, run in old.get("methods", {}).items():
                 run["curve"] = [tuple(p) for p in run["curve"]]
                 result.runs[name] = MethodRun(**run)
@@ -146,6 +148,30 @@ def bench_tune(
         result.runs[name] = run
         saved.write_text(json.dumps(result.to_dict(), indent=1))
     return result
+
+
+def summarize_seeds(results: Sequence[BenchResult]) -> dict:
+    """Per method, the speedup and trial ratio of every seed and their medians.
+
+    A seed where the method never reached the default's final latency is ``None`` in the
+    per-seed list and counts as 0 in the median (slower than any speedup); a median of 0 is
+    reported as ``None``: most seeds never got there."""
+    import statistics
+
+    out: dict[str, dict] = {}
+    for key in ("speedup", "trial_ratio"):
+        per_method: dict[str, list[float | None]] = {}
+        for r in results:
+            for method, value in getattr(r, key).items():
+                per_method.setdefault(method, []).append(value)
+        out[key] = {m: {"seeds": v, "median": statistics.median(x or 0.0 for x in v) or None}
+                    for m, v in per_method.items()}  # fmt: skip
+    out["final_latency"] = {
+        m: [r.runs[m].final_latency for r in results if m in r.runs]
+        for m in dict.fromkeys(m for r in results for m in r.runs)
+    }
+    out["seeds"] = [r.seed for r in results]
+    return out
 
 
 def _run_method(name: str, tasks: list[Task], trials: int, work: Path, target: dict,

@@ -475,14 +475,28 @@ def bench_tune_cmd(
     ] = None,
     plot: Annotated[Path | None, typer.Option("--plot", help="Write the curves (PNG).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
-    seed: Annotated[int, typer.Option(help="Random seed of the searches.")] = 0,
+    seed: Annotated[
+        list[int] | None,
+        typer.Option(
+            help="Random seed of the searches; repeatable: each seed runs in "
+            "WORK_DIR/seed-N and the medians over seeds are reported."
+        ),
+    ] = None,
 ) -> None:
     """Compare search methods on the same tasks, budget, builder and runner.
 
     Reports each method's final latency, the search-time speedup over MetaSchedule's default
     (time to reach the default's final latency) and where the time went.
     """
-    from tensortune.bench.tune import METHODS, bench_tune, format_latency, plot_curves
+    from tensortune.bench.tune import (
+        METHODS,
+        bench_tune,
+        format_latency,
+        plot_curves,
+        summarize_seeds,
+    )
+
+    seeds = seed or [0]
 
     def progress(name, run) -> None:
         if not as_json:
@@ -490,17 +504,48 @@ def bench_tune_cmd(
             console.print(f"[{name}] {run.trials} trials, {run.curve[-1][0]:.0f} s, "
                           f"latency {format_latency(lat)}", highlight=False)  # fmt: skip
 
-    result = bench_tune(workload, model=model, workloads_from=workloads_from, trials=trials,
-                        work_dir=work_dir, target=target, methods=method or METHODS,
-                        max_tasks=max_tasks, seed=seed, progress=progress)  # fmt: skip
-    if plot is not None:
-        plot_curves(result, plot)
+    results = []
+    for s in seeds:
+        where = work_dir if len(seeds) == 1 else work_dir / f"seed-{s}"
+        results.append(bench_tune(workload, model=model, workloads_from=workloads_from,
+                                  trials=trials, work_dir=where, target=target,
+                                  methods=method or METHODS, max_tasks=max_tasks, seed=s,
+                                  progress=progress))  # fmt: skip
+    plots = _plot_paths(plot, seeds)
+    for result, path in zip(results, plots, strict=True):
+        if path is not None:
+            plot_curves(result, path)
     if as_json:
-        print(json.dumps(result.to_dict()))
+        if len(results) == 1:
+            print(json.dumps(results[0].to_dict()))
+        else:
+            print(json.dumps({"runs": [r.to_dict() for r in results],
+                              "summary": summarize_seeds(results)}))  # fmt: skip
         return
+    for result, path in zip(results, plots, strict=True):
+        _print_bench(result, trials, path)
+    if len(results) > 1:
+        summary = summarize_seeds(results)
+        for m, v in summary["speedup"].items():
+            each = ", ".join(_ratio(x) for x in v["seeds"])
+            console.print(f"{m}: median speedup {_ratio(v['median'])} over seeds "
+                          f"{seeds} ({each})", highlight=False)  # fmt: skip
+
+
+def _plot_paths(plot: Path | None, seeds: list[int]) -> list[Path | None]:
+    if plot is None:
+        return [None] * len(seeds)
+    if len(seeds) == 1:
+        return [plot]
+    return [plot.with_name(f"{plot.stem}-seed{s}{plot.suffix}") for s in seeds]
+
+
+def _print_bench(result, trials: int, plot: Path | None) -> None:
     from rich.table import Table
 
-    table = Table(title=f"{len(result.tasks)} task(s) x {trials} trials")
+    from tensortune.bench.tune import format_latency
+
+    table = Table(title=f"{len(result.tasks)} task(s) x {trials} trials, seed {result.seed}")
     for col in ("method", "final latency", "wall", "speedup", "trial ratio", "build", "run",
                 "model", "analyzer"):  # fmt: skip
         table.add_column(col)

@@ -98,10 +98,14 @@ def _time_vm(executable, inputs, repeat: int) -> tuple[list[np.ndarray], float]:
     vm = tvm.relax.VirtualMachine(executable, dev)
     start = time.perf_counter()
     out = _outputs(vm["main"](*inputs))
-    first = time.perf_counter() - start
-    repeat = max(1, min(repeat, int(_TIMING_BUDGET_S / max(first, 1e-9))))
+    repeat = timing_repeats(time.perf_counter() - start, repeat)
     timer = vm.time_evaluator("main", dev, number=1, repeat=repeat, min_repeat_ms=50)
     return out, float(timer(*inputs).median)
+
+
+def timing_repeats(first_call_s: float, repeat: int, budget_s: float = _TIMING_BUDGET_S) -> int:
+    """How many timings fit the budget, judged by the first call; at least one."""
+    return max(1, min(repeat, int(budget_s / max(first_call_s, 1e-9))))
 
 
 def _time_torch(m, repeat: int, threads: int) -> float | None:
