@@ -151,6 +151,37 @@ def test_the_runner_worker_uses_the_requested_thread_count(builder):
         runner.close()
 
 
+@pytest.mark.skipif(not Path("/proc/pressure/cpu").exists(), reason="needs Linux PSI")
+def test_timings_that_compete_for_the_cpu_are_retried_and_flagged(builder):
+    """Two busy processes on two cores make the kernel wait for a CPU about half the time or
+    more; on a quiet machine tasks wait under 3% of it."""
+    import subprocess
+    import sys
+    import time
+
+    mod = parse_spec("matmul:128,128,128").to_module()
+    (built,) = _build(builder, [mod])
+    timing = TimingConfig(repeat=2, min_repeat_ms=20, max_wait_share=0.2, retries=1)
+    runner = PersistentRunner(timing, num_threads=2)
+    args = [ArgInfo.from_prim_func(mod["main"])]
+    try:
+        (quiet,) = _run(runner, [built.artifact_path], args)
+        assert quiet.error_msg is None and runner.contended == 0
+        burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+                   for _ in range(2)]  # fmt: skip
+        try:
+            time.sleep(0.3)
+            (busy,) = _run(runner, [built.artifact_path], args)
+        finally:
+            for b in burners:
+                b.kill()
+                b.wait()
+        assert busy.error_msg is None and len(busy.run_secs) == 2  # still a measurement
+        assert runner.contended == 1
+    finally:
+        runner.close()
+
+
 def test_classify_recognises_tvm_local_builder_and_runner_messages():
     assert classify("LocalBuilder: Timeout, killed after 30 seconds", None) is Status.TIMEOUT
     assert classify("LocalBuilder: An exception occurred\nTraceback", None) is Status.BUILD_ERROR

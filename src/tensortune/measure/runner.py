@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from dataclasses import dataclass
@@ -17,6 +18,8 @@ from tensortune.measure.pool import WorkerPool
 from tensortune.measure.status import Status, tagged
 from tensortune.measure.worker import Signature
 
+_log = logging.getLogger("tensortune.measure")
+
 
 @dataclass(frozen=True)
 class TimingConfig:
@@ -25,12 +28,17 @@ class TimingConfig:
     ``repeat`` timings are kept (all of them are stored; reports use their median).  Each
     timing runs the kernel ``number`` times, raised until one timing lasts ``min_repeat_ms``.
     ``cache_flush`` evicts the arguments from the CPU caches before each timing.
+    A candidate timed while runnable tasks waited for a CPU more than ``max_wait_share`` of
+    the time (another process competing with the kernel's threads) is timed again, up to
+    ``retries`` times, after a short pause; the clean timing is kept, else the fastest.
     """
 
     number: int = 1
     repeat: int = 5
     min_repeat_ms: int = 10
     cache_flush: bool = False
+    max_wait_share: float = 0.1
+    retries: int = 3
 
 
 def signature_of(args_info: list) -> Signature:
@@ -64,6 +72,7 @@ class PersistentRunner(PyRunner):
         self._pool.start()
         self._references: dict[str, str | None] = {}  # signature text -> library (None: ambiguous)
         self.seconds = 0.0  # wall time spent running, for benchmarks' breakdowns
+        self.contended = 0  # candidates whose every timing competed for the CPU
 
     def add_reference(self, signature: Signature, library: str) -> None:
         """Register an unscheduled build of a workload as the reference for its signature.
@@ -80,13 +89,18 @@ class PersistentRunner(PyRunner):
         for ri in runner_inputs:
             sig = signature_of(ri.args_info)
             ref = self._references.get(repr(sig)) if self.check_correctness else None
-            jobs.append(
-                (ri.artifact_path, sig, t.number, t.repeat, t.min_repeat_ms, t.cache_flush, ref)
-            )
+            jobs.append((ri.artifact_path, sig, t.number, t.repeat, t.min_repeat_ms,
+                         t.cache_flush, ref, t.max_wait_share, t.retries))  # fmt: skip
         start = time.perf_counter()
-        futures = [_future(outcome) for outcome in self._pool.map("run", jobs, self.timeout_s)]
+        outcomes = self._pool.map("run", jobs, self.timeout_s)
         self.seconds += time.perf_counter() - start
-        return futures
+        contended = sum(o.kind == "ok" and bool(o.value.get("contended")) for o in outcomes)
+        if contended:
+            self.contended += contended
+            _log.warning("%d of %d candidates were timed while tasks waited for a CPU (another "
+                         "process, or more threads than cores) even after %d retries; their "
+                         "costs may be inflated", contended, len(outcomes), t.retries)  # fmt: skip
+        return [_future(outcome) for outcome in outcomes]
 
     def close(self) -> None:
         self._pool.close()

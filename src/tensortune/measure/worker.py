@@ -131,10 +131,21 @@ def run(
     min_repeat_ms: int,
     cache_flush: bool,
     reference: str | None,
+    max_wait_share: float = 1.0,
+    retries: int = 0,
 ) -> dict:
-    """Time a built kernel; with a reference library, also compare outputs first."""
+    """Time a built kernel; with a reference library, also compare outputs first.
+
+    A timing during which runnable tasks waited for a CPU more than ``max_wait_share`` of the
+    time is repeated (``retries`` times at most, pausing in between); the result says whether
+    even the kept timing was ``contended``.
+    """
+    import time
+
     import numpy as np
     import tvm
+
+    from tensortune.measure.contention import CpuWatch
 
     module = _load(path)
     args = _arguments(signature, seed=0)
@@ -159,7 +170,20 @@ def run(
         # TVM's flush evicts every argument but the first (the input being streamed) from cache.
         f_preproc="cache_flush_cpu_non_first_arg" if cache_flush else "",
     )
-    return {"costs": [float(c) for c in evaluator(*args).results], "mismatch": None}
+    fastest: list[float] = []
+    shares: list[float] = []
+    for attempt in range(retries + 1):
+        watch = CpuWatch()
+        costs = [float(c) for c in evaluator(*args).results]
+        share = watch.share()
+        if share is None or share <= max_wait_share:
+            return {"costs": costs, "mismatch": None, "contended": False, "wait_shares": shares}
+        shares.append(share)
+        if not fastest or sorted(costs)[len(costs) // 2] < sorted(fastest)[len(fastest) // 2]:
+            fastest = costs  # contention only slows a kernel down: the fastest is the least wrong
+        if attempt < retries:
+            time.sleep(0.2 * 2**attempt)
+    return {"costs": fastest, "mismatch": None, "contended": True, "wait_shares": shares}
 
 
 def _ping() -> int:
