@@ -21,6 +21,7 @@ from pathlib import Path
 
 from tensortune.compat import BuilderInput, tvm
 from tensortune.measure.builder import PersistentBuilder
+from tensortune.records.convert import candidate_from_trace
 from tensortune.records.sqlite import SQLiteStore
 
 BATCHES = (16, 64)
@@ -32,9 +33,8 @@ def _programs(store_path: Path, count: int, rng: random.Random) -> list[BuilderI
         records = list(store.query(ok_only=True))
         inputs = []
         for r in rng.sample(records, min(count, len(records))):
-            sch = tvm.s_tir.Schedule(store.workload(r.workload_id).mod())
-            tvm.s_tir.Trace.apply_json_to_schedule(json.loads(r.trace), sch)
-            inputs.append(BuilderInput(sch.mod, tvm.target.Target(json.loads(r.target))))
+            cand = candidate_from_trace(store.workload(r.workload_id).mod(), r.trace)
+            inputs.append(BuilderInput(cand.sch.mod, tvm.target.Target(json.loads(r.target))))
         return inputs
     finally:
         store.close()

@@ -18,11 +18,11 @@ import json
 import random
 import statistics
 
-from tensortune.compat import ArgInfo, MeasureCandidate, tvm
 from tensortune.hardware import parse_target, target_key
 from tensortune.measure.batch import measure_batch
 from tensortune.measure.builder import PersistentBuilder
 from tensortune.measure.runner import PersistentRunner, TimingConfig
+from tensortune.records.convert import candidate_from_trace
 from tensortune.records.sqlite import SQLiteStore
 
 
@@ -34,10 +34,7 @@ def _sample(store: SQLiteStore, tkey: str, others: int, rng: random.Random) -> l
         if not records:
             continue
         for r in [records[0], *rng.sample(records[1:], min(others, len(records) - 1))]:
-            sch = tvm.s_tir.Schedule(w.mod())
-            tvm.s_tir.Trace.apply_json_to_schedule(json.loads(r.trace), sch)
-            args = ArgInfo.from_entry_func(sch.mod, remove_preproc=True)
-            picked.append((w.name, r.cost, MeasureCandidate(sch, args)))
+            picked.append((w.name, r.cost, candidate_from_trace(w.mod(), r.trace)))
     return picked
 
 

@@ -92,19 +92,15 @@ def _stock(config: str, mod, trials: int, target: dict, work: Path, log) -> None
 
 def _retime(spec: str, target: dict, traces: list[str], repeats: int) -> list[float]:
     """Median cost of each trace over ``repeats`` builds and runs in one runner."""
-    from tensortune.compat import ArgInfo, MeasureCandidate, tvm
     from tensortune.hardware import runtime_threads
     from tensortune.measure.batch import measure_batch
     from tensortune.measure.builder import PersistentBuilder
     from tensortune.measure.runner import PersistentRunner
+    from tensortune.records.convert import candidate_from_trace
     from tensortune.workloads.sources import task_from_spec
 
     mod = task_from_spec(spec).mod
-    cands = []
-    for text in traces:
-        sch = tvm.s_tir.Schedule(mod)
-        tvm.s_tir.Trace.apply_json_to_schedule(json.loads(text), sch)
-        cands.append(MeasureCandidate(sch, ArgInfo.from_entry_func(sch.mod, remove_preproc=True)))
+    cands = [candidate_from_trace(mod, text) for text in traces]
     builder = PersistentBuilder()
     runner = PersistentRunner(num_threads=runtime_threads(target))
     costs: list[list[float]] = [[] for _ in cands]

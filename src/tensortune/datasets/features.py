@@ -150,7 +150,8 @@ PER_STORE_WIDTH = 164
 
 def per_store_features(mod, target: dict, traces: list[list]) -> list[np.ndarray | None]:
     """PerStoreFeature rows of each trace replayed on ``mod`` (None where replay fails)."""
-    from tensortune.compat import ArgInfo, MeasureCandidate, TuneContext, ms, tvm
+    from tensortune.compat import TuneContext, ms, tvm
+    from tensortune.records.convert import candidate_from_trace
 
     ctx = TuneContext(mod, target=tvm.target.Target(target), num_threads=1)
     extractor = ms.feature_extractor.PerStoreFeature()
@@ -158,11 +159,9 @@ def per_store_features(mod, target: dict, traces: list[list]) -> list[np.ndarray
     where: list[int] = []
     for i, trace in enumerate(traces):
         try:
-            sch = tvm.s_tir.Schedule(mod)
-            tvm.s_tir.Trace.apply_json_to_schedule(trace, sch)
+            cands.append(candidate_from_trace(mod, trace))
         except Exception:
             continue
-        cands.append(MeasureCandidate(sch, ArgInfo.from_entry_func(sch.mod, remove_preproc=True)))
         where.append(i)
     out: list[np.ndarray | None] = [None] * len(traces)
     for i, feats in zip(where, extractor.extract_from(ctx, cands) if cands else [], strict=True):

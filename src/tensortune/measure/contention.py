@@ -19,14 +19,18 @@ _STAT = "/proc/stat"
 _TICK_S = 1.0 / os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 0.01
 
 
+def _first_fields(path: str) -> list[str]:
+    """The whitespace-separated fields of a file's first line; none if it cannot be read."""
+    try:
+        with open(path) as f:
+            return f.readline().split()
+    except OSError:
+        return []
+
+
 def _psi_wait_s() -> float | None:
     """Seconds during which some runnable task waited for a CPU, since boot."""
-    try:
-        with open(_PSI) as f:
-            some = f.readline().split()
-    except OSError:
-        return None
-    for field in some:
+    for field in _first_fields(_PSI):
         if field.startswith("total="):
             return int(field[6:]) / 1e6
     return None
@@ -34,11 +38,7 @@ def _psi_wait_s() -> float | None:
 
 def _steal_s() -> float | None:
     """Seconds the virtual CPUs were ready but the hypervisor ran something else, all CPUs."""
-    try:
-        with open(_STAT) as f:
-            cpu = f.readline().split()
-    except OSError:
-        return None
+    cpu = _first_fields(_STAT)
     return int(cpu[8]) * _TICK_S if len(cpu) > 8 and cpu[0] == "cpu" else None
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 
-from tensortune.compat import TVM_VERSION, TuningRecord, Workload, tvm
+from tensortune.compat import TVM_VERSION, ArgInfo, MeasureCandidate, TuningRecord, Workload, tvm
 from tensortune.measure.status import FAILED_COST, Status, classify
 from tensortune.records.schema import Record
 
@@ -25,6 +25,16 @@ def to_plain(value: object) -> object:
 
 def trace_text(trace) -> str:
     return json.dumps(to_plain(trace.as_json(remove_postproc=False)))
+
+
+def candidate_from_trace(mod, trace: list | str) -> MeasureCandidate:
+    """A stored trace (JSON, or its text) replayed on ``mod``, ready to build, run or featurize.
+
+    Raises whatever the replay raises when the trace does not fit the module."""
+    sch = tvm.s_tir.Schedule(mod)
+    tvm.s_tir.Trace.apply_json_to_schedule(json.loads(trace) if isinstance(trace, str) else trace,
+                                           sch)  # fmt: skip
+    return MeasureCandidate(sch, ArgInfo.from_entry_func(sch.mod, remove_preproc=True))
 
 
 def args_info_text(args_info) -> str:
