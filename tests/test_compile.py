@@ -47,6 +47,8 @@ def test_tuned_records_are_applied_and_outputs_match(model, tmp_path):
     assert report.max_abs_error < 1e-4
     assert report.tuned_seconds > 0 and report.untuned_seconds > 0
     assert report.torch_seconds is not None and report.torch_seconds > 0
+    # TVM's own default on x86 is half the CPUs: the builds must run with the target's cores.
+    assert report.threads == TARGET["num-cores"]
 
 
 def test_a_store_without_records_falls_back_to_default_schedules(model, tmp_path):

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import statistics
+import tempfile
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
+from tensortune.errors import TensortuneError
 from tensortune.hardware import current_hardware, parse_target, runtime_threads
+from tensortune.measure.pool import WorkerPool
 from tensortune.records.storage import DEFAULT_URL, RecordStore, open_records
 
 
@@ -30,6 +34,7 @@ class CompileReport:
     torch_seconds: float | None
     max_abs_error: float  # tuned vs untuned outputs
     tasks: list[TaskStatus] = field(default_factory=list)
+    threads: int = 1  # of TVM's runtime and of PyTorch alike
 
     @property
     def speedup_over_untuned(self) -> float:
@@ -52,7 +57,9 @@ def compile_model(
 
     Tasks with no successful record on this hardware fall back to their untuned TIR (TVM 0.27's
     CPU pipeline schedules nothing by itself).  The untuned build and PyTorch eager (for torch
-    models) are timed in the same process.
+    models) are timed too, all with the target's ``num-cores`` threads.  TVM sizes its thread
+    pool once per process, from ``TVM_NUM_THREADS`` (and on x86 takes half the CPUs without it),
+    so the TVM builds are timed in a worker process started with that variable set.
     """
     from tensortune.compat import ms, tvm
     from tensortune.records.ms_database import StoreDatabase
@@ -69,15 +76,44 @@ def compile_model(
         best = statistics.median(float(s) for s in rec.run_secs) if rec is not None else None
         statuses.append(TaskStatus(task.name, task.weight, rec is not None, best))
 
-    untuned = tvm.compile(m.mod, target=tvm_target)
-    tuned = ms.relax_integration.compile_relax(db, m.mod, tvm_target, None)
-    dev = tvm.cpu()
-    inputs = [tvm.runtime.tensor(x, dev) for x in m.inputs]
-    out_untuned, t_untuned = _time_vm(untuned, inputs, repeat)
-    out_tuned, t_tuned = _time_vm(tuned, inputs, repeat)
+    threads = runtime_threads(target)
+    builds = {
+        "untuned": tvm.compile(m.mod, target=tvm_target),
+        "tuned": ms.relax_integration.compile_relax(db, m.mod, tvm_target, None),
+    }
+    timed = _time_in_worker(builds, m.inputs, repeat, threads)
+    (out_untuned, t_untuned, _), (out_tuned, t_tuned, tvm_threads) = timed.values()
+    if tvm_threads != threads:
+        raise TensortuneError(f"TVM ran with {tvm_threads} threads instead of {threads}")
     error = max(float(np.abs(a - b).max()) for a, b in zip(out_tuned, out_untuned, strict=True))
-    t_torch = _time_torch(m, repeat, runtime_threads(target))
-    return CompileReport(m.name, target, store.url, t_tuned, t_untuned, t_torch, error, statuses)
+    t_torch = _time_torch(m, repeat, threads)
+    return CompileReport(m.name, target, store.url, t_tuned, t_untuned, t_torch, error, statuses,
+                         tvm_threads)  # fmt: skip
+
+
+_WORKER_TIMEOUT_S = 3600.0  # an untuned BERT-base call alone takes 85 s here
+
+
+def _time_in_worker(
+    builds: dict, inputs: list[np.ndarray], repeat: int, threads: int
+) -> dict[str, tuple[list[np.ndarray], float, int]]:
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        WorkerPool(1, {"TVM_NUM_THREADS": str(threads)}) as pool,
+    ):
+        pool.start()  # its TVM import overlaps the exports
+        jobs = []
+        for name, executable in builds.items():
+            path = str(Path(tmp) / f"{name}.so")
+            executable.export_library(path)
+            jobs.append((path, inputs, repeat))
+        outcomes = pool.map("time_model", jobs, timeout_s=_WORKER_TIMEOUT_S)
+    timed = {}
+    for name, o in zip(builds, outcomes, strict=True):
+        if o.kind != "ok":
+            raise TensortuneError(f"timing the {name} build failed: {o.message or o.kind}")
+        timed[name] = o.value
+    return timed
 
 
 def _outputs(value) -> list[np.ndarray]:
@@ -89,13 +125,13 @@ def _outputs(value) -> list[np.ndarray]:
 _TIMING_BUDGET_S = 30.0  # per build: an untuned BERT-base runs for over a minute per call
 
 
-def _time_vm(executable, inputs, repeat: int) -> tuple[list[np.ndarray], float]:
-    """Outputs and median latency; a build too slow for ``repeat`` timings within the budget
-    gets fewer (at least one after the first call, which pays one-off initialisation)."""
+def time_vm(vm, inputs: list, repeat: int) -> tuple[list[np.ndarray], float]:
+    """Outputs and median latency of ``vm["main"]``; a build too slow for ``repeat`` timings
+    within the budget gets fewer (at least one after the first call, which pays one-off
+    initialisation)."""
     from tensortune.compat import tvm
 
     dev = tvm.cpu()
-    vm = tvm.relax.VirtualMachine(executable, dev)
     start = time.perf_counter()
     out = _outputs(vm["main"](*inputs))
     repeat = timing_repeats(time.perf_counter() - start, repeat)

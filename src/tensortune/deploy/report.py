@@ -10,7 +10,7 @@ from tensortune.deploy.compile import CompileReport
 
 
 def print_report(r: CompileReport, console: Console) -> None:
-    t = Table(title=f"{r.model}: end-to-end latency (median)")
+    t = Table(title=f"{r.model}: end-to-end latency (median, {r.threads} threads)")
     t.add_column("build")
     t.add_column("latency", justify="right")
     t.add_column("tuned is faster by", justify="right")

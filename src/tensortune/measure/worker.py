@@ -185,11 +185,24 @@ def run(
     return {"costs": min(contended, key=statistics.median), "mismatch": None, "contended": True}
 
 
+def time_model(path: str, inputs: list, repeat: int) -> tuple[list, float, int]:
+    """Outputs, median latency and thread count of an exported Relax executable's ``main``
+    (see ``tensortune.deploy.compile``), timed here so that TVM's pool has the worker's size."""
+    import tvm
+
+    from tensortune.deploy.compile import time_vm
+
+    dev = tvm.cpu()
+    vm = tvm.relax.VirtualMachine(_load(path), dev)
+    outputs, seconds = time_vm(vm, [tvm.runtime.tensor(x, dev) for x in inputs], repeat)
+    return outputs, seconds, int(tvm.get_global_func("runtime.NumThreads")())
+
+
 def _ping() -> int:
     return os.getpid()
 
 
-_HANDLERS = {"build": build, "run": run, "ping": _ping}
+_HANDLERS = {"build": build, "run": run, "time_model": time_model, "ping": _ping}
 
 
 if __name__ == "__main__":
