@@ -82,7 +82,7 @@ def compile_model(
         "tuned": ms.relax_integration.compile_relax(db, m.mod, tvm_target, None),
     }
     timed = _time_in_worker(builds, m.inputs, repeat, threads)
-    (out_untuned, t_untuned, _), (out_tuned, t_tuned, tvm_threads) = timed.values()
+    (out_untuned, t_untuned, _), (out_tuned, t_tuned, tvm_threads) = timed
     if tvm_threads != threads:
         raise TensortuneError(f"TVM ran with {tvm_threads} threads instead of {threads}")
     error = max(float(np.abs(a - b).max()) for a, b in zip(out_tuned, out_untuned, strict=True))
@@ -96,7 +96,8 @@ _WORKER_TIMEOUT_S = 3600.0  # an untuned BERT-base call alone takes 85 s here
 
 def _time_in_worker(
     builds: dict, inputs: list[np.ndarray], repeat: int, threads: int
-) -> dict[str, tuple[list[np.ndarray], float, int]]:
+) -> list[tuple[list[np.ndarray], float, int]]:
+    """(outputs, median seconds, TVM threads) of each build, in the order of ``builds``."""
     with (
         tempfile.TemporaryDirectory() as tmp,
         WorkerPool(1, {"TVM_NUM_THREADS": str(threads)}) as pool,
@@ -108,12 +109,10 @@ def _time_in_worker(
             executable.export_library(path)
             jobs.append((path, inputs, repeat))
         outcomes = pool.map("time_model", jobs, timeout_s=_WORKER_TIMEOUT_S)
-    timed = {}
     for name, o in zip(builds, outcomes, strict=True):
         if o.kind != "ok":
             raise TensortuneError(f"timing the {name} build failed: {o.message or o.kind}")
-        timed[name] = o.value
-    return timed
+    return [o.value for o in outcomes]
 
 
 def _outputs(value) -> list[np.ndarray]:
