@@ -418,12 +418,24 @@ def compile_cmd(
     repeat: Annotated[
         int, typer.Option(help="Timed repeats of each build (fewer if they would take over 30 s).")
     ] = 10,
+    rounds: Annotated[
+        int, typer.Option(help="Rounds in which the tuned build and PyTorch eager take turns.")
+    ] = 3,
+    retime: Annotated[
+        int,
+        typer.Option(
+            help="Time each task's best K records again, side by side, and build with the "
+            "fastest (0: the stored best)."
+        ),
+    ] = 0,
 ) -> None:
     """Build a model with the tuned schedules and compare its latency."""
     from tensortune.deploy.compile import compile_model
     from tensortune.deploy.report import print_report
 
-    print_report(compile_model(model, records=records, target=target, repeat=repeat), console)
+    report = compile_model(model, records=records, target=target, repeat=repeat, rounds=rounds,
+                           retime=retime)  # fmt: skip
+    print_report(report, console)
 
 
 def main() -> None:

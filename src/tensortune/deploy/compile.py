@@ -5,6 +5,7 @@ from __future__ import annotations
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,6 +23,9 @@ class TaskStatus:
     weight: int
     tuned: bool
     best_seconds: float | None
+    # With ``retime``: the chosen record re-timed, and its rank among the stored (0 = best).
+    retimed_seconds: float | None = None
+    retime_rank: int | None = None
 
 
 @dataclass
@@ -35,6 +39,9 @@ class CompileReport:
     max_abs_error: float  # tuned vs untuned outputs
     tasks: list[TaskStatus] = field(default_factory=list)
     threads: int = 1  # of TVM's runtime and of PyTorch alike
+    # Tuned build and PyTorch eager, timed alternately (one pair per round): medians above.
+    tuned_rounds: list[float] = field(default_factory=list)
+    torch_rounds: list[float] = field(default_factory=list)
 
     @property
     def speedup_over_untuned(self) -> float:
@@ -42,7 +49,13 @@ class CompileReport:
 
     @property
     def speedup_over_torch(self) -> float | None:
-        return None if self.torch_seconds is None else self.torch_seconds / self.tuned_seconds
+        """Median over rounds of eager / tuned: each ratio compares timings taken side by side,
+        which a shared machine's drift between rounds does not bias."""
+        if self.torch_seconds is None:
+            return None
+        pairs = zip(self.torch_rounds, self.tuned_rounds, strict=True)
+        ratios = [e / t for e, t in pairs] or [self.torch_seconds / self.tuned_seconds]
+        return statistics.median(ratios)
 
 
 def compile_model(
@@ -51,6 +64,8 @@ def compile_model(
     records: str | RecordStore = DEFAULT_URL,
     target: dict | str | None = None,
     repeat: int = 10,
+    rounds: int = 3,
+    retime: int = 0,
 ) -> CompileReport:
     """Build ``model`` (a zoo name, an ``.onnx`` path or a loaded ``Model``) with this machine's
     best records for ``target``, and time it.
@@ -59,8 +74,14 @@ def compile_model(
     CPU pipeline schedules nothing by itself).  The untuned build and PyTorch eager (for torch
     models) are timed too, all with the target's ``num-cores`` threads.  TVM sizes its thread
     pool once per process, from ``TVM_NUM_THREADS`` (and on x86 takes half the CPUs without it),
-    so the TVM builds are timed in a worker process started with that variable set.
+    so the TVM builds are timed in a worker process started with that variable set.  The tuned
+    build and eager PyTorch take turns, ``rounds`` times, each timing ``repeat`` calls.
+
+    ``retime`` > 1 times each task's ``retime`` best records again, side by side, and builds
+    with the fastest of them (see ``tensortune.deploy.retime``) instead of the stored best.
     """
+    if rounds < 1 or repeat < 1 or retime < 0:
+        raise TensortuneError("repeat and rounds must be at least 1, retime at least 0")
     from tensortune.compat import ms, tvm
     from tensortune.records.ms_database import StoreDatabase
     from tensortune.workloads.models import Model, load_model
@@ -70,34 +91,60 @@ def compile_model(
     m = model if isinstance(model, Model) else load_model(model, target=tvm_target)
     store = open_records(records, create=False) if isinstance(records, str) else records
     db = StoreDatabase(store, hardware=current_hardware(), target=target)
+    retimed = {}
+    if retime > 1:
+        from tensortune.deploy.retime import retime_best
+
+        retimed = retime_best(store, m.tasks, target, db.hardware_id, retime)
     statuses = []
     for task in m.tasks:
         rec = db.query_tuning_record(task.mod, tvm_target, task.name)
         best = statistics.median(float(s) for s in rec.run_secs) if rec is not None else None
-        statuses.append(TaskStatus(task.name, task.weight, rec is not None, best))
+        status = TaskStatus(task.name, task.weight, rec is not None, best)
+        again = retimed.get(store.workload_id(task.mod, create=False) or -1)
+        if again is not None:
+            status.retimed_seconds, status.retime_rank = again.seconds, again.rank
+        statuses.append(status)
+    db.pinned = {wid: r.chosen for wid, r in retimed.items()}
 
     threads = runtime_threads(target)
     builds = {
         "untuned": tvm.compile(m.mod, target=tvm_target),
         "tuned": ms.relax_integration.compile_relax(db, m.mod, tvm_target, None),
     }
-    timed = _time_in_worker(builds, m.inputs, repeat, threads)
-    (out_untuned, t_untuned, _), (out_tuned, t_tuned, tvm_threads) = timed
+    torch_rounds: list[float] = []
+
+    def between_rounds() -> None:
+        t = _time_torch(m, repeat, threads)
+        if t is not None:
+            torch_rounds.append(t)
+
+    timed = _time_in_worker(builds, m.inputs, repeat, threads, rounds, between_rounds)
+    (out_untuned, t_untuned, _), (out_tuned, _, tvm_threads) = timed[:2]
     if tvm_threads != threads:
         raise TensortuneError(f"TVM ran with {tvm_threads} threads instead of {threads}")
     error = max(float(np.abs(a - b).max()) for a, b in zip(out_tuned, out_untuned, strict=True))
-    t_torch = _time_torch(m, repeat, threads)
-    return CompileReport(m.name, target, store.url, t_tuned, t_untuned, t_torch, error, statuses,
-                         tvm_threads)  # fmt: skip
+    tuned_rounds = [t for _, t, _ in timed[1:]]
+    return CompileReport(
+        m.name, target, store.url, statistics.median(tuned_rounds), t_untuned,
+        statistics.median(torch_rounds) if torch_rounds else None, error, statuses, tvm_threads,
+        tuned_rounds if torch_rounds else [], torch_rounds,
+    )  # fmt: skip
 
 
 _WORKER_TIMEOUT_S = 3600.0  # an untuned BERT-base call alone takes 85 s here
 
 
 def _time_in_worker(
-    builds: dict, inputs: list[np.ndarray], repeat: int, threads: int
+    builds: dict,
+    inputs: list[np.ndarray],
+    repeat: int,
+    threads: int,
+    rounds: int,
+    between_rounds: Callable[[], None],
 ) -> list[tuple[list[np.ndarray], float, int]]:
-    """(outputs, median seconds, TVM threads) of each build, in the order of ``builds``."""
+    """(outputs, median seconds, TVM threads) of each build, in the order of ``builds``, then of
+    the last build again for each further round; ``between_rounds`` runs after each round."""
     with (
         tempfile.TemporaryDirectory() as tmp,
         WorkerPool(1, {"TVM_NUM_THREADS": str(threads)}) as pool,
@@ -107,12 +154,17 @@ def _time_in_worker(
         for name, executable in builds.items():
             path = str(Path(tmp) / f"{name}.so")
             executable.export_library(path)
-            jobs.append((path, inputs, repeat))
-        outcomes = pool.map("time_model", jobs, timeout_s=_WORKER_TIMEOUT_S)
-    for name, o in zip(builds, outcomes, strict=True):
-        if o.kind != "ok":
-            raise TensortuneError(f"timing the {name} build failed: {o.message or o.kind}")
-    return [o.value for o in outcomes]
+            jobs.append((name, (path, inputs, repeat)))
+        results = []
+        for r in range(rounds):
+            todo = jobs if r == 0 else jobs[-1:]
+            outcomes = pool.map("time_model", [j for _, j in todo], timeout_s=_WORKER_TIMEOUT_S)
+            for (name, _), o in zip(todo, outcomes, strict=True):
+                if o.kind != "ok":
+                    raise TensortuneError(f"timing the {name} build failed: {o.message or o.kind}")
+                results.append(o.value)
+            between_rounds()
+    return results
 
 
 def _outputs(value) -> list[np.ndarray]:

@@ -26,7 +26,11 @@ from tensortune.records.storage import RecordStore
 
 @derived_object
 class StoreDatabase(PyDatabase):
-    """A ``PyDatabase`` view of ``store`` for one hardware (and, optionally, one target)."""
+    """A ``PyDatabase`` view of ``store`` for one hardware (and, optionally, one target).
+
+    ``pinned`` (workload id → record) overrides the stored best that a workload's query
+    returns, e.g. with the record that was fastest when its best few were timed again.
+    """
 
     def __init__(
         self,
@@ -35,12 +39,14 @@ class StoreDatabase(PyDatabase):
         hardware: Hardware | None = None,
         target: dict | None = None,
         run_id: str = "",
+        pinned: dict[int, Record] | None = None,
     ) -> None:
         super().__init__()
         self.store = store
         self.hardware_id = store.register_hardware(hardware or current_hardware())
         self.target = target_key(target) if target is not None else None
         self.run_id = run_id
+        self.pinned = dict(pinned or {})
 
     def has_workload(self, mod) -> bool:
         return self.store.workload_id(mod, create=False) is not None
@@ -97,7 +103,12 @@ class StoreDatabase(PyDatabase):
         return out
 
     def query_tuning_record(self, mod, target, workload_name: str | None = None):
-        records = self._records(mod, target_key(target), 1)
+        wid = self.store.workload_id(mod, create=False) if self.pinned else None
+        tkey = target_key(target)
+        pinned = self.pinned.get(wid) if wid is not None else None
+        if pinned is not None and pinned.target == tkey:
+            return to_tuning_record(pinned, Workload(mod))
+        records = self._records(mod, tkey, 1)
         return to_tuning_record(records[0], Workload(mod)) if records else None
 
     def query_schedule(self, mod, target, workload_name: str | None = None):

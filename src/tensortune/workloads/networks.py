@@ -267,13 +267,13 @@ def _mobilenetv2(batch: int) -> Maker:
     return make
 
 
-def _bert(seq: int) -> Maker:
+def _bert(seq: int, layers: int = 12) -> Maker:
     def make() -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
         from torch import nn
 
         _seeded()
         layer = _transformer_layers().PostNormLayer
-        model = nn.Sequential(*(layer(768, 12, 3072) for _ in range(12)))
+        model = nn.Sequential(*(layer(768, 12, 3072) for _ in range(layers)))
         return _finish(model, 1, seq, 768)
 
     return make
@@ -308,6 +308,11 @@ _DEFS = (
         _bert(128),
     ),
     NetworkDef("bert-base-s64", "BERT-base encoder, seq 64: hidden states 1x64x768", _bert(64)),
+    NetworkDef(
+        "bert-layer",
+        "one BERT-base encoder layer (the same tasks as bert-base, once each), input 1x128x768",
+        _bert(128, layers=1),
+    ),
     NetworkDef(
         "vit-tiny",
         "ViT-Tiny/16 (dim 192, depth 12, 3 heads, cls token, head), input 1x3x224x224",
