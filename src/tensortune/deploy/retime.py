@@ -3,7 +3,7 @@
 A store's best record is the minimum over many noisy timings taken at different moments of a
 shared machine, so it is biased low, and the program behind it is not always the fastest: on
 this 2-core machine the best stored ResNet-18 stem convolution re-timed at 5.9 ms while the
-third best re-timed at 3.7 ms.  Timing the top few together, now, ranks them on one scale.
+third best re-timed at 3.8 ms.  Timing the top few together, now, ranks them on one scale.
 """
 
 from __future__ import annotations
