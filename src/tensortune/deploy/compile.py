@@ -101,7 +101,7 @@ def compile_model(
         rec = db.query_tuning_record(task.mod, tvm_target, task.name)
         best = statistics.median(float(s) for s in rec.run_secs) if rec is not None else None
         status = TaskStatus(task.name, task.weight, rec is not None, best)
-        again = retimed.get(store.workload_id(task.mod, create=False) or -1)
+        again = retimed.get(store.workload_id(task.mod, create=False))
         if again is not None:
             status.retimed_seconds, status.retime_rank = again.seconds, again.rank
         statuses.append(status)
@@ -119,6 +119,8 @@ def compile_model(
         if t is not None:
             torch_rounds.append(t)
 
+    # Without an eager model to take turns with, one round says all there is.
+    rounds = rounds if m.torch_module is not None else 1
     timed = _time_in_worker(builds, m.inputs, repeat, threads, rounds, between_rounds)
     (out_untuned, t_untuned, _), (out_tuned, _, tvm_threads) = timed[:2]
     if tvm_threads != threads:

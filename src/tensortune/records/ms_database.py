@@ -103,9 +103,8 @@ class StoreDatabase(PyDatabase):
         return out
 
     def query_tuning_record(self, mod, target, workload_name: str | None = None):
-        wid = self.store.workload_id(mod, create=False) if self.pinned else None
         tkey = target_key(target)
-        pinned = self.pinned.get(wid) if wid is not None else None
+        pinned = self.pinned.get(self.store.workload_id(mod, create=False)) if self.pinned else None
         if pinned is not None and pinned.target == tkey:
             return to_tuning_record(pinned, Workload(mod))
         records = self._records(mod, tkey, 1)
