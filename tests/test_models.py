@@ -67,6 +67,43 @@ def test_torch_module() -> None:
     assert len(model.mod["main"].params) == 1
 
 
+def test_batch_norm_folds_into_the_conv_and_outputs_match_torch() -> None:
+    module, inputs = tiny()
+    with torch.no_grad():  # statistics far from the identity, so that a wrong fold shows
+        module.bn.running_mean.uniform_(-1, 1)
+        module.bn.running_var.uniform_(0.5, 2)
+        module.bn.weight.uniform_(0.5, 2)
+        module.bn.bias.uniform_(-1, 1)
+    model = load_model(module, example_inputs=inputs, target=TARGET)
+    names = [task.name for task in model.tasks]
+    assert not any("batch_norm" in name for name in names), names
+    assert any("conv2d" in name and "relu" in name for name in names), names
+    vm = tvm.relax.VirtualMachine(tvm.compile(model.mod, target=TARGET), tvm.cpu())
+    got = vm["main"](tvm.runtime.tensor(model.inputs[0])).numpy()
+    with torch.no_grad():
+        want = module(*inputs).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize(("approximate", "fast_op"), [("none", "fast_erf"), ("tanh", "fast_tanh")])
+def test_gelu_and_softmax_use_fast_math_and_outputs_match_torch(approximate, fast_op) -> None:
+    torch.manual_seed(0)
+    module = torch.nn.Sequential(
+        torch.nn.Linear(16, 64), torch.nn.GELU(approximate=approximate), torch.nn.Softmax(-1)
+    ).eval()
+    inputs = (3 * torch.randn(4, 16),)  # wide enough to reach the approximations' tails
+    model = load_model(module, example_inputs=inputs, target=TARGET)
+    names = " ".join(task.name for task in model.tasks)
+    assert fast_op in names and "fast_softmax" in names, names
+    vm = tvm.relax.VirtualMachine(tvm.compile(model.mod, target=TARGET), tvm.cpu())
+    got = vm["main"](tvm.runtime.tensor(model.inputs[0])).numpy()
+    with torch.no_grad():
+        want = module(*inputs).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
+    exact = load_model(module, example_inputs=inputs, target=TARGET, fast_math=False)
+    assert "fast_" not in " ".join(task.name for task in exact.tasks)
+
+
 def test_torch_module_needs_example_inputs() -> None:
     with pytest.raises(WorkloadError, match="example_inputs"):
         load_model(tiny()[0], target=TARGET)

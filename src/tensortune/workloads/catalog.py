@@ -1,7 +1,7 @@
 """Task counts of the network zoo, cached on disk: importing every network takes about a minute.
 
-The cache key holds the TVM and tensortune versions and the target, so a change to any of
-them recounts.
+The cache key holds the TVM and tensortune versions, the version of the model rewrites and the
+target, so a change to any of them recounts.
 """
 
 from __future__ import annotations
@@ -22,10 +22,11 @@ def task_counts(names: list[str], target: dict | None = None) -> dict[str, tuple
 
     from tensortune.compat import TVM_VERSION, tvm
     from tensortune.hardware import parse_target, target_key
+    from tensortune.workloads.inference import REWRITES_VERSION
     from tensortune.workloads.models import load_model
 
     target = parse_target(target)
-    key = f"{TVM_VERSION}|{version('tensortune')}|{target_key(target)}"
+    key = f"{TVM_VERSION}|{version('tensortune')}|r{REWRITES_VERSION}|{target_key(target)}"
     path = _cache_file()
     try:
         cache = json.loads(path.read_text())

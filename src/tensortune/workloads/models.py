@@ -19,6 +19,7 @@ import numpy as np
 
 from tensortune.compat import ms, tvm
 from tensortune.errors import WorkloadError
+from tensortune.workloads.inference import for_inference
 from tensortune.workloads.networks import NETWORKS, get_network
 from tensortune.workloads.task import Task
 
@@ -56,12 +57,15 @@ def load_model(
     input_shapes: dict[str, list[int]] | None = None,
     example_inputs: tuple[torch.Tensor, ...] | torch.Tensor | None = None,
     name: str | None = None,
+    fast_math: bool = True,
 ) -> Model:
     """Import ``source`` and extract its tuning tasks for ``target``.
 
     ``source`` is a zoo network name, a path to an ``.onnx`` file (``input_shapes`` fixes its
     dynamic or missing input dimensions), or an ``nn.Module`` (``example_inputs`` required; the
     module is switched to eval mode).  ``name`` overrides the model's name.
+    Batch norms are folded into convolutions, and ``fast_math`` replaces erf, exp and tanh
+    (GELU, softmax) with vectorizable approximations (see ``workloads.inference``).
     Raises ``WorkloadError`` for anything the user can fix.
     """
     if _is_torch_module(source):
@@ -71,7 +75,7 @@ def load_model(
         if isinstance(example_inputs, sys.modules["torch"].Tensor):
             example_inputs = (example_inputs,)  # tuple() would split a lone tensor along dim 0
         module_name = name or type(source).__name__
-        return _from_torch(module_name, source, tuple(example_inputs), target)
+        return _from_torch(module_name, source, tuple(example_inputs), target, fast_math)
     if not isinstance(source, str | os.PathLike):
         raise WorkloadError(
             f"cannot load a model from {type(source).__name__}; "
@@ -79,11 +83,11 @@ def load_model(
         )
     if _names_a_file(source):
         path = Path(source)
-        return _from_onnx(name or path.stem, path, target, input_shapes)
+        return _from_onnx(name or path.stem, path, target, input_shapes, fast_math)
     network = get_network(str(source))
     _reject_input_shapes(input_shapes)
     module, inputs = network.make()
-    return _from_torch(name or network.name, module, inputs, target)
+    return _from_torch(name or network.name, module, inputs, target, fast_math)
 
 
 # --------------------------------------------------------------------------------------------
@@ -115,7 +119,11 @@ def _reject_input_shapes(input_shapes: dict[str, list[int]] | None) -> None:
 
 
 def _from_torch(
-    name: str, module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], target: tvm.target.Target
+    name: str,
+    module: torch.nn.Module,
+    inputs: tuple[torch.Tensor, ...],
+    target: tvm.target.Target,
+    fast_math: bool = True,
 ) -> Model:
     import torch
     from tvm.relax.frontend.torch import from_exported_program
@@ -136,7 +144,7 @@ def _from_torch(
             )
         except Exception as exc:
             raise _import_error(name, exc) from exc
-    mod = _bind_params(mod)
+    mod = for_inference(_bind_params(mod), fast_math=fast_math)
     return Model(
         name=name,
         mod=mod,
@@ -168,6 +176,7 @@ def _from_onnx(
     path: Path,
     target: tvm.target.Target,
     input_shapes: dict[str, list[int]] | None,
+    fast_math: bool = True,
 ) -> Model:
     from tvm.relax.frontend.onnx import from_onnx
 
@@ -177,6 +186,7 @@ def _from_onnx(
         mod = from_onnx(graph, shape_dict=shapes)  # weights become constants
     except Exception as exc:
         raise _import_error(name, exc) from exc
+    mod = for_inference(mod, fast_math=fast_math)
     rng = np.random.default_rng(0)
     inputs = [_example_array(rng, shapes[k], dtypes[k]) for k in shapes]
     return Model(name=name, mod=mod, tasks=_extract_tasks(name, mod, target), inputs=inputs)
