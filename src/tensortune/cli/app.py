@@ -459,10 +459,6 @@ def main() -> None:
         sys.exit(1)
 
 
-if __name__ == "__main__":
-    main()
-
-
 @bench_app.command("tune")
 def bench_tune_cmd(
     workload: Annotated[
@@ -578,3 +574,7 @@ def _print_bench(result, trials: int, plot: Path | None) -> None:
 
 def _ratio(x: float | None) -> str:
     return "not reached" if x is None else f"{x:.2f}x"
+
+
+if __name__ == "__main__":
+    main()
