@@ -6,8 +6,12 @@ number of measured programs from each method at random, and builds them again wi
 (MetaSchedule's default round), methods and batch sizes in rotating order, ``--repeats`` times.
 Reports the median wall seconds per program for each method and batch size.
 
+``--by-unroll`` asks the next question: pooling the methods' programs, does a program's
+explicit auto-unroll step (MetaSchedule samples 0, 16, 64 or 512) set its build time?  It
+draws ``--programs`` of each step and builds them in batches of 16, steps in rotating order.
+
 Run:  .venv/bin/python benchmarks/build_cost.py WORK_DIR [--methods default,draft]
-      [--programs 64] [--repeats 2]
+      [--programs 64] [--repeats 2] [--by-unroll]
 """
 
 from __future__ import annotations
@@ -27,17 +31,52 @@ from tensortune.records.sqlite import SQLiteStore
 BATCHES = (16, 64)
 
 
+def unroll_step(trace_json: str) -> int | None:
+    """The auto-unroll step a trace annotates (its ``SampleCategorical`` decision), if any."""
+    insts, decisions = json.loads(trace_json)
+    decided = dict((i, d) for i, d in decisions)
+    sampled: dict[str, tuple[list, int | None]] = {}
+    for i, (kind, inputs, attrs, outputs, *_) in enumerate(insts):
+        if kind == "SampleCategorical":
+            sampled[outputs[0]] = (attrs[0], decided.get(i))
+        elif kind == "Annotate" and attrs and "unroll_explicit" in str(attrs[0]):
+            choices, pick = sampled.get(inputs[1], (None, None))
+            return None if pick is None else int(choices[pick])
+    return None
+
+
+def _inputs(store: SQLiteStore, records: list) -> list[BuilderInput]:
+    out = []
+    for r in records:
+        cand = candidate_from_trace(store.workload(r.workload_id).mod(), r.trace)
+        out.append(BuilderInput(cand.sch.mod, tvm.target.Target(json.loads(r.target))))
+    return out
+
+
 def _programs(store_path: Path, count: int, rng: random.Random) -> list[BuilderInput]:
     store = SQLiteStore(str(store_path), create=False)
     try:
         records = list(store.query(ok_only=True))
-        inputs = []
-        for r in rng.sample(records, min(count, len(records))):
-            cand = candidate_from_trace(store.workload(r.workload_id).mod(), r.trace)
-            inputs.append(BuilderInput(cand.sch.mod, tvm.target.Target(json.loads(r.target))))
-        return inputs
+        return _inputs(store, rng.sample(records, min(count, len(records))))
     finally:
         store.close()
+
+
+def _by_unroll(work_dir: Path, methods: list[str], count: int, rng: random.Random
+               ) -> dict[str, list[BuilderInput]]:  # fmt: skip
+    stores = [SQLiteStore(str(work_dir / m / "records.db"), create=False) for m in methods]
+    try:
+        pooled = [(s, r) for s in stores for r in s.query(ok_only=True)]
+        groups: dict[str, list[BuilderInput]] = {}
+        for step in (0, 16, 64, 512):
+            found = [(s, r) for s, r in pooled if unroll_step(r.trace) == step]
+            picked = rng.sample(found, min(count, len(found)))
+            if picked:
+                groups[f"unroll {step}"] = [p for s, r in picked for p in _inputs(s, [r])]
+        return groups
+    finally:
+        for s in stores:
+            s.close()
 
 
 def main() -> None:
@@ -47,15 +86,23 @@ def main() -> None:
     ap.add_argument("--programs", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--by-unroll", action="store_true")
     args = ap.parse_args()
 
     rng = random.Random(args.seed)
     methods = args.methods.split(",")
-    programs = {m: _programs(args.work_dir / m / "records.db", args.programs, rng) for m in methods}
+    if args.by_unroll:
+        programs = _by_unroll(args.work_dir, methods, args.programs, rng)
+        batches: tuple[int, ...] = (16,)
+    else:
+        programs = {m: _programs(args.work_dir / m / "records.db", args.programs, rng)
+                    for m in methods}  # fmt: skip
+        batches = BATCHES
+    groups = list(programs)
     builder = PersistentBuilder(max_workers=2)
-    builder.build(programs[methods[0]][:2])  # workers warm, as in a tuning run
+    builder.build(programs[groups[0]][:2])  # workers warm, as in a tuning run
     per_program: dict[tuple[str, int], list[float]] = {}
-    combos = [(m, b) for m in methods for b in BATCHES]
+    combos = [(g, b) for g in groups for b in batches]
     try:
         for rep in range(args.repeats):
             for m, batch in combos[rep % len(combos) :] + combos[: rep % len(combos)]:
@@ -68,12 +115,18 @@ def main() -> None:
                 )
     finally:
         builder.close()
-    print(f"{args.work_dir}: {args.programs} random measured programs per method, "
-          f"PersistentBuilder(2 workers), median of {args.repeats} rotating repeats")  # fmt: skip
-    print(f"{'method':12s} " + " ".join(f"{f'batch {b}':>12s}" for b in BATCHES))
-    for m in methods:
-        cells = [f"{statistics.median(per_program[m, b]):10.3f} s" for b in BATCHES]
-        print(f"{m:12s} " + " ".join(cells))
+    what = (
+        "per auto-unroll step, pooled over " + ",".join(methods)
+        if args.by_unroll
+        else ("per method")
+    )
+    print(f"{args.work_dir}: up to {args.programs} random measured programs {what}, "
+          f"PersistentBuilder(2 workers), median of {args.repeats} rotating repeats, "
+          "seconds of wall time per program")  # fmt: skip
+    print(f"{'programs':16s} " + " ".join(f"{f'batch {b}':>12s}" for b in batches))
+    for g in groups:
+        cells = [f"{statistics.median(per_program[g, b]):10.3f} s" for b in batches]
+        print(f"{g + f' ({len(programs[g])})':16s} " + " ".join(cells))
 
 
 if __name__ == "__main__":
