@@ -34,7 +34,7 @@ BATCHES = (16, 64)
 def unroll_step(trace_json: str) -> int | None:
     """The auto-unroll step a trace annotates (its ``SampleCategorical`` decision), if any."""
     insts, decisions = json.loads(trace_json)
-    decided = dict((i, d) for i, d in decisions)
+    decided = {int(i): d for i, d in decisions}
     sampled: dict[str, tuple[list, int | None]] = {}
     for i, (kind, inputs, attrs, outputs, *_) in enumerate(insts):
         if kind == "SampleCategorical":
@@ -66,17 +66,20 @@ def _by_unroll(work_dir: Path, methods: list[str], count: int, rng: random.Rando
                ) -> dict[str, list[BuilderInput]]:  # fmt: skip
     stores = [SQLiteStore(str(work_dir / m / "records.db"), create=False) for m in methods]
     try:
-        pooled = [(s, r) for s in stores for r in s.query(ok_only=True)]
-        groups: dict[str, list[BuilderInput]] = {}
-        for step in (0, 16, 64, 512):
-            found = [(s, r) for s, r in pooled if unroll_step(r.trace) == step]
-            picked = rng.sample(found, min(count, len(found)))
-            if picked:
-                groups[f"unroll {step}"] = [p for s, r in picked for p in _inputs(s, [r])]
+        by_step: dict[int, list[tuple[SQLiteStore, object]]] = {}
+        for store in stores:
+            for r in store.query(ok_only=True):
+                step = unroll_step(r.trace)
+                if step is not None:
+                    by_step.setdefault(step, []).append((store, r))
+        groups = {}
+        for step in sorted(by_step):
+            picked = rng.sample(by_step[step], min(count, len(by_step[step])))
+            groups[f"unroll {step}"] = [_inputs(store, [r])[0] for store, r in picked]
         return groups
     finally:
-        for s in stores:
-            s.close()
+        for store in stores:
+            store.close()
 
 
 def main() -> None:
@@ -115,11 +118,7 @@ def main() -> None:
                 )
     finally:
         builder.close()
-    what = (
-        "per auto-unroll step, pooled over " + ",".join(methods)
-        if args.by_unroll
-        else ("per method")
-    )
+    what = f"per auto-unroll step, pooled over {args.methods}" if args.by_unroll else "per method"
     print(f"{args.work_dir}: up to {args.programs} random measured programs {what}, "
           f"PersistentBuilder(2 workers), median of {args.repeats} rotating repeats, "
           "seconds of wall time per program")  # fmt: skip
