@@ -62,6 +62,21 @@ def test_a_rerun_keeps_finished_methods_and_the_cli_prints_json(bench, tmp_path)
     assert (tmp_path / "c.png").stat().st_size > 1000
 
 
+def test_a_rerun_with_other_draft_options_runs_only_draft_then_verify_again(bench):
+    from conftest import TARGET
+
+    work, result = bench
+    again = bench_tune([SPEC], trials=8, work_dir=work, target=TARGET,
+                       methods=["default", "draft"],
+                       draft_options={"per_round": "4", "build_cost_weight": 0})  # fmt: skip
+    assert again.runs["default"].curve == result.runs["default"].curve  # kept, not re-measured
+    draft = again.runs["draft"]
+    assert draft.draft_options == {"per_round": 4, "build_cost_weight": 0.0}
+    assert [n for _, n, _ in draft.curve] == [4, 8]  # two rounds of 4 instead of one of 8
+    with pytest.raises(TensortuneError, match="unknown draft-then-verify option"):
+        bench_tune([SPEC], trials=8, work_dir=work, target=TARGET, draft_options={"speed": 2})
+
+
 def test_a_rerun_with_another_seed_measures_again(bench):
     from conftest import TARGET
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -80,22 +81,57 @@ def test_symbols_of_sampled_conv2d_schedules():
 
 
 def test_draft_then_verify_tunes_without_repeats(tmp_path, target):
+    from tensortune.measure.builder import PersistentBuilder
     from tensortune.records.storage import open_records
     from tensortune.search.draft_verify import DraftThenVerify
     from tensortune.tuning.tune import tune
 
     timings: dict[str, float] = {}
     strategy = DraftThenVerify(population=32, draft_size=16, per_round=6, verify_mutants=4,
-                               timings=timings)  # fmt: skip
+                               timings=timings, build_cost_weight=1.0)  # fmt: skip
     url = f"sqlite:///{tmp_path / 'r.db'}"
-    result = tune(["matmul:64,64,64"], trials=12, records=url, work_dir=tmp_path / "w",
-                  target=target, strategy=strategy, cost_model="random",
-                  check_correctness=False)  # fmt: skip
+    builder = PersistentBuilder()
+    try:
+        result = tune(["matmul:64,64,64"], trials=12, records=url, work_dir=tmp_path / "w",
+                      target=target, strategy=strategy, cost_model="random", builder=builder,
+                      check_correctness=False)  # fmt: skip
+    finally:
+        builder.close()
     assert result.tasks[0].trials == 12 and result.tasks[0].ok > 0
     assert timings["analyzer"] > 0 and timings["draft"] > 0
+    # tune() handed the builder's timings to the strategy, which read every build's.
+    assert builder.build_times == {} and builder.seconds > 0
     with open_records(url) as store:
         traces = [r.trace for r in store.query()]
     assert len(set(traces)) == len(traces)
+
+
+def test_unroll_step_is_the_sampled_decision_the_postprocessor_applies(target):
+    from tensortune.search.build_cost import unroll_step
+    from tensortune.search.space import sample_candidates
+
+    steps = []
+    for cand in sample_candidates(_matmul(64), target, 16, seed=1):
+        step = unroll_step(cand.sch.trace)
+        applied = re.findall(r'"pragma_auto_unroll_max_step", ann_val=(\d+)', str(cand.sch.trace))
+        assert step in (0, 16, 64, 512) and [int(v) for v in applied] in ([step], [])
+        steps.append(step)
+    assert len(set(steps)) > 1
+    assert unroll_step(tvm.s_tir.Schedule(_matmul(64)).trace) is None
+
+
+def test_build_costs_move_dear_candidates_back_by_their_cost_ratio():
+    from tensortune.search.build_cost import BuildCosts, cost_aware_order
+
+    costs = BuildCosts()
+    assert costs.ratios([0, 512]).tolist() == [1.0, 1.0]  # nothing seen: no preference
+    for step, seconds in ((0, 0.1), (0, 0.3), (512, 0.8)):
+        costs.observe(step, seconds)
+    ratios = costs.ratios([512, 0, 16, 0])  # 16 not built yet: as cheap as the cheapest
+    assert ratios.tolist() == pytest.approx([4.0, 1.0, 1.0, 1.0])
+    # Ranks 1..4 become 4, 2, 3, 4: the dear one now comes after ranks 2 and 3.
+    assert cost_aware_order([7, 3, 5, 9], ratios, 1.0) == [3, 5, 7, 9]
+    assert cost_aware_order([7, 3, 5, 9], ratios, 0.0) == [7, 3, 5, 9]
 
 
 def test_moa_moves_the_momentum_copy_by_one_minus_m(tmp_path):

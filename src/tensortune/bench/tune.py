@@ -23,7 +23,7 @@ import math
 import os
 import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -44,6 +44,7 @@ class MethodRun:
     # no valid measurement yet)
     curve: list[tuple[float, int, float | None]] = field(default_factory=list)
     breakdown: dict[str, float] = field(default_factory=dict)  # seconds per activity
+    draft_options: dict[str, float] | None = None  # draft-then-verify's; None: the default
 
     def time_to_reach(self, latency: float) -> float | None:
         return self._first(latency, 0)
@@ -110,6 +111,7 @@ def bench_tune(
     moa_source: str | None = None,
     max_tasks: int | None = None,
     seed: int = 0,
+    draft_options: Mapping[str, float] | None = None,
     progress: Callable[[str, MethodRun], None] | None = None,
 ) -> BenchResult:
     """Run each method on the same tasks with the same budget; see the module docstring.
@@ -117,6 +119,8 @@ def bench_tune(
     ``pretrained``: the verifier of ``pretrained`` (default: the model shipped for the target);
     ``moa_source``: the neural model MoA adapts (default: the one shipped for the other
     hardware configuration).  ``max_tasks`` keeps the heaviest tasks (by FLOPs x weight).
+    ``draft_options``: ``DraftThenVerify`` arguments for the draft-then-verify methods (e.g.
+    ``{"build_cost_weight": 0}``); a saved run made with other options is run again.
     """
     from tensortune.tuning.tune import resolve_tasks
 
@@ -125,6 +129,9 @@ def bench_tune(
         raise TensortuneError(f"unknown method(s) {unknown}; known: {', '.join(METHODS)}")
     if trials <= 0:
         raise TensortuneError("trials must be positive")
+    from tensortune.search.draft_verify import check_options
+
+    options = check_options(draft_options or {})
     tgt = parse_target(target)
     tasks = resolve_tasks(workloads, model=model, workloads_from=workloads_from, target=tgt)
     tasks = [t for t in tasks if t.flop > 0] or tasks  # zero-FLOP tasks move data only
@@ -137,14 +144,18 @@ def bench_tune(
     if saved.is_file():
         old = json.loads(saved.read_text())
         same = (old.get("tasks"), old.get("trials"), old.get("target"), old.get("seed", 0))
+        known = set(MethodRun.__dataclass_fields__)  # a file from another version may hold more
         if same == (result.tasks, trials, tgt, seed):
             for name, run in old.get("methods", {}).items():
                 run["curve"] = [tuple(p) for p in run["curve"]]
-                result.runs[name] = MethodRun(**run)
+                run.setdefault("draft_options", None if name == "default" else {})
+                if name == "default" or run["draft_options"] == options:
+                    result.runs[name] = MethodRun(**{k: v for k, v in run.items() if k in known})
     for name in methods:
         if name in result.runs:
             continue
-        run = _run_method(name, tasks, trials, work, tgt, pretrained, moa_source, seed, progress)
+        run = _run_method(name, tasks, trials, work, tgt, pretrained, moa_source, seed,
+                          options, progress)  # fmt: skip
         result.runs[name] = run
         saved.write_text(json.dumps(result.to_dict(), indent=1))
     return result
@@ -176,7 +187,7 @@ def summarize_seeds(results: Sequence[BenchResult]) -> dict:
 
 def _run_method(name: str, tasks: list[Task], trials: int, work: Path, target: dict,
                 pretrained: str | None, moa_source: str | None, seed: int,
-                progress) -> MethodRun:  # fmt: skip
+                options: dict[str, float], progress) -> MethodRun:  # fmt: skip
     from tensortune.costmodel.gbdt import XGBoostModel
     from tensortune.hardware import runtime_threads
     from tensortune.measure.builder import PersistentBuilder
@@ -189,11 +200,12 @@ def _run_method(name: str, tasks: list[Task], trials: int, work: Path, target: d
     shutil.rmtree(method_dir, ignore_errors=True)  # a half-done method starts over
     method_dir.mkdir(parents=True)
     timings: dict[str, float] = {}
+    builder = PersistentBuilder(log_path=str(method_dir / "builder-workers.log"))
     if name == "default":
         strategy: object = "evolutionary"
         model = _cost_model("xgb", target, False)
     else:
-        strategy = DraftThenVerify(timings=timings)
+        strategy = DraftThenVerify(timings=timings, build_times=builder.build_times, **options)
         if name == "draft":
             model = _cost_model(XGBoostModel(), target, True)
         elif name == "pretrained":
@@ -201,10 +213,9 @@ def _run_method(name: str, tasks: list[Task], trials: int, work: Path, target: d
         else:
             model = _cost_model(moa_source or _shipped(target, other=True), target, "moa")
     timed = TimedCostModel(model)
-    builder = PersistentBuilder(log_path=str(method_dir / "builder-workers.log"))
     runner = PersistentRunner(num_threads=runtime_threads(target),
                               log_path=str(method_dir / "runner-worker.log"))  # fmt: skip
-    run = MethodRun(name)
+    run = MethodRun(name, draft_options=None if name == "default" else options)
     best: dict[str, float] = {}
     weights = {t.name: t.weight for t in tasks}
     start = time.perf_counter()

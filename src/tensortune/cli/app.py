@@ -490,6 +490,14 @@ def bench_tune_cmd(
             "WORK_DIR/seed-N and the medians over seeds are reported."
         ),
     ] = None,
+    draft_option: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--draft-option",
+            help="KEY=VALUE setting of draft-then-verify (population, draft_size, "
+            "redraft_every, per_round, eps, build_cost_weight, ...); repeatable.",
+        ),
+    ] = None,
 ) -> None:
     """Compare search methods on the same tasks, budget, builder and runner.
 
@@ -518,6 +526,7 @@ def bench_tune_cmd(
         results.append(bench_tune(workload, model=model, workloads_from=workloads_from,
                                   trials=trials, work_dir=where, target=target,
                                   methods=method or METHODS, max_tasks=max_tasks, seed=s,
+                                  draft_options=_key_values(draft_option or []),
                                   progress=progress))  # fmt: skip
     plots = _plot_paths(plot, seeds)
     for result, path in zip(results, plots, strict=True):
@@ -538,6 +547,14 @@ def bench_tune_cmd(
             each = ", ".join(_ratio(x) for x in v["seeds"])
             console.print(f"{m}: median speedup {_ratio(v['median'])} over seeds "
                           f"{seeds} ({each})", highlight=False)  # fmt: skip
+
+
+def _key_values(pairs: list[str]) -> dict[str, str]:
+    """``["k=v", ...]`` as a dict; a clear error for a pair without ``=``."""
+    bad = [p for p in pairs if "=" not in p]
+    if bad:
+        raise TensortuneError(f"expected KEY=VALUE, got {bad[0]!r}")
+    return dict(p.split("=", 1) for p in pairs)
 
 
 def _plot_paths(plot: Path | None, seeds: list[int]) -> list[Path | None]:

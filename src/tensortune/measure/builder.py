@@ -7,7 +7,13 @@ import shutil
 import tempfile
 import time
 
-from tensortune.compat import BuilderInput, BuilderResult, PyBuilder, derived_object
+from tensortune.compat import (
+    BuilderInput,
+    BuilderResult,
+    PyBuilder,
+    derived_object,
+    structural_hash,
+)
 from tensortune.measure.pool import WorkerPool
 from tensortune.measure.status import Status, tagged
 
@@ -18,6 +24,8 @@ class PersistentBuilder(PyBuilder):
 
     Each artifact is a shared library in a directory of its own (MetaSchedule's
     RemoveBuildArtifact callback deletes the artifact's directory after the run).
+    ``build_times`` maps each built module's structural hash to the seconds its build took, for
+    a search strategy that weighs what its picks cost to build (it pops what it reads).
     """
 
     def __init__(
@@ -30,6 +38,7 @@ class PersistentBuilder(PyBuilder):
         self._pool.start()
         self._root = tempfile.mkdtemp(prefix="tensortune-build-")
         self.seconds = 0.0  # wall time spent building, for benchmarks' breakdowns
+        self.build_times: dict[str, float] = {}
 
     def build(self, build_inputs: list[BuilderInput]) -> list[BuilderResult]:
         start = time.perf_counter()
@@ -38,9 +47,10 @@ class PersistentBuilder(PyBuilder):
             out_dir = tempfile.mkdtemp(dir=self._root)
             jobs.append((bi.mod, dict(bi.target.export()), os.path.join(out_dir, "kernel.so")))
         results = []
-        for (_, _, path), outcome in zip(
+        for (mod, _, path), outcome in zip(
             jobs, self._pool.map("build", jobs, self.timeout_s), strict=True
         ):
+            self.build_times[structural_hash(mod)] = outcome.seconds
             if outcome.kind == "ok":
                 results.append(BuilderResult(outcome.value, None))
                 continue

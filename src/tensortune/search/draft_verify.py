@@ -7,6 +7,13 @@ scores the cache plus one generation of mutants of the cache's verified best, an
 that, with ε-greedy exploration, is measured.  The verifier therefore sees a few hundred
 programs per round instead of the thousands MetaSchedule's default scores.
 
+With ``build_cost_weight`` > 0 and the builder's timings, the greedy picks also weigh what a
+program costs to build: a candidate's verifier rank is multiplied by how much dearer its unroll
+step has built so far on this task than the cheapest step (``search/build_cost.py``), so a
+program that builds 3x slower is measured only if the verifier ranks it in the top third of the
+picks.  It is off by default: on our benchmark it cut build time but reached the default's
+latency later (benchmarks/RESULTS.md).
+
 Defaults are for CPUs, not Pruner's GPU setting (population 1536, cache 512, 10 measured per
 round): here one candidate's mutation and postprocessing costs milliseconds of the same two
 cores that build and run, so the population is smaller and more is measured per round.
@@ -16,6 +23,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -30,10 +38,31 @@ from tensortune.compat import (
 )
 from tensortune.draft.analyzer import DraftModel
 from tensortune.draft.machine import machine_for
+from tensortune.errors import TensortuneError
 from tensortune.hardware import target_key
+from tensortune.search.build_cost import BuildCosts, cost_aware_order, unroll_step
 from tensortune.tuning.timed import TimedCostModel
 
 PySearchStrategy = ms.search_strategy.PySearchStrategy
+
+# DraftThenVerify's settings a user may change by name (the CLI's ``--draft-option k=v``).
+OPTIONS: dict[str, type] = {
+    "population": int, "draft_generations": int, "draft_size": int, "redraft_every": int,
+    "verify_mutants": int, "per_round": int, "eps": float, "init_measured_ratio": float,
+    "build_cost_weight": float,
+}  # fmt: skip
+
+
+def check_options(options: Mapping[str, object]) -> dict[str, float]:
+    """``options`` with each value of its setting's type; a clear error for an unknown one."""
+    unknown = sorted(set(options) - set(OPTIONS))
+    if unknown:
+        raise TensortuneError(f"unknown draft-then-verify option(s) {unknown}; "
+                              f"known: {', '.join(OPTIONS)}")  # fmt: skip
+    try:
+        return {k: OPTIONS[k](float(v)) for k, v in options.items()}
+    except (TypeError, ValueError) as e:
+        raise TensortuneError(f"draft-then-verify options must be numbers: {e}") from None
 
 
 @derived_object
@@ -67,12 +96,17 @@ class DraftThenVerify(PySearchStrategy):
     ``per_round``: programs measured per round (None: the tuner's per-round count);
     ``eps``: share of them picked at random from the cache.  ``timings`` (seconds spent
     drafting, in the analyzer and verifying) is shared by every clone, i.e. summed over tasks.
+    ``build_times``: the builder's seconds per module hash (``PersistentBuilder.build_times``),
+    shared by every clone; ``build_cost_weight``: the exponent on a candidate's expected build
+    cost ratio in its effective rank (0, or no ``build_times``: the verifier's rank alone).
     """
 
     def __init__(self, population: int = 512, draft_generations: int = 2, draft_size: int = 256,
                  redraft_every: int = 2, verify_mutants: int = 32, per_round: int | None = 16,
                  eps: float = 0.1, init_measured_ratio: float = 0.1,
-                 timings: dict[str, float] | None = None) -> None:  # fmt: skip
+                 timings: dict[str, float] | None = None,
+                 build_times: dict[str, float] | None = None,
+                 build_cost_weight: float = 0.0) -> None:  # fmt: skip
         super().__init__()
         self.population = population
         self.draft_generations = draft_generations
@@ -85,11 +119,21 @@ class DraftThenVerify(PySearchStrategy):
         self.timings = timings if timings is not None else {}
         for key in ("draft", "analyzer", "verify"):
             self.timings.setdefault(key, 0.0)
+        self.build_times = build_times
+        self.own_build_times = build_times is not None
+        self.build_cost_weight = build_cost_weight
 
     def clone(self) -> DraftThenVerify:
         return DraftThenVerify(self.population, self.draft_generations, self.draft_size,
                                self.redraft_every, self.verify_mutants, self.per_round, self.eps,
-                               self.init_measured_ratio, self.timings)  # fmt: skip
+                               self.init_measured_ratio, self.timings, self.build_times,
+                               self.build_cost_weight)  # fmt: skip
+
+    def use_build_times(self, build_times: dict[str, float]) -> None:
+        """Learn what builds cost from these timings, unless given some at construction
+        (``tune`` hands over its builder's before it clones the strategy for each task)."""
+        if not self.own_build_times:
+            self.build_times = build_times
 
     def _initialize_with_tune_context(self, context) -> None:
         self.context = context
@@ -118,6 +162,7 @@ class DraftThenVerify(PySearchStrategy):
         self.rounds = 0
         self.cache: list = []
         self.seen: set[str] = set()
+        self.build_costs = BuildCosts()
         # The drafter never stops on its own: we count trials, it hands out drafts.
         self.drafter.pre_tuning(1 << 30, self.draft_size, design_spaces, database, self.analyzer)
 
@@ -143,7 +188,7 @@ class DraftThenVerify(PySearchStrategy):
         pool, scores = self._verify(self.cache)
         self.timings["verify"] += time.perf_counter() - t0
         order = list(np.argsort(-scores, kind="stable"))
-        greedy = order[: n - round(n * self.eps)]
+        greedy = self._cheap_first(pool, order)[: n - round(n * self.eps)]
         taken = set(greedy)
         rest = [i for i in order if i not in taken]
         explore = list(self.rng.permutation(rest)[: n - len(greedy)]) if rest else []
@@ -152,6 +197,13 @@ class DraftThenVerify(PySearchStrategy):
         self.cache = [c for c in self.cache if id(c) not in chosen]
         self.rounds += 1
         return picked
+
+    def _cheap_first(self, pool: list, order: list) -> list:
+        """The verifier's order, each rank stretched by the candidate's expected build cost."""
+        if self.build_times is None or self.build_cost_weight <= 0 or not self.build_costs.seconds:
+            return order
+        ratios = self.build_costs.ratios([unroll_step(pool[i].sch.trace) for i in order])
+        return cost_aware_order(order, ratios, self.build_cost_weight)
 
     def _new(self, cand) -> bool:
         key = structural_hash(cand.sch.mod)
@@ -197,4 +249,9 @@ class DraftThenVerify(PySearchStrategy):
 
     def notify_runner_results(self, measure_candidates, results) -> None:
         self.trials += len(results)
+        if self.build_times is not None:
+            for cand in measure_candidates:
+                seconds = self.build_times.pop(structural_hash(cand.sch.mod), None)
+                if seconds is not None:
+                    self.build_costs.observe(unroll_step(cand.sch.trace), seconds)
         self.drafter.notify_runner_results(measure_candidates, results)

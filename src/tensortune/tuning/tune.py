@@ -181,15 +181,16 @@ def _search(store: RecordStore, tasks: list[Task], target: dict, trials: int, wo
         logs = work / "logs"
         work.mkdir(parents=True, exist_ok=True)
         loggers = _task_loggers(work, [tasks[i].name for i in todo])
-        contexts = [
-            tune_context(tasks[i].mod, target, seed=opts.seed + i, task_name=tasks[i].name,
-                         strategy=_strategy(opts.strategy), logger=lg)
-            for i, lg in zip(todo, loggers, strict=True)
-        ]  # fmt: skip
         builder, runner = opts.builder, opts.runner
         if builder is None:
             builder = PersistentBuilder(log_path=str(logs / "builder-workers.log"))
             cleanup.callback(builder.close)
+        build_times = getattr(builder, "build_times", None)
+        contexts = [
+            tune_context(tasks[i].mod, target, seed=opts.seed + i, task_name=tasks[i].name,
+                         strategy=_strategy(opts.strategy, build_times), logger=lg)
+            for i, lg in zip(todo, loggers, strict=True)
+        ]  # fmt: skip
         if runner is None:
             runner = PersistentRunner(opts.timing, num_threads=runtime_threads(target),
                                       check_correctness=opts.check_correctness,
@@ -273,15 +274,19 @@ def _quiet_console() -> None:
                 h.setLevel(logging.WARNING)
 
 
-def _strategy(strategy: object) -> object:
+def _strategy(strategy: object, build_times: dict[str, float] | None = None) -> object:
+    """A fresh strategy for one task; draft-then-verify learns from ``build_times`` unless it
+    was given timings of its own."""
     from tensortune.compat import ms
 
     if strategy == "draft-verify":
         from tensortune.search.draft_verify import DraftThenVerify
 
-        return DraftThenVerify()
+        return DraftThenVerify(build_times=build_times)
     if isinstance(strategy, str):
         return ms.search_strategy.SearchStrategy.create(strategy)
+    if build_times is not None and hasattr(strategy, "use_build_times"):
+        strategy.use_build_times(build_times)
     return strategy.clone() if hasattr(strategy, "clone") else strategy
 
 
