@@ -71,10 +71,17 @@ def test_a_rerun_with_other_draft_options_runs_only_draft_then_verify_again(benc
                        draft_options={"per_round": "4", "build_cost_weight": 0})  # fmt: skip
     assert again.runs["default"].curve == result.runs["default"].curve  # kept, not re-measured
     draft = again.runs["draft"]
-    assert draft.draft_options == {"per_round": 4, "build_cost_weight": 0.0}
+    assert draft.draft_options == {"per_round": 4}  # a default's value is no option
     assert [n for _, n, _ in draft.curve] == [4, 8]  # two rounds of 4 instead of one of 8
-    with pytest.raises(TensortuneError, match="unknown draft-then-verify option"):
-        bench_tune([SPEC], trials=8, work_dir=work, target=TARGET, draft_options={"speed": 2})
+    # Asking for the default alone keeps the saved draft run, whatever its options.
+    kept = bench_tune([SPEC], trials=8, work_dir=work, target=TARGET, methods=["default"])
+    assert kept.runs["draft"].curve == draft.curve
+    for bad, match in (({"speed": 2}, "unknown draft-then-verify option"),
+                       ({"redraft_every": 0}, "redraft_every=0: expected a whole number"),
+                       ({"population": "2.5"}, "whole number"), ({"eps": "x"}, "not a number"),
+                       ({"eps": 1.5}, "from 0 to 1")):  # fmt: skip
+        with pytest.raises(TensortuneError, match=match):
+            bench_tune([SPEC], trials=8, work_dir=work, target=TARGET, draft_options=bad)
 
 
 def test_a_rerun_with_another_seed_measures_again(bench):

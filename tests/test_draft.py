@@ -134,6 +134,14 @@ def test_build_costs_move_dear_candidates_back_by_their_cost_ratio():
     assert cost_aware_order([7, 3, 5, 9], ratios, 0.0) == [7, 3, 5, 9]
 
 
+def test_draft_option_defaults_are_the_constructors():
+    from tensortune.search.draft_verify import OPTIONS, DraftThenVerify
+
+    strategy = DraftThenVerify()
+    for key, (_, default, _, _) in OPTIONS.items():
+        assert getattr(strategy, key) == default, key
+
+
 def test_moa_moves_the_momentum_copy_by_one_minus_m(tmp_path):
     import torch
     from test_costmodels import synthetic

@@ -13,7 +13,8 @@ Each method tunes into a store of its own.  The curve is the network latency est
 (Σ task weight x best latency) after every measured batch, against wall time and trials; the
 search-time speedup of a method is the default's total time over the time the method needed
 to reach the default's final latency (algorithms.md §1.6).  Finished methods are kept in
-``results.json`` in the work directory: a rerun skips them (an interrupted method restarts).
+``results.json`` in the work directory: a rerun skips them unless it asks for other
+draft-then-verify options (an interrupted method restarts).
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ class MethodRun:
     # no valid measurement yet)
     curve: list[tuple[float, int, float | None]] = field(default_factory=list)
     breakdown: dict[str, float] = field(default_factory=dict)  # seconds per activity
-    draft_options: dict[str, float] | None = None  # draft-then-verify's; None: the default
+    draft_options: dict[str, float] | None = None  # draft-then-verify's; None: the default run
 
     def time_to_reach(self, latency: float) -> float | None:
         return self._first(latency, 0)
@@ -111,7 +112,7 @@ def bench_tune(
     moa_source: str | None = None,
     max_tasks: int | None = None,
     seed: int = 0,
-    draft_options: Mapping[str, float] | None = None,
+    draft_options: Mapping[str, object] | None = None,
     progress: Callable[[str, MethodRun], None] | None = None,
 ) -> BenchResult:
     """Run each method on the same tasks with the same budget; see the module docstring.
@@ -120,7 +121,8 @@ def bench_tune(
     ``moa_source``: the neural model MoA adapts (default: the one shipped for the other
     hardware configuration).  ``max_tasks`` keeps the heaviest tasks (by FLOPs x weight).
     ``draft_options``: ``DraftThenVerify`` arguments for the draft-then-verify methods (e.g.
-    ``{"build_cost_weight": 0}``); a saved run made with other options is run again.
+    ``{"build_cost_weight": 1}``); a requested method saved with other options is run again
+    (the saved runs of methods not requested are kept).
     """
     from tensortune.tuning.tune import resolve_tasks
 
@@ -149,10 +151,10 @@ def bench_tune(
             for name, run in old.get("methods", {}).items():
                 run["curve"] = [tuple(p) for p in run["curve"]]
                 run.setdefault("draft_options", None if name == "default" else {})
-                if name == "default" or run["draft_options"] == options:
-                    result.runs[name] = MethodRun(**{k: v for k, v in run.items() if k in known})
+                result.runs[name] = MethodRun(**{k: v for k, v in run.items() if k in known})
     for name in methods:
-        if name in result.runs:
+        done = result.runs.get(name)
+        if done is not None and (name == "default" or done.draft_options == options):
             continue
         run = _run_method(name, tasks, trials, work, tgt, pretrained, moa_source, seed,
                           options, progress)  # fmt: skip
@@ -200,12 +202,11 @@ def _run_method(name: str, tasks: list[Task], trials: int, work: Path, target: d
     shutil.rmtree(method_dir, ignore_errors=True)  # a half-done method starts over
     method_dir.mkdir(parents=True)
     timings: dict[str, float] = {}
-    builder = PersistentBuilder(log_path=str(method_dir / "builder-workers.log"))
     if name == "default":
         strategy: object = "evolutionary"
         model = _cost_model("xgb", target, False)
     else:
-        strategy = DraftThenVerify(timings=timings, build_times=builder.build_times, **options)
+        strategy = DraftThenVerify(timings=timings, **options)  # tune() hands it build times
         if name == "draft":
             model = _cost_model(XGBoostModel(), target, True)
         elif name == "pretrained":
@@ -213,6 +214,7 @@ def _run_method(name: str, tasks: list[Task], trials: int, work: Path, target: d
         else:
             model = _cost_model(moa_source or _shipped(target, other=True), target, "moa")
     timed = TimedCostModel(model)
+    builder = PersistentBuilder(log_path=str(method_dir / "builder-workers.log"))
     runner = PersistentRunner(num_threads=runtime_threads(target),
                               log_path=str(method_dir / "runner-worker.log"))  # fmt: skip
     run = MethodRun(name, draft_options=None if name == "default" else options)

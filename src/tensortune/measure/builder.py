@@ -24,8 +24,9 @@ class PersistentBuilder(PyBuilder):
 
     Each artifact is a shared library in a directory of its own (MetaSchedule's
     RemoveBuildArtifact callback deletes the artifact's directory after the run).
-    ``build_times`` maps each built module's structural hash to the seconds its build took, for
-    a search strategy that weighs what its picks cost to build (it pops what it reads).
+    ``build_times`` maps each successfully built module's structural hash to the seconds its
+    build took, for a search strategy that weighs what its picks cost to build (it pops what it
+    reads; with no such reader the map grows by one entry per build).
     """
 
     def __init__(
@@ -50,8 +51,8 @@ class PersistentBuilder(PyBuilder):
         for (mod, _, path), outcome in zip(
             jobs, self._pool.map("build", jobs, self.timeout_s), strict=True
         ):
-            self.build_times[structural_hash(mod)] = outcome.seconds
             if outcome.kind == "ok":
+                self.build_times[structural_hash(mod)] = outcome.seconds
                 results.append(BuilderResult(outcome.value, None))
                 continue
             shutil.rmtree(os.path.dirname(path), ignore_errors=True)

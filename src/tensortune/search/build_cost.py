@@ -2,7 +2,7 @@
 
 On CPUs the auto-unroll step MetaSchedule samples (0, 16, 64 or 512) decides most of a
 program's build time: LLVM gets the unrolled code.  On our benchmark tasks step-512 programs
-built 2-4x slower than the same task's others, and were no more often the best
+built 1.4-4.7x slower than the same task's others, and were no more often the best
 (benchmarks/RESULTS.md, "Why MoA lags").  So a search can pay for builds with the measurements
 it gives up, and should know the price: ``BuildCosts`` keeps the seconds the builder reported
 for one task's programs, per unroll step, and says how much dearer each candidate is expected

@@ -7,12 +7,12 @@ scores the cache plus one generation of mutants of the cache's verified best, an
 that, with ε-greedy exploration, is measured.  The verifier therefore sees a few hundred
 programs per round instead of the thousands MetaSchedule's default scores.
 
-With ``build_cost_weight`` > 0 and the builder's timings, the greedy picks also weigh what a
-program costs to build: a candidate's verifier rank is multiplied by how much dearer its unroll
-step has built so far on this task than the cheapest step (``search/build_cost.py``), so a
-program that builds 3x slower is measured only if the verifier ranks it in the top third of the
-picks.  It is off by default: on our benchmark it cut build time but reached the default's
-latency later (benchmarks/RESULTS.md).
+With ``build_cost_weight`` w > 0 and the builder's timings, the greedy picks also weigh what a
+program costs to build: a candidate's verifier rank is multiplied by r**w, r being how much
+longer its unroll step has built so far on this task than the cheapest step
+(``search/build_cost.py``); at w = 1 a program that builds 3x slower is measured only if the
+verifier ranks it in the top third of the picks.  It is off by default: on our benchmark it cut
+build time but reached the default's latency later (benchmarks/RESULTS.md).
 
 Defaults are for CPUs, not Pruner's GPU setting (population 1536, cache 512, 10 measured per
 round): here one candidate's mutation and postprocessing costs milliseconds of the same two
@@ -22,6 +22,7 @@ cores that build and run, so the population is smaller and more is measured per 
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Mapping
 
@@ -45,24 +46,42 @@ from tensortune.tuning.timed import TimedCostModel
 
 PySearchStrategy = ms.search_strategy.PySearchStrategy
 
-# DraftThenVerify's settings a user may change by name (the CLI's ``--draft-option k=v``).
-OPTIONS: dict[str, type] = {
-    "population": int, "draft_generations": int, "draft_size": int, "redraft_every": int,
-    "verify_mutants": int, "per_round": int, "eps": float, "init_measured_ratio": float,
-    "build_cost_weight": float,
+# DraftThenVerify's settings a user may change by name (the CLI's ``--draft-option k=v``):
+# type, default, smallest and largest value.
+OPTIONS: dict[str, tuple[type, float, float, float]] = {
+    "population": (int, 512, 2, math.inf), "draft_generations": (int, 2, 0, math.inf),
+    "draft_size": (int, 256, 1, math.inf), "redraft_every": (int, 2, 1, math.inf),
+    "verify_mutants": (int, 32, 0, math.inf), "per_round": (int, 16, 1, math.inf),
+    "eps": (float, 0.1, 0.0, 1.0), "init_measured_ratio": (float, 0.1, 0.0, 1.0),
+    "build_cost_weight": (float, 0.0, 0.0, math.inf),
 }  # fmt: skip
 
 
 def check_options(options: Mapping[str, object]) -> dict[str, float]:
-    """``options`` with each value of its setting's type; a clear error for an unknown one."""
+    """``options`` as numbers of their setting's type, those equal to the default dropped (so
+    equal settings compare equal); a one-line error for an unknown name or a bad value."""
     unknown = sorted(set(options) - set(OPTIONS))
     if unknown:
         raise TensortuneError(f"unknown draft-then-verify option(s) {unknown}; "
                               f"known: {', '.join(OPTIONS)}")  # fmt: skip
-    try:
-        return {k: OPTIONS[k](float(v)) for k, v in options.items()}
-    except (TypeError, ValueError) as e:
-        raise TensortuneError(f"draft-then-verify options must be numbers: {e}") from None
+    out: dict[str, float] = {}
+    for key, raw in options.items():
+        kind, default, low, high = OPTIONS[key]
+        try:
+            value = float(raw)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            raise TensortuneError(f"draft-then-verify option {key}={raw!r}: not a number") from None
+        if (
+            not low <= value <= high
+            or not math.isfinite(value)
+            or (kind is int and not value.is_integer())
+        ):
+            kind_name = "a whole number" if kind is int else "a number"
+            raise TensortuneError(f"draft-then-verify option {key}={raw!r}: expected {kind_name} "
+                                  f"from {low:g} to {high:g}")  # fmt: skip
+        if value != default:
+            out[key] = kind(value)
+    return out
 
 
 @derived_object
