@@ -24,9 +24,9 @@ class PersistentBuilder(PyBuilder):
 
     Each artifact is a shared library in a directory of its own (MetaSchedule's
     RemoveBuildArtifact callback deletes the artifact's directory after the run).
-    ``build_times`` maps each successfully built module's structural hash to the seconds its
-    build took, for a search strategy that weighs what its picks cost to build (it pops what it
-    reads; with no such reader the map grows by one entry per build).
+    ``build_times``, once a search strategy that weighs build costs asks for it
+    (``collect_build_times``), maps each successfully built module's structural hash to the
+    seconds its build took; the strategy pops what it reads.
     """
 
     def __init__(
@@ -39,7 +39,13 @@ class PersistentBuilder(PyBuilder):
         self._pool.start()
         self._root = tempfile.mkdtemp(prefix="tensortune-build-")
         self.seconds = 0.0  # wall time spent building, for benchmarks' breakdowns
-        self.build_times: dict[str, float] = {}
+        self.build_times: dict[str, float] | None = None
+
+    def collect_build_times(self) -> dict[str, float]:
+        """Record from now on what each build takes; returns the (shared) record."""
+        if self.build_times is None:
+            self.build_times = {}
+        return self.build_times
 
     def build(self, build_inputs: list[BuilderInput]) -> list[BuilderResult]:
         start = time.perf_counter()
@@ -52,7 +58,8 @@ class PersistentBuilder(PyBuilder):
             jobs, self._pool.map("build", jobs, self.timeout_s), strict=True
         ):
             if outcome.kind == "ok":
-                self.build_times[structural_hash(mod)] = outcome.seconds
+                if self.build_times is not None:
+                    self.build_times[structural_hash(mod)] = outcome.seconds
                 results.append(BuilderResult(outcome.value, None))
                 continue
             shutil.rmtree(os.path.dirname(path), ignore_errors=True)

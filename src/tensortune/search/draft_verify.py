@@ -115,9 +115,9 @@ class DraftThenVerify(PySearchStrategy):
     ``per_round``: programs measured per round (None: the tuner's per-round count);
     ``eps``: share of them picked at random from the cache.  ``timings`` (seconds spent
     drafting, in the analyzer and verifying) is shared by every clone, i.e. summed over tasks.
-    ``build_times``: the builder's seconds per module hash (``PersistentBuilder.build_times``),
-    shared by every clone; ``build_cost_weight``: the exponent on a candidate's expected build
-    cost ratio in its effective rank (0, or no ``build_times``: the verifier's rank alone).
+    ``build_cost_weight``: the exponent on a candidate's expected build cost ratio in its
+    effective rank (0: the verifier's rank alone); the build times come from the builder
+    ``watch_builder`` was given (shared by every clone as ``build_times``).
     """
 
     def __init__(self, population: int = 512, draft_generations: int = 2, draft_size: int = 256,
@@ -139,7 +139,6 @@ class DraftThenVerify(PySearchStrategy):
         for key in ("draft", "analyzer", "verify"):
             self.timings.setdefault(key, 0.0)
         self.build_times = build_times
-        self.own_build_times = build_times is not None
         self.build_cost_weight = build_cost_weight
 
     def clone(self) -> DraftThenVerify:
@@ -148,11 +147,11 @@ class DraftThenVerify(PySearchStrategy):
                                self.init_measured_ratio, self.timings, self.build_times,
                                self.build_cost_weight)  # fmt: skip
 
-    def use_build_times(self, build_times: dict[str, float]) -> None:
-        """Learn what builds cost from these timings, unless given some at construction
-        (``tune`` hands over its builder's before it clones the strategy for each task)."""
-        if not self.own_build_times:
-            self.build_times = build_times
+    def watch_builder(self, builder: object) -> None:
+        """Learn what builds cost from ``builder``'s timings when they weigh in the picks
+        (``tune`` calls this before it clones the strategy for each task)."""
+        if self.build_cost_weight > 0 and hasattr(builder, "collect_build_times"):
+            self.build_times = builder.collect_build_times()
 
     def _initialize_with_tune_context(self, context) -> None:
         self.context = context

@@ -185,10 +185,9 @@ def _search(store: RecordStore, tasks: list[Task], target: dict, trials: int, wo
         if builder is None:
             builder = PersistentBuilder(log_path=str(logs / "builder-workers.log"))
             cleanup.callback(builder.close)
-        build_times = getattr(builder, "build_times", None)
         contexts = [
             tune_context(tasks[i].mod, target, seed=opts.seed + i, task_name=tasks[i].name,
-                         strategy=_strategy(opts.strategy, build_times), logger=lg)
+                         strategy=_strategy(opts.strategy, builder), logger=lg)
             for i, lg in zip(todo, loggers, strict=True)
         ]  # fmt: skip
         if runner is None:
@@ -274,19 +273,18 @@ def _quiet_console() -> None:
                 h.setLevel(logging.WARNING)
 
 
-def _strategy(strategy: object, build_times: dict[str, float] | None = None) -> object:
-    """A fresh strategy for one task; draft-then-verify learns from ``build_times`` unless it
-    was given timings of its own."""
+def _strategy(strategy: object, builder: object = None) -> object:
+    """A fresh strategy for one task; ours may watch what ``builder``'s builds take."""
     from tensortune.compat import ms
 
     if strategy == "draft-verify":
         from tensortune.search.draft_verify import DraftThenVerify
 
-        return DraftThenVerify(build_times=build_times)
+        return DraftThenVerify()
     if isinstance(strategy, str):
         return ms.search_strategy.SearchStrategy.create(strategy)
-    if build_times is not None and hasattr(strategy, "use_build_times"):
-        strategy.use_build_times(build_times)
+    if hasattr(strategy, "watch_builder"):
+        strategy.watch_builder(builder)
     return strategy.clone() if hasattr(strategy, "clone") else strategy
 
 
