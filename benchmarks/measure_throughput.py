@@ -24,7 +24,7 @@ import json
 import statistics
 import time
 
-from tensortune.compat import ms, stub_gpu_intrinsics
+from tensortune.compat import ms, stub_unused_intrinsics
 from tensortune.hardware import current_hardware, default_target
 from tensortune.measure.batch import measure_batch
 from tensortune.measure.builder import PersistentBuilder
@@ -69,7 +69,7 @@ def _spearman(a: list[float], b: list[float]) -> float:
 
 CONFIGS = {
     "tvm-local": lambda: (
-        ms.builder.LocalBuilder(max_workers=2, initializer=stub_gpu_intrinsics),
+        ms.builder.LocalBuilder(max_workers=2, initializer=stub_unused_intrinsics),
         ms.runner.LocalRunner(),
     ),
     "tensortune": lambda: (PersistentBuilder(max_workers=2), PersistentRunner()),

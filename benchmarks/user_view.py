@@ -7,7 +7,7 @@ task, target and trial budget:
                  64 candidates per round.  Capped at --stock-cap seconds: on a machine with torch
                  installed its builder workers re-import the GPU tensor intrinsics for every batch
                  and time out (tvm027.md §3.2), so it may measure nothing at all.
-  stock-fixed    the same with LocalBuilder(initializer=stub_gpu_intrinsics), the one-line fix a
+  stock-fixed    the same with LocalBuilder(initializer=stub_unused_intrinsics), the one-line fix a
                  user who found the cause would apply.
   tensortune     tensortune.tune(strategy="evolutionary"): the same search, our builder/runner.
   draft-verify   tensortune.tune(strategy="draft-verify").
@@ -71,7 +71,7 @@ def _child(config: str, spec: str, trials: int, target: dict, out: Path, work: P
 
 
 def _stock(config: str, mod, trials: int, target: dict, work: Path, log) -> None:
-    from tensortune.compat import PyMeasureCallback, derived_object, ms, stub_gpu_intrinsics, tvm
+    from tensortune.compat import PyMeasureCallback, derived_object, ms, stub_unused_intrinsics, tvm
     from tensortune.records.convert import trace_text
 
     @derived_object
@@ -84,7 +84,7 @@ def _stock(config: str, mod, trials: int, target: dict, work: Path, log) -> None
 
     builder = "local"
     if config == "stock-fixed":
-        builder = ms.builder.LocalBuilder(initializer=stub_gpu_intrinsics)
+        builder = ms.builder.LocalBuilder(initializer=stub_unused_intrinsics)
     ms.tune_tir(mod, tvm.target.Target(target), str(work), max_trials_global=trials,
                 builder=builder, measure_callbacks=[*ms.MeasureCallback.create("default"),
                                                     Curve()])  # fmt: skip

@@ -106,6 +106,42 @@ def test_draft_then_verify_tunes_without_repeats(tmp_path, target):
     assert len(set(traces)) == len(traces)
 
 
+class _Counting:
+    """A draft model that counts the programs it scores into ``counts[-1]``."""
+
+    def __init__(self, draft, counts: list[int]) -> None:
+        self.draft, self.counts = draft, counts
+
+    def scores(self, mods):
+        self.counts[-1] += len(mods)
+        return self.draft.scores(mods)
+
+
+def test_a_tasks_first_draft_ranks_random_samples_without_evolving(target):
+    from tensortune.compat import ms
+    from tensortune.search.draft_verify import DraftThenVerify
+    from tensortune.search.space import tune_context
+
+    for first, expected in ((0, [48, 112, 112]), (2, [112, 112, 112])):
+        # Each round drafts anew; the analyzer also scores the 16 cached programs (no verifier).
+        strategy = DraftThenVerify(population=32, draft_size=16, draft_generations=2,
+                                   first_draft_generations=first, verify_mutants=0,
+                                   per_round=4, redraft_every=1)  # fmt: skip
+        context = tune_context(_matmul(64), target, seed=0, strategy=strategy)
+        analyzer = strategy.analyzer.inner
+        scored: list[int] = []
+        analyzer.draft = _Counting(analyzer.draft, scored)
+        spaces = context.space_generator.generate_design_space(context.mod)
+        strategy.pre_tuning(64, 4, spaces, ms.database.MemoryDatabase(), None)
+        for _ in range(3):
+            scored.append(0)
+            assert len(strategy.generate_measure_candidates()) == 4
+        # 32 samples scored once, against 32 x (1 + 2 generations) once evolution runs.
+        assert scored == expected, first
+        assert strategy.first_drafter is None
+        strategy.post_tuning()
+
+
 def test_unroll_step_is_the_sampled_decision_the_postprocessor_applies(target):
     from tensortune.search.build_cost import unroll_step
     from tensortune.search.space import sample_candidates

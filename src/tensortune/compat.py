@@ -4,10 +4,12 @@ Everything else in tensortune reaches MetaSchedule through the names re-exported
 future TVM rename (``tvm.meta_schedule`` became ``tvm.s_tir.meta_schedule`` in 0.27) is
 handled in one place.
 
-Importing ``tvm.s_tir.tensor_intrin`` parses hundreds of TVMScript intrinsics, mostly for GPUs
-(15-30 s); MetaSchedule imports it in every ``TuneContext`` and every builder.  On CPU targets
-we register empty stand-ins for the CUDA/ROCm/Hexagon intrinsic modules first, which brings the
-import to ~2 s.  Set ``TENSORTUNE_GPU_INTRINSICS=1`` to import the real ones (GPU targets).
+Importing ``tvm.s_tir.tensor_intrin`` parses hundreds of TVMScript intrinsics for every ISA
+(15-30 s); MetaSchedule imports it in every ``TuneContext`` and every builder.  We register
+empty stand-ins first for the modules no search here can use: the CUDA/ROCm/Hexagon ones, and
+the Arm/RISC-V CPU ones unless this host is one (candidates are measured on this host, so a
+CPU target is this host's ISA).  That brings the import from ~3 s to ~0.2 s.  Set
+``TENSORTUNE_GPU_INTRINSICS=1`` to import the GPU ones (GPU targets).
 """
 
 from __future__ import annotations
@@ -15,18 +17,24 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import platform
 import sys
 import types
 from collections.abc import Iterator
 
 _GPU_INTRIN_MODULES = ("cuda", "rocm", "hexagon")
+# Tensor intrinsics of each CPU ISA, by the prefixes of ``platform.machine()`` that run it.
+_CPU_INTRIN_MODULES = {"arm_cpu": ("arm", "aarch"), "riscv_cpu": ("riscv",)}
 
 
-def stub_gpu_intrinsics() -> None:
-    """Make the GPU tensor-intrinsic modules cheap no-ops unless GPU intrinsics are wanted."""
-    if os.environ.get("TENSORTUNE_GPU_INTRINSICS") == "1":
-        return
-    for name in _GPU_INTRIN_MODULES:
+def stub_unused_intrinsics() -> None:
+    """Make the tensor-intrinsic modules that no search on this host uses cheap no-ops: GPU
+    ones unless ``TENSORTUNE_GPU_INTRINSICS=1``, other CPU ISAs' always."""
+    host = platform.machine().lower()
+    names = [n for n, isa in _CPU_INTRIN_MODULES.items() if not host.startswith(isa)]
+    if os.environ.get("TENSORTUNE_GPU_INTRINSICS") != "1":
+        names += _GPU_INTRIN_MODULES
+    for name in names:
         full = f"tvm.s_tir.tensor_intrin.{name}"
         sys.modules.setdefault(full, types.ModuleType(full))
 
@@ -50,7 +58,7 @@ def _import_tvm_without_torch() -> None:
             del sys.modules["torch"]
 
 
-stub_gpu_intrinsics()
+stub_unused_intrinsics()
 _import_tvm_without_torch()
 
 import tvm  # noqa: E402
@@ -97,6 +105,11 @@ def tvm_logging_guard() -> Iterator[None]:
             root.addHandler(h)
 
 
+def load_tensor_intrinsics() -> None:
+    """Pay the one-off import the first ``TuneContext`` of a process triggers, now."""
+    import tvm.s_tir.tensor_intrin  # noqa: F401
+
+
 def structural_hash(mod: tvm.IRModule) -> str:
     """Structural hash as an unsigned decimal string (the form MetaSchedule's JSON files use)."""
     return str(tvm_ffi.structural_hash(mod) & 0xFFFFFFFFFFFFFFFF)
@@ -125,6 +138,7 @@ __all__ = [
     "TuningRecord",
     "Workload",
     "derived_object",
+    "load_tensor_intrinsics",
     "ms",
     "structural_equal",
     "structural_hash",

@@ -68,6 +68,10 @@ class PersistentBuilder(PyBuilder):
         self.seconds += time.perf_counter() - start
         return results
 
+    def wait_ready(self) -> None:
+        """Block until the workers are up (benchmarks start their clocks after this)."""
+        self._pool.wait_ready()
+
     def close(self) -> None:
         self._pool.close()
         shutil.rmtree(self._root, ignore_errors=True)

@@ -101,7 +101,8 @@ class WorkerPool:
         while len(self._workers) < self.size:
             self._workers.append(_Worker(self.env, self.log_path))
 
-    def _ensure(self) -> list[_Worker]:
+    def wait_ready(self) -> list[_Worker]:
+        """Start any missing worker and wait until every one has imported TVM."""
         self.start()
         for w in self._workers:
             w.wait_ready()
@@ -119,7 +120,7 @@ class WorkerPool:
         results: list[Outcome | None] = [None] * len(jobs)
         pending = list(range(len(jobs)))[::-1]
         busy: dict[Connection, tuple[_Worker, int, float]] = {}
-        idle = list(self._ensure())
+        idle = list(self.wait_ready())
         while pending or busy:
             while pending and idle:
                 w = idle.pop()

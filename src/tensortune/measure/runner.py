@@ -102,6 +102,10 @@ class PersistentRunner(PyRunner):
                          "costs may be inflated", contended, len(outcomes), t.retries)  # fmt: skip
         return [_future(outcome) for outcome in outcomes]
 
+    def wait_ready(self) -> None:
+        """Block until the workers are up (benchmarks start their clocks after this)."""
+        self._pool.wait_ready()
+
     def close(self) -> None:
         self._pool.close()
 

@@ -2,10 +2,11 @@
 
 Each draft, MetaSchedule's own evolutionary search (C++, all cores) evolves a population scored
 only by the cheap analyzer and hands back its ``draft_size`` best unmeasured programs: the draft
-cache.  Each round, the learned cost model (the verifier: whatever model the tuner was given)
-scores the cache plus one generation of mutants of the cache's verified best, and the top of
-that, with ε-greedy exploration, is measured.  The verifier therefore sees a few hundred
-programs per round instead of the thousands MetaSchedule's default scores.
+cache (a task's first draft only ranks random samples: evolving them delayed its first
+measurement by seconds).  Each round, the learned cost model (the verifier: whatever model the
+tuner was given) scores the cache plus one generation of mutants of the cache's verified best,
+and the top of that, with ε-greedy exploration, is measured.  The verifier therefore sees a
+few hundred programs per round instead of the thousands MetaSchedule's default scores.
 
 With ``build_cost_weight`` w > 0 and the builder's timings, the greedy picks also weigh what a
 program costs to build: a candidate's verifier rank is multiplied by r**w, r being how much
@@ -50,6 +51,7 @@ PySearchStrategy = ms.search_strategy.PySearchStrategy
 # type, default, smallest and largest value.
 OPTIONS: dict[str, tuple[type, float, float, float]] = {
     "population": (int, 512, 2, math.inf), "draft_generations": (int, 2, 0, math.inf),
+    "first_draft_generations": (int, 0, 0, math.inf),
     "draft_size": (int, 256, 1, math.inf), "redraft_every": (int, 2, 1, math.inf),
     "verify_mutants": (int, 32, 0, math.inf), "per_round": (int, 16, 1, math.inf),
     "eps": (float, 0.1, 0.0, 1.0), "init_measured_ratio": (float, 0.1, 0.0, 1.0),
@@ -109,8 +111,11 @@ class AnalyzerCostModel(PyCostModel):
 class DraftThenVerify(PySearchStrategy):
     """Draft with the analyzer, verify with the learned model, measure a few per round.
 
-    ``population``/``draft_generations``: the analyzer-scored evolution; ``draft_size``: its
-    best programs kept as the cache; ``redraft_every``: rounds between drafts;
+    ``population``/``draft_generations``: the analyzer-scored evolution;
+    ``first_draft_generations``: its generations in a task's first draft, which starts from
+    random samples only (0: the analyzer ranks the samples; evolving them delays the task's
+    first measurement by seconds per generation); ``draft_size``: the
+    evolution's best programs kept as the cache; ``redraft_every``: rounds between drafts;
     ``verify_mutants``: how many of the verified best get one mutation each;
     ``per_round``: programs measured per round (None: the tuner's per-round count);
     ``eps``: share of them picked at random from the cache.  ``timings`` (seconds spent
@@ -124,11 +129,12 @@ class DraftThenVerify(PySearchStrategy):
                  redraft_every: int = 2, verify_mutants: int = 32, per_round: int | None = 16,
                  eps: float = 0.1, init_measured_ratio: float = 0.1,
                  timings: dict[str, float] | None = None,
-                 build_times: dict[str, float] | None = None,
-                 build_cost_weight: float = 0.0) -> None:  # fmt: skip
+                 build_times: dict[str, float] | None = None, build_cost_weight: float = 0.0,
+                 first_draft_generations: int = 0) -> None:  # fmt: skip
         super().__init__()
         self.population = population
         self.draft_generations = draft_generations
+        self.first_draft_generations = first_draft_generations
         self.draft_size = draft_size
         self.redraft_every = redraft_every
         self.verify_mutants = verify_mutants
@@ -145,7 +151,7 @@ class DraftThenVerify(PySearchStrategy):
         return DraftThenVerify(self.population, self.draft_generations, self.draft_size,
                                self.redraft_every, self.verify_mutants, self.per_round, self.eps,
                                self.init_measured_ratio, self.timings, self.build_times,
-                               self.build_cost_weight)  # fmt: skip
+                               self.build_cost_weight, self.first_draft_generations)  # fmt: skip
 
     def watch_builder(self, builder: object) -> None:
         """Learn what builds cost from ``builder``'s timings when they weigh in the picks
@@ -158,18 +164,25 @@ class DraftThenVerify(PySearchStrategy):
         self.rng = np.random.default_rng(max(int(context.rand_state), 0))
         target = json.loads(target_key(context.target))
         self.analyzer = TimedCostModel(AnalyzerCostModel(DraftModel(machine_for(target))))
-        self.drafter = ms.search_strategy.EvolutionarySearch(
-            population_size=self.population, init_measured_ratio=self.init_measured_ratio,
-            init_min_unmeasured=max(self.population // 4, 16),
-            genetic_num_iters=self.draft_generations, eps_greedy=0.0,
-        )  # fmt: skip
-        self.drafter._initialize_with_tune_context(context)
+        self.drafter = self._evolution(context, self.draft_generations)
+        self.first_drafter = None
+        if self.first_draft_generations != self.draft_generations:
+            self.first_drafter = self._evolution(context, self.first_draft_generations)
         gen = context.space_generator
         self.postprocs = list(gen.postprocs)
         probs = {m: float(p) for m, p in dict(gen.mutator_probs).items()}
         self.mutators = list(probs)
         total = sum(probs.values()) or 1.0
         self.mutator_p = np.array([probs[m] / total for m in self.mutators])
+
+    def _evolution(self, context, generations: int):
+        evolution = ms.search_strategy.EvolutionarySearch(
+            population_size=self.population, init_measured_ratio=self.init_measured_ratio,
+            init_min_unmeasured=max(self.population // 4, 16),
+            genetic_num_iters=generations, eps_greedy=0.0,
+        )  # fmt: skip
+        evolution._initialize_with_tune_context(context)
+        return evolution
 
     def pre_tuning(self, max_trials: int, num_trials_per_iter: int, design_spaces, database=None,
                    cost_model=None) -> None:  # fmt: skip
@@ -182,10 +195,18 @@ class DraftThenVerify(PySearchStrategy):
         self.seen: set[str] = set()
         self.build_costs = BuildCosts()
         # The drafter never stops on its own: we count trials, it hands out drafts.
-        self.drafter.pre_tuning(1 << 30, self.draft_size, design_spaces, database, self.analyzer)
+        for drafter in (self.drafter, self.first_drafter):
+            if drafter is not None:
+                drafter.pre_tuning(1 << 30, self.draft_size, design_spaces, database, self.analyzer)
 
     def post_tuning(self) -> None:
         self.drafter.post_tuning()
+        self._retire_first_drafter()
+
+    def _retire_first_drafter(self) -> None:
+        if self.first_drafter is not None:
+            self.first_drafter.post_tuning()
+            self.first_drafter = None
 
     def generate_measure_candidates(self):
         n = min(self.n_round, self.max_trials - self.trials)
@@ -194,7 +215,9 @@ class DraftThenVerify(PySearchStrategy):
         if not self.cache or self.rounds % self.redraft_every == 0:
             t0 = time.perf_counter()
             a0 = self.analyzer.predict_s
-            fresh = self.drafter.generate_measure_candidates() or []
+            drafter = self.drafter if self.first_drafter is None else self.first_drafter
+            fresh = drafter.generate_measure_candidates() or []
+            self._retire_first_drafter()
             self.cache = [c for c in fresh if self._new(c)] + self.cache
             self.cache = self.cache[: self.draft_size]
             spent = self.analyzer.predict_s - a0
