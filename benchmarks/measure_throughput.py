@@ -1,6 +1,6 @@
 """Candidates measured per second: tensortune's persistent builder/runner against MetaSchedule's
-LocalBuilder (with the initializer that skips the GPU intrinsics, so that it works at all) and
-LocalRunner, on the same candidates, in the same run.
+LocalBuilder (with the initializer that skips the intrinsics of GPUs and other CPU ISAs, so that
+it works at all) and LocalRunner, on the same candidates, in the same run.
 
 Method: for each workload, draw N random schedules from its design space once.  Each repetition
 measures all of them with every configuration, in rotating order, each configuration starting
@@ -8,7 +8,7 @@ its workers from scratch (a tuning run pays that once too).  Throughput = candid
 seconds for build + run; the ratio is taken per repetition and its median reported.
 
 Configurations:
-  tvm-local      LocalBuilder(initializer=stub GPU intrinsics, 2 workers) + LocalRunner()
+  tvm-local      LocalBuilder(initializer=stub unused intrinsics, 2 workers) + LocalRunner()
                  (EvaluatorConfig defaults: number=3, repeat=1, min_repeat_ms=100)
   tensortune     PersistentBuilder(2 workers) + PersistentRunner() (repeat=5, min_repeat_ms=10)
   tensortune-eq  the same, timing candidates with LocalRunner's evaluator settings, so that only

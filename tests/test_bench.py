@@ -96,6 +96,18 @@ def test_a_rerun_with_another_seed_measures_again(bench):
     assert saved["seed"] == 1
 
 
+def test_runs_saved_by_another_version_of_the_benchmark_are_measured_again(bench, tmp_path):
+    from conftest import TARGET
+
+    work, result = bench
+    saved = json.loads((work / "results.json").read_text())
+    del saved["version"]  # as written before the clock started after the one-off costs
+    (tmp_path / "results.json").write_text(json.dumps(saved))
+    again = bench_tune([SPEC], trials=8, work_dir=tmp_path, target=TARGET, methods=["default"])
+    assert set(again.runs) == {"default"}  # the saved draft run was dropped, not kept
+    assert again.runs["default"].curve != result.runs["default"].curve
+
+
 def test_unknown_methods_are_refused(tmp_path):
     with pytest.raises(TensortuneError, match="unknown method"):
         bench_tune([SPEC], trials=4, work_dir=tmp_path, methods=["fastest"])

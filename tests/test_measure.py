@@ -187,3 +187,25 @@ def test_classify_recognises_tvm_local_builder_and_runner_messages():
     assert classify("LocalBuilder: An exception occurred\nTraceback", None) is Status.BUILD_ERROR
     assert classify(None, "LocalRunner: An exception occurred") is Status.RUN_ERROR
     assert classify(None, None) is Status.OK
+
+
+@pytest.mark.parametrize(("host", "cpu_env", "stubbed"), [
+    ("x86_64", None, {"arm_cpu", "riscv_cpu"}), ("aarch64", None, {"riscv_cpu"}),
+    ("arm64", None, {"riscv_cpu"}), ("riscv64", None, {"arm_cpu"}), ("x86_64", "1", set()),
+])  # fmt: skip
+def test_only_this_hosts_cpu_intrinsics_are_imported(monkeypatch, host, cpu_env, stubbed):
+    import platform
+    import sys
+
+    from tensortune.compat import stub_unused_intrinsics
+
+    names = ("arm_cpu", "riscv_cpu")
+    for name in names:
+        monkeypatch.delitem(sys.modules, f"tvm.s_tir.tensor_intrin.{name}", raising=False)
+    monkeypatch.setattr(platform, "machine", lambda: host)
+    if cpu_env is None:
+        monkeypatch.delenv("TENSORTUNE_CPU_INTRINSICS", raising=False)
+    else:
+        monkeypatch.setenv("TENSORTUNE_CPU_INTRINSICS", cpu_env)
+    stub_unused_intrinsics()
+    assert {n for n in names if f"tvm.s_tir.tensor_intrin.{n}" in sys.modules} == stubbed

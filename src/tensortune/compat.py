@@ -8,8 +8,10 @@ Importing ``tvm.s_tir.tensor_intrin`` parses hundreds of TVMScript intrinsics fo
 (15-30 s); MetaSchedule imports it in every ``TuneContext`` and every builder.  We register
 empty stand-ins first for the modules no search here can use: the CUDA/ROCm/Hexagon ones, and
 the Arm/RISC-V CPU ones unless this host is one (candidates are measured on this host, so a
-CPU target is this host's ISA).  That brings the import from ~3 s to ~0.2 s.  Set
-``TENSORTUNE_GPU_INTRINSICS=1`` to import the GPU ones (GPU targets).
+CPU target is this host's ISA).  That brings the import from ~1.6 s to ~0.25 s (without torch
+loaded; about twice both with it).  Set ``TENSORTUNE_GPU_INTRINSICS=1`` to import the GPU ones
+(GPU targets), ``TENSORTUNE_CPU_INTRINSICS=1`` to import every CPU ISA's (e.g. to replay
+traces recorded on an Arm machine that tensorize with its intrinsics).
 """
 
 from __future__ import annotations
@@ -29,9 +31,12 @@ _CPU_INTRIN_MODULES = {"arm_cpu": ("arm", "aarch"), "riscv_cpu": ("riscv",)}
 
 def stub_unused_intrinsics() -> None:
     """Make the tensor-intrinsic modules that no search on this host uses cheap no-ops: GPU
-    ones unless ``TENSORTUNE_GPU_INTRINSICS=1``, other CPU ISAs' always."""
+    ones unless ``TENSORTUNE_GPU_INTRINSICS=1``, other CPU ISAs' unless
+    ``TENSORTUNE_CPU_INTRINSICS=1``."""
     host = platform.machine().lower()
     names = [n for n, isa in _CPU_INTRIN_MODULES.items() if not host.startswith(isa)]
+    if os.environ.get("TENSORTUNE_CPU_INTRINSICS") == "1":
+        names = []
     if os.environ.get("TENSORTUNE_GPU_INTRINSICS") != "1":
         names += _GPU_INTRIN_MODULES
     for name in names:

@@ -14,7 +14,8 @@ Each method tunes into a store of its own.  The curve is the network latency est
 search-time speedup of a method is the default's total time over the time the method needed
 to reach the default's final latency (algorithms.md §1.6).  Finished methods are kept in
 ``results.json`` in the work directory: a rerun skips them unless it asks for other
-draft-then-verify options (an interrupted method restarts).
+draft-then-verify options or they were saved by another version of this benchmark (an
+interrupted method restarts).
 """
 
 from __future__ import annotations
@@ -33,6 +34,9 @@ from tensortune.hardware import parse_target
 from tensortune.workloads.task import Task
 
 METHODS = ("default", "draft", "pretrained", "moa")
+# Saved runs of another version are measured again: 2 starts each clock after the one-off
+# process costs and drafts a task's first candidates without evolution.
+RESULTS_VERSION = 2
 
 
 @dataclass
@@ -92,7 +96,8 @@ class BenchResult:
 
     def to_dict(self) -> dict:
         return {
-            "tasks": self.tasks, "trials": self.trials, "target": self.target, "seed": self.seed,
+            "version": RESULTS_VERSION, "tasks": self.tasks, "trials": self.trials,
+            "target": self.target, "seed": self.seed,
             "methods": {k: asdict(v) for k, v in self.runs.items()},
             "final_latency": {k: v.final_latency for k, v in self.runs.items()},
             "speedup": self.speedup, "trial_ratio": self.trial_ratio,
@@ -145,9 +150,10 @@ def bench_tune(
     result = BenchResult([t.name for t in tasks], trials, tgt, seed=seed)
     if saved.is_file():
         old = json.loads(saved.read_text())
-        same = (old.get("tasks"), old.get("trials"), old.get("target"), old.get("seed", 0))
+        same = (old.get("version"), old.get("tasks"), old.get("trials"), old.get("target"),
+                old.get("seed", 0))  # fmt: skip
         known = set(MethodRun.__dataclass_fields__)  # a file from another version may hold more
-        if same == (result.tasks, trials, tgt, seed):
+        if same == (RESULTS_VERSION, result.tasks, trials, tgt, seed):
             for name, run in old.get("methods", {}).items():
                 run["curve"] = [tuple(p) for p in run["curve"]]
                 run.setdefault("draft_options", None if name == "default" else {})
@@ -218,15 +224,10 @@ def _run_method(name: str, tasks: list[Task], trials: int, work: Path, target: d
     builder = PersistentBuilder(log_path=str(method_dir / "builder-workers.log"))
     runner = PersistentRunner(num_threads=runtime_threads(target),
                               log_path=str(method_dir / "runner-worker.log"))  # fmt: skip
-    # One-off process costs (workers importing TVM, the tensor intrinsics' import) are paid
-    # before the clock starts: whichever method runs first in a process would pay them alone.
-    load_tensor_intrinsics()
-    builder.wait_ready()
-    runner.wait_ready()
     run = MethodRun(name, draft_options=None if name == "default" else options)
     best: dict[str, float] = {}
     weights = {t.name: t.weight for t in tasks}
-    start = time.perf_counter()
+    start = 0.0
 
     def on_batch(i, task, batch, task_result) -> None:
         if task_result.best_seconds:
@@ -239,6 +240,12 @@ def _run_method(name: str, tasks: list[Task], trials: int, work: Path, target: d
             progress(name, run)
 
     try:
+        # One-off process costs (workers importing TVM, the tensor intrinsics' import) are paid
+        # before the clock starts: whichever method runs first in a process would pay them alone.
+        load_tensor_intrinsics()
+        builder.wait_ready()
+        runner.wait_ready()
+        start = time.perf_counter()
         tune(tasks, trials=trials * len(tasks), max_trials_per_task=trials,
              records=f"sqlite:///{method_dir / 'records.db'}", work_dir=method_dir,
              target=target, strategy=strategy, cost_model=timed, builder=builder,

@@ -2,11 +2,12 @@
 
 Each draft, MetaSchedule's own evolutionary search (C++, all cores) evolves a population scored
 only by the cheap analyzer and hands back its ``draft_size`` best unmeasured programs: the draft
-cache (a task's first draft only ranks random samples: evolving them delayed its first
-measurement by seconds).  Each round, the learned cost model (the verifier: whatever model the
-tuner was given) scores the cache plus one generation of mutants of the cache's verified best,
-and the top of that, with ε-greedy exploration, is measured.  The verifier therefore sees a
-few hundred programs per round instead of the thousands MetaSchedule's default scores.
+cache (a task's first draft only ranks its initial population, random samples plus any
+measured records of the task: evolving it delayed the first measurement by seconds).  Each
+round, the learned cost model (the verifier: whatever model the tuner was given) scores the
+cache plus one generation of mutants of the cache's verified best, and the top of that, with
+ε-greedy exploration, is measured.  The verifier therefore sees a few hundred programs per
+round instead of the thousands MetaSchedule's default scores.
 
 With ``build_cost_weight`` w > 0 and the builder's timings, the greedy picks also weigh what a
 program costs to build: a candidate's verifier rank is multiplied by r**w, r being how much
@@ -113,8 +114,8 @@ class DraftThenVerify(PySearchStrategy):
 
     ``population``/``draft_generations``: the analyzer-scored evolution;
     ``first_draft_generations``: its generations in a task's first draft, which starts from
-    random samples only (0: the analyzer ranks the samples; evolving them delays the task's
-    first measurement by seconds per generation); ``draft_size``: the
+    random samples (0: the analyzer only ranks them; each generation delays the task's first
+    measurement by seconds); ``draft_size``: the
     evolution's best programs kept as the cache; ``redraft_every``: rounds between drafts;
     ``verify_mutants``: how many of the verified best get one mutation each;
     ``per_round``: programs measured per round (None: the tuner's per-round count);
@@ -166,8 +167,6 @@ class DraftThenVerify(PySearchStrategy):
         self.analyzer = TimedCostModel(AnalyzerCostModel(DraftModel(machine_for(target))))
         self.drafter = self._evolution(context, self.draft_generations)
         self.first_drafter = None
-        if self.first_draft_generations != self.draft_generations:
-            self.first_drafter = self._evolution(context, self.first_draft_generations)
         gen = context.space_generator
         self.postprocs = list(gen.postprocs)
         probs = {m: float(p) for m, p in dict(gen.mutator_probs).items()}
@@ -195,6 +194,8 @@ class DraftThenVerify(PySearchStrategy):
         self.seen: set[str] = set()
         self.build_costs = BuildCosts()
         # The drafter never stops on its own: we count trials, it hands out drafts.
+        if self.first_draft_generations != self.draft_generations:
+            self.first_drafter = self._evolution(self.context, self.first_draft_generations)
         for drafter in (self.drafter, self.first_drafter):
             if drafter is not None:
                 drafter.pre_tuning(1 << 30, self.draft_size, design_spaces, database, self.analyzer)
