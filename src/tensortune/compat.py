@@ -33,10 +33,10 @@ def stub_unused_intrinsics() -> None:
     """Make the tensor-intrinsic modules that no search on this host uses cheap no-ops: GPU
     ones unless ``TENSORTUNE_GPU_INTRINSICS=1``, other CPU ISAs' unless
     ``TENSORTUNE_CPU_INTRINSICS=1``."""
-    host = platform.machine().lower()
-    names = [n for n, isa in _CPU_INTRIN_MODULES.items() if not host.startswith(isa)]
-    if os.environ.get("TENSORTUNE_CPU_INTRINSICS") == "1":
-        names = []
+    names: list[str] = []
+    if os.environ.get("TENSORTUNE_CPU_INTRINSICS") != "1":
+        host = platform.machine().lower()
+        names += [n for n, isa in _CPU_INTRIN_MODULES.items() if not host.startswith(isa)]
     if os.environ.get("TENSORTUNE_GPU_INTRINSICS") != "1":
         names += _GPU_INTRIN_MODULES
     for name in names:
