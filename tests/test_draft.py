@@ -222,3 +222,66 @@ def test_moa_adapts_a_pretrained_verifier_during_draft_then_verify(tmp_path, tar
                   cost_model=verifier, check_correctness=False)  # fmt: skip
     assert result.tasks[0].trials == 12
     assert moa.updates_ == 2 and moa.retrains_ == 2 and len(moa.seen_) == 12
+
+
+def test_trust_follows_the_scorer_that_ordered_the_measurements_right():
+    from tensortune.search.blend import TrustBlend, pair_accuracy, rank_share
+
+    assert rank_share(np.array([3.0, 1.0, 1.0, 5.0])).tolist() == [0.75, 0.375, 0.375, 1.0]
+    lat = np.array([1.0, 2.0, 3.0, 4.0])
+    assert pair_accuracy(-lat, lat) == 1.0 and pair_accuracy(lat, lat) == 0.0
+    assert pair_accuracy(np.ones(4), lat) == 0.5  # ties know nothing
+
+    trust = TrustBlend(window=6)
+    assert trust.weight == 0.5  # nothing measured: an even blend
+    analyzer, verifier = np.array([4.0, 3.0, 2.0, 1.0]), np.array([1.0, 2.0, 3.0, 4.0])
+    for a, v, t in zip(analyzer, verifier, lat, strict=True):
+        trust.observe(a, v, t)  # the analyzer ordered them right, the verifier backwards
+    trust.observe(5.0, None, 0.5)  # no verifier score: nothing to compare
+    trust.observe(5.0, 5.0, math.inf)  # failed to run: no latency
+    assert len(trust.latencies) == 4 and trust.weight < 0.01
+    assert trust.blend(analyzer, verifier).argmax() == 0  # ranked as the analyzer ranks
+    assert trust.blend(analyzer, None).tolist() == rank_share(analyzer).tolist()
+    for a, v, t in zip(verifier, analyzer, [5.0, 6.0, 7.0, 8.0], strict=True):
+        trust.observe(a, v, t)  # now the verifier is right, on the 6 latest that count
+    assert len(trust.latencies) == 6 and trust.weight > 0.5
+
+
+def test_draft_then_verify_learns_whom_to_trust_from_its_measured_picks(target):
+    from tensortune.compat import PyCostModel, derived_object, ms
+    from tensortune.draft.machine import machine_for
+    from tensortune.search.draft_verify import DraftThenVerify
+    from tensortune.search.space import tune_context
+
+    draft = DraftModel(machine_for(target))
+
+    @derived_object
+    class Backwards(PyCostModel):
+        """A verifier that ranks every program exactly as the analyzer does not."""
+
+        def predict(self, context, candidates):
+            return -draft.scores([c.sch.mod for c in candidates])
+
+        def update(self, context, candidates, results):
+            pass
+
+    strategy = DraftThenVerify(population=32, draft_size=16, per_round=4, verify_mutants=0,
+                               redraft_every=8, blend=1)  # fmt: skip
+    context = tune_context(_matmul(64), target, seed=0, strategy=strategy)
+    spaces = context.space_generator.generate_design_space(context.mod)
+    strategy.pre_tuning(64, 4, spaces, ms.database.MemoryDatabase(), Backwards())
+    for _ in range(2):
+        picked = strategy.generate_measure_candidates()
+        assert len(strategy.picked_scores) == len(picked) == 4
+        # The machine runs each program exactly as fast as the analyzer says; one fails.
+        lat = 1.0 / draft.scores([c.sch.mod for c in picked])
+        results = [ms.runner.RunnerResult(run_secs=[float(t)], error_msg=None) for t in lat]
+        results[0] = ms.runner.RunnerResult(run_secs=None, error_msg="crashed")
+        strategy.notify_runner_results(picked, results)
+    assert len(strategy.trust.latencies) == 6 and strategy.trust.weight < 0.01
+    # Trusting the analyzer, the next picks are its favourites among what is left.
+    left = strategy.cache
+    best = max(draft.scores([c.sch.mod for c in left]))
+    picked = strategy.generate_measure_candidates()
+    assert draft.scores([picked[0].sch.mod])[0] == best
+    strategy.post_tuning()

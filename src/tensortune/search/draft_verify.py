@@ -9,6 +9,12 @@ cache plus one generation of mutants of the cache's verified best, and the top o
 ε-greedy exploration, is measured.  The verifier therefore sees a few hundred programs per
 round instead of the thousands MetaSchedule's default scores.
 
+With ``blend`` on, the picks rank by both scorers: a weighted mean of the analyzer's and the
+verifier's rank orders, the verifier's weight following how well each has ordered the task's
+measured programs so far (``search/blend.py``).  It is off by default (the verifier alone
+picks, as in Pruner): on our benchmark it helped MoA on resnet50 and hurt it on BERT and
+MobileNetV2 (benchmarks/RESULTS.md).
+
 With ``build_cost_weight`` w > 0 and the builder's timings, the greedy picks also weigh what a
 program costs to build: a candidate's verifier rank is multiplied by r**w, r being how much
 longer its unroll step has built so far on this task than the cheapest step
@@ -43,6 +49,7 @@ from tensortune.draft.analyzer import DraftModel
 from tensortune.draft.machine import machine_for
 from tensortune.errors import TensortuneError
 from tensortune.hardware import target_key
+from tensortune.search.blend import TrustBlend
 from tensortune.search.build_cost import BuildCosts, cost_aware_order, unroll_step
 from tensortune.tuning.timed import TimedCostModel
 
@@ -56,7 +63,7 @@ OPTIONS: dict[str, tuple[type, float, float, float]] = {
     "draft_size": (int, 256, 1, math.inf), "redraft_every": (int, 2, 1, math.inf),
     "verify_mutants": (int, 32, 0, math.inf), "per_round": (int, 16, 1, math.inf),
     "eps": (float, 0.1, 0.0, 1.0), "init_measured_ratio": (float, 0.1, 0.0, 1.0),
-    "build_cost_weight": (float, 0.0, 0.0, math.inf),
+    "build_cost_weight": (float, 0.0, 0.0, math.inf), "blend": (int, 0, 0, 1),
 }  # fmt: skip
 
 
@@ -124,6 +131,8 @@ class DraftThenVerify(PySearchStrategy):
     ``build_cost_weight``: the exponent on a candidate's expected build cost ratio in its
     effective rank (0: the verifier's rank alone); the build times come from the builder
     ``watch_builder`` was given (shared by every clone as ``build_times``).
+    ``blend``: 1 ranks the picks by the analyzer's and the verifier's ranks, weighted by how
+    well each ranked the task's measurements; 0 by the verifier's alone.
     """
 
     def __init__(self, population: int = 512, draft_generations: int = 2, draft_size: int = 256,
@@ -131,7 +140,7 @@ class DraftThenVerify(PySearchStrategy):
                  eps: float = 0.1, init_measured_ratio: float = 0.1,
                  timings: dict[str, float] | None = None,
                  build_times: dict[str, float] | None = None, build_cost_weight: float = 0.0,
-                 first_draft_generations: int = 0) -> None:  # fmt: skip
+                 first_draft_generations: int = 0, blend: int = 0) -> None:  # fmt: skip
         super().__init__()
         self.population = population
         self.draft_generations = draft_generations
@@ -147,12 +156,14 @@ class DraftThenVerify(PySearchStrategy):
             self.timings.setdefault(key, 0.0)
         self.build_times = build_times
         self.build_cost_weight = build_cost_weight
+        self.blend = blend
 
     def clone(self) -> DraftThenVerify:
         return DraftThenVerify(self.population, self.draft_generations, self.draft_size,
                                self.redraft_every, self.verify_mutants, self.per_round, self.eps,
                                self.init_measured_ratio, self.timings, self.build_times,
-                               self.build_cost_weight, self.first_draft_generations)  # fmt: skip
+                               self.build_cost_weight, self.first_draft_generations,
+                               self.blend)  # fmt: skip
 
     def watch_builder(self, builder: object) -> None:
         """Learn what builds cost from ``builder``'s timings when they weigh in the picks
@@ -193,6 +204,9 @@ class DraftThenVerify(PySearchStrategy):
         self.cache: list = []
         self.seen: set[str] = set()
         self.build_costs = BuildCosts()
+        self.trust = TrustBlend()
+        self.picked_scores: list[tuple[float, float | None]] = []
+        self.analyzer_memo: dict[int, tuple[object, float]] = {}
         # The drafter never stops on its own: we count trials, it hands out drafts.
         if self.first_draft_generations != self.draft_generations:
             self.first_drafter = self._evolution(self.context, self.first_draft_generations)
@@ -227,14 +241,23 @@ class DraftThenVerify(PySearchStrategy):
         if not self.cache:
             return None
         t0 = time.perf_counter()
-        pool, scores = self._verify(self.cache)
-        self.timings["verify"] += time.perf_counter() - t0
+        a0 = self.analyzer.predict_s
+        pool, by_analyzer, by_verifier = self._verify(self.cache)
+        scores = self._rank(by_analyzer, by_verifier)
+        spent = self.analyzer.predict_s - a0
+        self.timings["analyzer"] += spent
+        self.timings["verify"] += time.perf_counter() - t0 - spent
         order = list(np.argsort(-scores, kind="stable"))
         greedy = self._cheap_first(pool, order)[: n - round(n * self.eps)]
         taken = set(greedy)
         rest = [i for i in order if i not in taken]
         explore = list(self.rng.permutation(rest)[: n - len(greedy)]) if rest else []
         picked = [pool[i] for i in greedy + explore]
+        if by_analyzer is not None:  # what the trust in each scorer is learned from
+            self.picked_scores = [
+                (float(by_analyzer[i]), None if by_verifier is None else float(by_verifier[i]))
+                for i in greedy + explore
+            ]
         chosen = {id(c) for c in picked}
         self.cache = [c for c in self.cache if id(c) not in chosen]
         self.rounds += 1
@@ -254,24 +277,54 @@ class DraftThenVerify(PySearchStrategy):
         self.seen.add(key)
         return True
 
-    def _verify(self, cache: list) -> tuple[list, np.ndarray]:
-        """Verifier scores for the cache plus one mutated generation of its best."""
-        scores = self._score(cache)
-        best = [cache[i] for i in np.argsort(-scores)[: self.verify_mutants]]
+    def _verify(self, cache: list) -> tuple[list, np.ndarray | None, np.ndarray | None]:
+        """The cache plus one mutated generation of its best, with the analyzer's scores (None:
+        not needed) and the verifier's (None: it tells nothing yet)."""
+        keep = {id(c) for c in cache}
+        self.analyzer_memo = {k: v for k, v in self.analyzer_memo.items() if k in keep}
+        by_verifier = self._predict(cache)
+        if by_verifier is not None and np.ptp(by_verifier) <= 0:
+            by_verifier = None  # a cold online model predicts one constant
+        by_analyzer = self._analyze(cache) if self.blend or by_verifier is None else None
+        ranked = np.argsort(-self._rank(by_analyzer, by_verifier))
+        best = [cache[i] for i in ranked[: self.verify_mutants]]
         mutants = [m for m in (self._mutate(c) for c in best) if m is not None and self._new(m)]
         if mutants:
             cache = cache + mutants
-            scores = np.concatenate([scores, self._score(mutants)])
-        return cache, scores
+            more = None if by_verifier is None else self._predict(mutants)
+            by_verifier = None if more is None else np.concatenate([by_verifier, more])
+            if self.blend or by_verifier is None:
+                by_analyzer = self._analyze(cache)  # the cache's are remembered
+        return cache, by_analyzer, by_verifier
 
-    def _score(self, cands: list) -> np.ndarray:
-        """The verifier's scores; the analyzer's where the verifier knows nothing yet (a cold
-        online model predicts one constant, or noise before its warm-up)."""
-        if self.verifier is not None:
-            pred = np.asarray(self.verifier.predict(self.context, cands), np.float64)
-            if len(pred) == len(cands) and np.isfinite(pred).all() and np.ptp(pred) > 0:
-                return pred
-        return self.analyzer.predict(self.context, cands)
+    def _analyze(self, cands: list) -> np.ndarray:
+        """Analyzer scores, remembered while the programs stay in the cache."""
+        out = np.empty(len(cands))
+        todo = []
+        for i, c in enumerate(cands):
+            seen = self.analyzer_memo.get(id(c))
+            if seen is not None and seen[0] is c:
+                out[i] = seen[1]
+            else:
+                todo.append(i)
+        if todo:
+            out[todo] = self.analyzer.predict(self.context, [cands[i] for i in todo])
+            for i in todo:
+                self.analyzer_memo[id(cands[i])] = (cands[i], float(out[i]))
+        return out
+
+    def _predict(self, cands: list) -> np.ndarray | None:
+        if self.verifier is None:
+            return None
+        pred = np.asarray(self.verifier.predict(self.context, cands), np.float64)
+        return pred if len(pred) == len(cands) and np.isfinite(pred).all() else None
+
+    def _rank(self, by_analyzer: np.ndarray | None, by_verifier: np.ndarray | None) -> np.ndarray:
+        """What the picks rank by: the blend, or the verifier's scores where it tells something
+        and the analyzer's where not (a cold online model, or noise before its warm-up)."""
+        if self.blend:
+            return self.trust.blend(by_analyzer, by_verifier)
+        return by_analyzer if by_verifier is None else by_verifier  # type: ignore[return-value]
 
     def _mutate(self, cand):
         """One random mutation of a candidate's trace, replayed and post-processed."""
@@ -291,6 +344,12 @@ class DraftThenVerify(PySearchStrategy):
 
     def notify_runner_results(self, measure_candidates, results) -> None:
         self.trials += len(results)
+        if len(self.picked_scores) == len(results):  # the scores of these very picks
+            for (a, v), res in zip(self.picked_scores, results, strict=True):
+                secs = [float(x) for x in (res.run_secs or [])]
+                ok = res.error_msg is None and secs
+                self.trust.observe(a, v, sum(secs) / len(secs) if ok else math.inf)
+        self.picked_scores = []
         if self.build_times is not None:
             for cand in measure_candidates:
                 seconds = self.build_times.pop(structural_hash(cand.sch.mod), None)

@@ -1,0 +1,85 @@
+"""Whom to believe when the draft model and the verifier disagree: the one that has ranked this
+task's measured programs better so far.
+
+A verifier pre-trained on other hardware (MoA's starting point), or one still learning online,
+can rank a task's programs worse than the analyzer: on the programs our benchmark measured on a
+Zen 4 host, the analyzer's top 16 of a task held a program within 0.961 of the task's best on
+average, the model pre-trained on the other configuration's rows within 0.853
+(benchmarks/RESULTS.md, "Believing the analyzer until the verifier earns it").  Pruner lets the
+verifier alone pick.  ``TrustBlend`` instead ranks by a weighted mean of the two rank orders; the
+weight follows how often each scorer, with the scores it gave *before* the measurement, put
+two measured programs of the task in the right order.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+def rank_share(x: np.ndarray) -> np.ndarray:
+    """Each value's rank over the number of values, in (0, 1]; ties share their mean rank."""
+    x = np.asarray(x, np.float64)
+    ranks = np.empty(len(x))
+    ranks[np.argsort(x, kind="stable")] = np.arange(1, len(x) + 1)
+    _, group = np.unique(x, return_inverse=True)
+    return (np.bincount(group, ranks) / np.bincount(group))[group] / max(len(x), 1)
+
+
+def pair_accuracy(scores: np.ndarray, latencies: np.ndarray) -> float:
+    """Share of program pairs with different latencies whose scores order them right (higher
+    score = faster; tied scores count half); 0.5 when there is no such pair."""
+    s = np.asarray(scores, np.float64)
+    lat = np.asarray(latencies, np.float64)
+    faster = lat[:, None] < lat[None, :]
+    pairs = faster.sum()
+    if pairs == 0:
+        return 0.5
+    ds = s[:, None] - s[None, :]
+    right = ((ds > 0) & faster).sum() + 0.5 * ((ds == 0) & faster).sum()
+    return float(right / pairs)
+
+
+class TrustBlend:
+    """The verifier's share ``weight`` in a blend of its ranks with the analyzer's, for one task.
+
+    ``sharpness``: how fast the share moves with the difference of the two pair accuracies
+    (0.1 of accuracy moves it from 0.5 to about 0.73 at 10); before any measurement it is 0.5.
+    Only the ``window`` latest measurements count: an online verifier changes as it learns.
+    """
+
+    def __init__(self, sharpness: float = 10.0, window: int = 64) -> None:
+        self.sharpness = sharpness
+        self.window = window
+        self.analyzer: list[float] = []
+        self.verifier: list[float] = []
+        self.latencies: list[float] = []
+
+    def observe(self, analyzer: float, verifier: float | None, latency: float) -> None:
+        """One measured program: both scores it had when picked, and its latency."""
+        if verifier is None or not math.isfinite(latency):
+            return
+        self.analyzer.append(analyzer)
+        self.verifier.append(verifier)
+        self.latencies.append(latency)
+        for kept in (self.analyzer, self.verifier, self.latencies):
+            del kept[: -self.window]
+
+    @property
+    def weight(self) -> float:
+        if len(self.latencies) < 2:
+            return 0.5
+        lat = np.array(self.latencies)
+        edge = pair_accuracy(np.array(self.verifier), lat) - pair_accuracy(
+            np.array(self.analyzer), lat
+        )
+        return 1.0 / (1.0 + math.exp(-self.sharpness * edge))
+
+    def blend(self, analyzer: np.ndarray, verifier: np.ndarray | None) -> np.ndarray:
+        """Blended scores (higher is better): the analyzer's alone when the verifier has none."""
+        a = rank_share(analyzer)
+        if verifier is None:
+            return a
+        w = self.weight
+        return (1.0 - w) * a + w * rank_share(verifier)
