@@ -7,12 +7,13 @@ before measuring them.  Per scorer, averaged over the tasks of every store of th
 methods: Spearman's rank correlation with the measured speed, how many of a task's true 8
 fastest are in the scorer's top 16, and how close the best of that top 16 is to the task's best
 (1.0: the scorer's top 16 holds the fastest program); and the same for an even blend of the
-analyzer's ranks with each model's.  The ``default`` method's stores hold MetaSchedule's
-first random round plus evolved programs; a draft-then-verify method's hold programs the
-verifier already favoured, a harder pool to order.
+analyzer's ranks with each model's.  ``--per-task`` also prints each task pool's Spearman.
+The ``default`` method's stores hold MetaSchedule's first random round plus evolved programs;
+a draft-then-verify method's hold programs the verifier already favoured, a harder pool to
+order.
 
 Run:  .venv/bin/python benchmarks/scorer_picks.py WORK_DIR [WORK_DIR ...]
-      [--methods default,moa] [--target JSON] [--json]
+      [--methods default,moa] [--target JSON] [--per-task] [--json]
 """
 
 from __future__ import annotations
@@ -58,7 +59,8 @@ def task_pools(store_path: Path, target: dict, models: dict) -> list[dict]:
             }
             for name, model in models.items():
                 scores[name] = np.asarray(model.predict(ctx, cands), np.float64)
-            pools.append({"task": wl.name, "latency": np.array(lat), "scores": scores})
+            pools.append({"store": str(store_path.parent.parent.name), "task": wl.name,
+                          "latency": np.array(lat), "scores": scores})  # fmt: skip
     finally:
         store.close()
     return pools
@@ -78,6 +80,7 @@ def main() -> None:
     ap.add_argument("work_dirs", nargs="+", type=Path)
     ap.add_argument("--methods", default="default,moa")
     ap.add_argument("--target", default=TARGET)
+    ap.add_argument("--per-task", action="store_true")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     target = json.loads(args.target)
@@ -102,13 +105,23 @@ def main() -> None:
         for name, score in scorers.items():
             q = np.array([pick_quality(score(p), p["latency"]) for p in pools]).mean(axis=0)
             rows[name] = {"spearman": q[0], "top8_in_top16": q[1], "best_of_top16": q[2]}
-        report[method] = {"tasks": len(pools), "scorers": rows}
+        per_task = [
+            {"work_dir": p["store"], "task": p["task"],
+             **{n: pick_quality(p["scores"][n], p["latency"])[0] for n in p["scores"]}}
+            for p in pools
+        ]  # fmt: skip
+        report[method] = {"tasks": len(pools), "scorers": rows, "per_task_spearman": per_task}
         if not args.json:
             print(f"{method}: {len(pools)} task pools (Spearman, true top 8 in top 16, "
                   "best of top 16 / best)")  # fmt: skip
             for name, r in rows.items():
                 print(f"  {name:20s} {r['spearman']:6.3f} {r['top8_in_top16']:6.3f} "
                       f"{r['best_of_top16']:6.3f}")  # fmt: skip
+            if args.per_task:
+                for t in per_task:
+                    cells = " ".join(f"{k} {v:6.3f}" for k, v in t.items() if k not in
+                                     ("work_dir", "task"))  # fmt: skip
+                    print(f"    {t['work_dir']:24s} {t['task'][:28]:28s} {cells}")
     if args.json:
         print(json.dumps({"target": target, "methods": report}, indent=1))
 
