@@ -1,13 +1,13 @@
 """How well each scorer would have picked among programs measured on this machine.
 
 Reads the stores ``tensortune bench tune`` runs left in their work directories (each method's
-``records.db``), replays every task's measured programs, and scores them with the draft model
-(the analyzer) and with each shipped pre-trained model, as the draft-then-verify strategy would
-before measuring them.  Per scorer, averaged over the tasks of every store of the chosen
-methods: Spearman's rank correlation with the measured speed, how many of a task's true 8
+``records.db``, one target each), replays every task's measured programs, and scores them with
+the draft model (the analyzer) and with each shipped pre-trained model, as the draft-then-verify
+strategy would before measuring them. Per scorer, averaged over the tasks of every store of the
+chosen methods: Spearman's rank correlation with the measured speed, how many of a task's true 8
 fastest are in the scorer's top 16, and how close the best of that top 16 is to the task's best
 (1.0: the scorer's top 16 holds the fastest program); and the same for an even blend of the
-analyzer's ranks with each model's.  ``--per-task`` also prints each task pool's Spearman.
+analyzer's ranks with each model's. ``--per-task`` also prints each task pool's Spearman.
 The ``default`` method's stores hold MetaSchedule's first random round plus evolved programs;
 a draft-then-verify method's hold programs the verifier already favoured, a harder pool to
 order.
@@ -59,7 +59,7 @@ def task_pools(store_path: Path, target: dict, models: dict) -> list[dict]:
             }
             for name, model in models.items():
                 scores[name] = np.asarray(model.predict(ctx, cands), np.float64)
-            pools.append({"store": str(store_path.parent.parent.name), "task": wl.name,
+            pools.append({"store": store_path.resolve().parent.parent.name, "task": wl.name,
                           "latency": np.array(lat), "scores": scores})  # fmt: skip
     finally:
         store.close()
@@ -67,7 +67,8 @@ def task_pools(store_path: Path, target: dict, models: dict) -> list[dict]:
 
 
 def pick_quality(scores: np.ndarray, latency: np.ndarray) -> tuple[float, float, float]:
-    """(Spearman, share of the true 8 fastest in the top 16, best of the top 16 / best)."""
+    """(Spearman, share of the true 8 fastest in the top 16, best of the top 16 / best); the
+    Spearman of a scorer that scores every program alike is NaN."""
     top = np.argsort(-scores, kind="stable")[:TOP]
     fastest = set(np.argsort(latency, kind="stable")[: TOP // 2].tolist())
     rho = np.corrcoef(rank_share(scores), rank_share(-latency))[0, 1]
@@ -103,7 +104,7 @@ def main() -> None:
             )
         rows = {}
         for name, score in scorers.items():
-            q = np.array([pick_quality(score(p), p["latency"]) for p in pools]).mean(axis=0)
+            q = np.nanmean([pick_quality(score(p), p["latency"]) for p in pools], axis=0)
             rows[name] = {"spearman": q[0], "top8_in_top16": q[1], "best_of_top16": q[2]}
         per_task = [
             {"work_dir": p["store"], "task": p["task"],
@@ -123,7 +124,9 @@ def main() -> None:
                                      ("work_dir", "task"))  # fmt: skip
                     print(f"    {t['work_dir']:24s} {t['task'][:28]:28s} {cells}")
     if args.json:
-        print(json.dumps({"target": target, "methods": report}, indent=1))
+        # Standard JSON: a NaN Spearman becomes null.
+        text = json.dumps({"target": target, "methods": report}, indent=1)
+        print(json.dumps(json.loads(text, parse_constant=lambda _: None), indent=1))
 
 
 if __name__ == "__main__":

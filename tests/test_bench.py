@@ -154,3 +154,20 @@ def test_the_cli_runs_each_seed_in_its_own_directory(tmp_path):
     assert len(data["summary"]["speedup"]["default"]["seeds"]) == 2
     for s in (3, 4):
         assert json.loads((tmp_path / f"seed-{s}" / "results.json").read_text())["seed"] == s
+
+
+def test_the_pretrained_verifier_adapts_as_moa_when_it_is_neural(tmp_path):
+    from conftest import TARGET
+    from test_costmodels import synthetic
+
+    from tensortune.bench.tune import _pretrained_verifier
+    from tensortune.costmodel.gbdt import XGBoostModel
+    from tensortune.costmodel.moa import MomentumAdapted
+    from tensortune.costmodel.nn import MLPModel
+
+    data = synthetic(40, seed=1)
+    for model, adapted in ((MLPModel(hidden=8, epochs=1, chunk=16), True), (XGBoostModel(), False)):
+        path = tmp_path / f"{model.kind}.ttm"
+        model.fit(data).save(path)
+        verifier = _pretrained_verifier(str(path), TARGET)
+        assert verifier.online and isinstance(verifier.model, MomentumAdapted) == adapted

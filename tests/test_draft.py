@@ -228,10 +228,13 @@ def test_trust_follows_the_scorer_that_ordered_the_measurements_right():
     from tensortune.search.blend import TrustBlend, pair_accuracy, rank_share
 
     assert rank_share(np.array([3.0, 1.0, 1.0, 5.0])).tolist() == [0.75, 0.375, 0.375, 1.0]
+    assert rank_share(np.array([np.nan, -5.0])).tolist() == [0.5, 1.0]  # NaN ranks lowest
     lat = np.array([1.0, 2.0, 3.0, 4.0])
     assert pair_accuracy(-lat, lat) == 1.0 and pair_accuracy(lat, lat) == 0.0
     assert pair_accuracy(np.ones(4), lat) == 0.5  # ties know nothing
 
+    with pytest.raises(ValueError, match="at least 2"):
+        TrustBlend(window=1)
     trust = TrustBlend(window=6)
     assert trust.weight == 0.5  # nothing measured: an even blend
     analyzer, verifier = np.array([4.0, 3.0, 2.0, 1.0]), np.array([1.0, 2.0, 3.0, 4.0])
@@ -274,7 +277,9 @@ def test_draft_then_verify_learns_whom_to_trust_from_its_measured_picks(target):
         picked = strategy.generate_measure_candidates()
         assert len(strategy.picked_scores) == len(picked) == 4
         # The machine runs each program exactly as fast as the analyzer says; one fails.
-        lat = 1.0 / draft.scores([c.sch.mod for c in picked])
+        scores = draft.scores([c.sch.mod for c in picked])
+        assert (scores > 0).all()  # the analyzer understands every sampled matmul
+        lat = 1.0 / scores
         results = [ms.runner.RunnerResult(run_secs=[float(t)], error_msg=None) for t in lat]
         results[0] = ms.runner.RunnerResult(run_secs=None, error_msg="crashed")
         strategy.notify_runner_results(picked, results)

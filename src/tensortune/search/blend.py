@@ -19,8 +19,10 @@ import numpy as np
 
 
 def rank_share(x: np.ndarray) -> np.ndarray:
-    """Each value's rank over the number of values, in (0, 1]; ties share their mean rank."""
+    """Each value's rank over the number of values, in (0, 1]; ties share their mean rank, and
+    NaN ranks lowest."""
     x = np.asarray(x, np.float64)
+    x = np.where(np.isnan(x), -np.inf, x)
     ranks = np.empty(len(x))
     ranks[np.argsort(x, kind="stable")] = np.arange(1, len(x) + 1)
     _, group = np.unique(x, return_inverse=True)
@@ -46,10 +48,13 @@ class TrustBlend:
 
     ``sharpness``: how fast the share moves with the difference of the two pair accuracies
     (0.1 of accuracy moves it from 0.5 to about 0.73 at 10); before any measurement it is 0.5.
-    Only the ``window`` latest measurements count: an online verifier changes as it learns.
+    Only the ``window`` latest measurements count: an online verifier changes as it learns
+    (its scores from before and after a retrain are still compared with each other).
     """
 
     def __init__(self, sharpness: float = 10.0, window: int = 64) -> None:
+        if window < 2:
+            raise ValueError("a pair accuracy needs a window of at least 2 measurements")
         self.sharpness = sharpness
         self.window = window
         self.analyzer: list[float] = []
@@ -64,7 +69,7 @@ class TrustBlend:
         self.verifier.append(verifier)
         self.latencies.append(latency)
         for kept in (self.analyzer, self.verifier, self.latencies):
-            del kept[: -self.window]
+            del kept[: max(len(kept) - self.window, 0)]
 
     @property
     def weight(self) -> float:

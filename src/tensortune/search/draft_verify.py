@@ -12,8 +12,8 @@ round instead of the thousands MetaSchedule's default scores.
 With ``blend`` on, the picks rank by both scorers: a weighted mean of the analyzer's and the
 verifier's rank orders, the verifier's weight following how well each has ordered the task's
 measured programs so far (``search/blend.py``).  It is off by default (the verifier alone
-picks, as in Pruner): on our benchmark it helped MoA on resnet50 and hurt it on BERT and
-MobileNetV2 (benchmarks/RESULTS.md).
+picks once it tells programs apart, as in Pruner): on our benchmark it helped MoA on resnet50
+and hurt it on BERT and MobileNetV2 (benchmarks/RESULTS.md).
 
 With ``build_cost_weight`` w > 0 and the builder's timings, the greedy picks also weigh what a
 program costs to build: a candidate's verifier rank is multiplied by r**w, r being how much
