@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import statistics
 
 import numpy as np
 
@@ -12,7 +11,7 @@ from tensortune.costmodel.base import CostModel, load_model
 from tensortune.costmodel.data import ProgramSet
 from tensortune.datasets import features as F
 from tensortune.hardware import Hardware, current_hardware
-from tensortune.measure.status import FAILED_COST
+from tensortune.measure.status import run_seconds
 from tensortune.records.convert import to_plain
 
 _MEMO_SIZE = 50_000  # programs whose features are kept (about 10 KB each)
@@ -87,9 +86,7 @@ class LearnedCostModel(PyCostModel):
     def update(self, context, candidates, results) -> None:
         if not self.online or not candidates:
             return
-        costs = np.array([statistics.median(float(s) for s in r.run_secs)
-                          if r.run_secs and max(float(s) for s in r.run_secs) < FAILED_COST / 10
-                          else np.inf for r in results])  # fmt: skip
+        costs = np.array([run_seconds(r.run_secs) for r in results])
         key = structural_hash(context.mod)
         self._measured.setdefault(key, []).append((self._features(context, candidates), costs))
         batches = self._measured[key]

@@ -7,6 +7,9 @@ records from either path are classified the same way.
 
 from __future__ import annotations
 
+import math
+import statistics
+from collections.abc import Iterable
 from enum import Enum
 
 
@@ -38,3 +41,10 @@ def classify(build_error: str | None, run_error: str | None) -> Status:
 
 # MetaSchedule's convention for a failed measurement: a run time no sort will ever prefer.
 FAILED_COST = 1e10
+
+
+def run_seconds(run_secs: Iterable[object] | None) -> float:
+    """A runner result's latency: the median of its repeats, ``inf`` when it has none or
+    carries the failure convention."""
+    secs = [float(s) for s in run_secs or []]
+    return statistics.median(secs) if secs and max(secs) < FAILED_COST / 10 else math.inf

@@ -14,6 +14,7 @@ two measured programs of the task in the right order.
 from __future__ import annotations
 
 import math
+from collections import deque
 
 import numpy as np
 
@@ -56,29 +57,25 @@ class TrustBlend:
         if window < 2:
             raise ValueError("a pair accuracy needs a window of at least 2 measurements")
         self.sharpness = sharpness
-        self.window = window
-        self.analyzer: list[float] = []
-        self.verifier: list[float] = []
-        self.latencies: list[float] = []
+        # (analyzer score, verifier score, latency) of the latest measured programs
+        self.measured: deque[tuple[float, float, float]] = deque(maxlen=window)
 
     def observe(self, analyzer: float, verifier: float | None, latency: float) -> None:
         """One measured program: both scores it had when picked, and its latency."""
         if verifier is None or not math.isfinite(latency):
             return
-        self.analyzer.append(analyzer)
-        self.verifier.append(verifier)
-        self.latencies.append(latency)
-        for kept in (self.analyzer, self.verifier, self.latencies):
-            del kept[: max(len(kept) - self.window, 0)]
+        self.measured.append((analyzer, verifier, latency))
+
+    @property
+    def latencies(self) -> list[float]:
+        return [lat for _, _, lat in self.measured]
 
     @property
     def weight(self) -> float:
-        if len(self.latencies) < 2:
+        if len(self.measured) < 2:
             return 0.5
-        lat = np.array(self.latencies)
-        edge = pair_accuracy(np.array(self.verifier), lat) - pair_accuracy(
-            np.array(self.analyzer), lat
-        )
+        analyzer, verifier, lat = np.array(self.measured).T
+        edge = pair_accuracy(verifier, lat) - pair_accuracy(analyzer, lat)
         return 1.0 / (1.0 + math.exp(-self.sharpness * edge))
 
     def blend(self, analyzer: np.ndarray, verifier: np.ndarray | None) -> np.ndarray:

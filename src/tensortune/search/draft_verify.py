@@ -29,6 +29,7 @@ cores that build and run, so the population is smaller and more is measured per 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import time
@@ -49,6 +50,7 @@ from tensortune.draft.analyzer import DraftModel
 from tensortune.draft.machine import machine_for
 from tensortune.errors import TensortuneError
 from tensortune.hardware import target_key
+from tensortune.measure.status import run_seconds
 from tensortune.search.blend import TrustBlend
 from tensortune.search.build_cost import BuildCosts, cost_aware_order, unroll_step
 from tensortune.tuning.timed import TimedCostModel
@@ -228,25 +230,17 @@ class DraftThenVerify(PySearchStrategy):
         if n <= 0:
             return None
         if not self.cache or self.rounds % self.redraft_every == 0:
-            t0 = time.perf_counter()
-            a0 = self.analyzer.predict_s
-            drafter = self.drafter if self.first_drafter is None else self.first_drafter
-            fresh = drafter.generate_measure_candidates() or []
-            self._retire_first_drafter()
-            self.cache = [c for c in fresh if self._new(c)] + self.cache
-            self.cache = self.cache[: self.draft_size]
-            spent = self.analyzer.predict_s - a0
-            self.timings["analyzer"] += spent
-            self.timings["draft"] += time.perf_counter() - t0 - spent
+            with self._clock("draft"):
+                drafter = self.drafter if self.first_drafter is None else self.first_drafter
+                fresh = drafter.generate_measure_candidates() or []
+                self._retire_first_drafter()
+                self.cache = [c for c in fresh if self._new(c)] + self.cache
+                self.cache = self.cache[: self.draft_size]
         if not self.cache:
             return None
-        t0 = time.perf_counter()
-        a0 = self.analyzer.predict_s
-        pool, by_analyzer, by_verifier = self._verify(self.cache)
-        scores = self._rank(by_analyzer, by_verifier)
-        spent = self.analyzer.predict_s - a0
-        self.timings["analyzer"] += spent
-        self.timings["verify"] += time.perf_counter() - t0 - spent
+        with self._clock("verify"):
+            pool, by_analyzer, by_verifier = self._verify(self.cache)
+            scores = self._rank(by_analyzer, by_verifier)
         order = list(np.argsort(-scores, kind="stable"))
         greedy = self._cheap_first(pool, order)[: n - round(n * self.eps)]
         taken = set(greedy)
@@ -262,6 +256,16 @@ class DraftThenVerify(PySearchStrategy):
         self.cache = [c for c in self.cache if id(c) not in chosen]
         self.rounds += 1
         return picked
+
+    @contextlib.contextmanager
+    def _clock(self, key: str):
+        """Seconds spent inside go to ``timings[key]``, the analyzer's share of them to
+        ``timings["analyzer"]``."""
+        t0, a0 = time.perf_counter(), self.analyzer.predict_s
+        yield
+        spent = self.analyzer.predict_s - a0
+        self.timings["analyzer"] += spent
+        self.timings[key] += time.perf_counter() - t0 - spent
 
     def _cheap_first(self, pool: list, order: list) -> list:
         """The verifier's order, each rank stretched by the candidate's expected build cost."""
@@ -346,9 +350,7 @@ class DraftThenVerify(PySearchStrategy):
         self.trials += len(results)
         if len(self.picked_scores) == len(results):  # the scores of these very picks
             for (a, v), res in zip(self.picked_scores, results, strict=True):
-                secs = [float(x) for x in (res.run_secs or [])]
-                ok = res.error_msg is None and secs
-                self.trust.observe(a, v, sum(secs) / len(secs) if ok else math.inf)
+                self.trust.observe(a, v, run_seconds(res.run_secs))
         self.picked_scores = []
         if self.build_times is not None:
             for cand in measure_candidates:
