@@ -61,9 +61,15 @@ def test():
     return synthetic(120, seed=2)
 
 
-@pytest.fixture(scope="module", params=model_kinds())
+# Every kind with its fast settings, and a neural model as an ensemble of members.
+CASES = {k: (k, FAST.get(k, {})) for k in model_kinds()}
+CASES["mlp-members"] = ("mlp", {**FAST["mlp"], "members": 3})
+
+
+@pytest.fixture(scope="module", params=list(CASES))
 def fitted(request, train):
-    return model_class(request.param)(**FAST.get(request.param, {})).fit(train)
+    kind, settings = CASES[request.param]
+    return model_class(kind)(**settings).fit(train)
 
 
 def test_every_model_learns_the_ranking(fitted, test):
@@ -138,3 +144,32 @@ def test_files_from_elsewhere_are_refused(fitted, tmp_path):
         z.writestr("state.bin", b"\x00garbage")
     with pytest.raises(TensortuneError, match="cannot restore"):
         load_model(tmp_path / "broken")
+
+
+def test_an_ensemble_predicts_the_mean_of_members_trained_apart(train, test):
+    """Members start from different weights and see the programs in their own orders, so they
+    disagree; the ensemble's score is their mean, and a single member trains as it always did."""
+    import torch
+
+    settings = {**FAST["mlp"], "epochs": 5}
+    three = model_class("mlp")(**settings, members=3).fit(train)
+    one = model_class("mlp")(**settings).fit(train)
+    inputs = three._inputs(test)
+    with torch.no_grad():
+        each = [net(*inputs).numpy() for net in three.net_]
+    assert not np.allclose(each[0], each[1]) and not np.allclose(each[1], each[2])
+    assert np.allclose(three.predict(test), np.mean(each, axis=0), atol=1e-5)
+    # The first member is the plain model: same initial weights, same order of programs.
+    assert np.allclose(each[0], one.predict(test), atol=1e-5)
+    with pytest.raises(TensortuneError, match="members must be at least 1"):
+        model_class("mlp")(members=0).fit(train)
+
+
+def test_model_settings_from_text():
+    from tensortune.costmodel.registry import model_settings
+
+    assert model_settings("pacm", {"members": "5", "lr": "1e-3"}) == {"members": 5, "lr": 1e-3}
+    with pytest.raises(TensortuneError, match="pacm has no setting 'nope'"):
+        model_settings("pacm", {"nope": "1"})
+    with pytest.raises(TensortuneError, match="members='five': expected int"):
+        model_settings("pacm", {"members": "five"})

@@ -186,19 +186,22 @@ def test_moa_moves_the_momentum_copy_by_one_minus_m(tmp_path):
     from tensortune.costmodel.nn import MLPModel
     from tensortune.errors import TensortuneError
 
-    base = MLPModel(hidden=16, epochs=2, chunk=16).fit(synthetic(60, seed=3))
-    moa = MomentumAdapted(base, momentum=0.9, every=2, epochs=1)
-    before = {k: v.clone() for k, v in moa.momentum_state_.items()}
-    batch = synthetic(30, seed=4)
-    moa.update(batch)
-    assert moa.retrains_ == 0  # only every 2nd update retrains
-    moa.update(batch)
-    assert moa.retrains_ == 1
-    trained = moa.model.net_.state_dict()
-    for k, v in moa.momentum_state_.items():
-        expected = 0.9 * before[k] + 0.1 * trained[k]
-        assert torch.allclose(v, expected, atol=1e-6)
-    assert np.all(np.isfinite(moa.predict(batch)))
+    for members in (1, 2):  # an ensemble's members all move, each towards its own retrain
+        base = MLPModel(hidden=16, epochs=2, chunk=16, members=members).fit(synthetic(60, 3))
+        moa = MomentumAdapted(base, momentum=0.9, every=2, epochs=1)
+        before = {k: v.clone() for k, v in moa.momentum_state_.items()}
+        batch = synthetic(30, seed=4)
+        moa.update(batch)
+        assert moa.retrains_ == 0  # only every 2nd update retrains
+        moa.update(batch)
+        assert moa.retrains_ == 1
+        trained = moa.model.net_.state_dict()
+        assert len(trained) == members * len(MLPModel(hidden=16).fit(batch).net_.state_dict())
+        for k, v in moa.momentum_state_.items():
+            expected = 0.9 * before[k] + 0.1 * trained[k]
+            assert torch.allclose(v, expected, atol=1e-6)
+            assert not torch.equal(v, before[k])
+        assert np.all(np.isfinite(moa.predict(batch)))
     with pytest.raises(TensortuneError, match="fitted neural"):
         MomentumAdapted(MLPModel())
 

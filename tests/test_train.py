@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from tensortune.costmodel.base import load_model
 from tensortune.datasets.build import build_dataset
 from tensortune.errors import TensortuneError
 from tensortune.records.interop import export_records
@@ -83,6 +84,16 @@ def test_cli_train_and_evaluate_json(built, tmp_path):
     scores = json.loads(out.stdout)
     for key in ("pca", "top1_score", "top5_score", "a_peak@1", "a_peak@5", "r2"):
         assert scores[key] == pytest.approx(trained[key])
+    # Model settings from the command line: a two-member network, and a setting it lacks.
+    out = subprocess.run([*cli, "train", "--dataset", str(root / "d"), "--model", "mlp",
+                          "--param", "members=2", "--param", "epochs=1",
+                          "--out", str(tmp_path / "e.ttm"), "--json"],
+                         capture_output=True, text=True, check=True)  # fmt: skip
+    ensemble = load_model(tmp_path / "e.ttm")
+    assert (ensemble.members, ensemble.epochs, len(ensemble.net_)) == (2, 1, 2)
+    bad = subprocess.run([*cli, "train", "--dataset", str(root / "d"), "--model", "mlp",
+                          "--param", "width=3"], capture_output=True, text=True)  # fmt: skip
+    assert bad.returncode != 0 and "mlp has no setting 'width'" in bad.stderr
 
 
 def test_tuning_with_a_pretrained_model_frozen_and_online(built, tmp_path):

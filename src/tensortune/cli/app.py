@@ -347,17 +347,29 @@ def dataset_info(
 @app.command("train")
 def train_cmd(
     dataset: Annotated[Path, typer.Option("--dataset", help="Dataset directory.")],
-    model: Annotated[str, typer.Option("--model", help="xgb | lgbm | mlp | tlp | ms-xgb")] = "xgb",
+    model: Annotated[
+        str, typer.Option("--model", help="xgb | lgbm | mlp | tlp | pacm | ms-xgb")
+    ] = "xgb",
     split: Annotated[
         str, typer.Option(help="within-task | by-task | by-network:NET[,NET] | by-hardware:HW[,HW]")
     ] = "within-task",
     out: Annotated[Path | None, typer.Option("--out", help="Write the model file here.")] = None,
+    param: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--param",
+            help="KEY=VALUE setting of the model (e.g. members=5 for mlp, tlp, pacm: an "
+            "ensemble); repeatable.",
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Fit a cost model on a dataset split and report TenSet's metrics on its test part."""
+    from tensortune.costmodel.registry import model_settings
     from tensortune.train.trainer import train
 
-    result = train(dataset, model=model, split=split, out=out)
+    params = model_settings(model, _key_values(param or []))
+    result = train(dataset, model=model, split=split, out=out, params=params)
     summary = {**result.metrics, "train_programs": result.train_programs,
                "fit_seconds": result.fit_seconds,
                "predict_programs_per_second": result.predict_per_second}  # fmt: skip

@@ -4,6 +4,11 @@
   layers (per-store features + workload and hardware vectors on every block).
 - ``tlp``: TLP's idea on MetaSchedule traces: each trace instruction is a token; an encoder,
   one self-attention layer and residual layers, a per-token decoder summed over tokens.
+
+Each takes ``members``: that many networks from different initial weights, each trained on its
+own order of the programs, predicting their mean score.  One network's ranking of programs from
+other hardware depends a good deal on its seed; the mean of five ranked them better offline, but
+did not tune faster (benchmarks/RESULTS.md, tenth session), so one network is the default.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import numpy as np
 
 from tensortune.costmodel.base import CostModel, to_bytes
 from tensortune.costmodel.data import ProgramSet
+from tensortune.errors import TensortuneError
 
 
 def lambda_rank_loss(scores, labels, groups):
@@ -62,6 +68,7 @@ class _RankModel(CostModel):
     batch_chunks: int
     refine_epochs: int
     seed: int
+    members: int
 
     def _rows(self, data: ProgramSet) -> np.ndarray:
         """The unscaled inputs whose per-feature maxima scale the model's inputs."""
@@ -70,30 +77,50 @@ class _RankModel(CostModel):
     def _build(self, width: int):
         raise NotImplementedError
 
-    def _forward(self, data: ProgramSet):
+    def _inputs(self, data: ProgramSet) -> tuple:
+        """The network's arguments for ``data``: computed once, shared by all members."""
         raise NotImplementedError
 
     def fit(self, data: ProgramSet) -> _RankModel:
         import torch
 
         data.require_labels()
+        if self.members < 1:
+            raise TensortuneError(f"members must be at least 1, not {self.members}")
         torch.manual_seed(self.seed)
         rows = self._rows(data)
         # TenSet scales each feature by its maximum over the training set.
         self.scale_ = np.maximum(np.abs(rows).max(axis=0), 1e-6).astype(np.float32)
         self.width_ = rows.shape[1]
-        self.net_ = self._build(self.width_)
+        self.net_ = self._new_net()
         return self._train(data, self.epochs)
+
+    def _new_net(self):
+        """One network, or (``members`` > 1) a ``ModuleList`` of them from different weights."""
+        from torch import nn
+
+        if self.members == 1:
+            return self._build(self.width_)
+        return nn.ModuleList([self._build(self.width_) for _ in range(self.members)])
+
+    def _nets(self) -> list:
+        return list(self.net_) if self.members > 1 else [self.net_]
 
     def _refine(self, data: ProgramSet) -> _RankModel:
         """A few more epochs from the trained weights (input scaling unchanged)."""
         return self._train(data, self.refine_epochs)
 
     def _train(self, data: ProgramSet, epochs: int) -> _RankModel:
+        # Each member sees the programs in its own order: a shared order made the members'
+        # rankings of other hardware's programs agree more and the ensemble help less.
+        for k, net in enumerate(self._nets()):
+            self._train_one(net, data, epochs, np.random.default_rng(self.seed + k))
+        return self
+
+    def _train_one(self, net, data: ProgramSet, epochs: int, rng: np.random.Generator) -> None:
         import torch
 
-        opt = torch.optim.Adam(self.net_.parameters(), lr=self.lr, weight_decay=self.weight_decay)
-        rng = np.random.default_rng(self.seed)
+        opt = torch.optim.Adam(net.parameters(), lr=self.lr, weight_decay=self.weight_decay)
         for _ in range(epochs):
             chunks = []
             for g in np.unique(data.groups):
@@ -104,24 +131,24 @@ class _RankModel(CostModel):
                 picked = [chunks[i] for i in order[k : k + self.batch_chunks]]
                 batch = data.subset(np.concatenate(picked))
                 labels = torch.from_numpy(batch.require_labels().astype(np.float32))
-                loss = lambda_rank_loss(self._forward(batch), labels,
+                loss = lambda_rank_loss(net(*self._inputs(batch)), labels,
                                         torch.from_numpy(batch.groups))  # fmt: skip
                 if not loss.requires_grad:
                     continue
                 opt.zero_grad()
                 loss.backward()
-                torch.nn.utils.clip_grad_norm_(self.net_.parameters(), 0.5)
+                torch.nn.utils.clip_grad_norm_(net.parameters(), 0.5)
                 opt.step()
-        return self
 
     def predict(self, data: ProgramSet) -> np.ndarray:
         import torch
 
         self.net_.eval()
         with torch.no_grad():
-            out = self._forward(data).double().numpy()
+            inputs = self._inputs(data)
+            out = torch.stack([net(*inputs) for net in self._nets()]).mean(dim=0)
         self.net_.train()
-        return out
+        return out.double().numpy()
 
     def _state(self) -> bytes:
         import torch
@@ -134,7 +161,7 @@ class _RankModel(CostModel):
 
         saved = torch.load(io.BytesIO(state), weights_only=False)
         self.scale_, self.width_ = saved["scale"], saved["width"]
-        self.net_ = self._build(self.width_)
+        self.net_ = self._new_net()
         self.net_.load_state_dict(saved["net"])
 
 
@@ -143,7 +170,7 @@ class MLPModel(_RankModel):
 
     def __init__(self, hidden: int = 256, epochs: int = 30, lr: float = 7e-4,
                  weight_decay: float = 1e-6, chunk: int = 64, batch_chunks: int = 4,
-                 refine_epochs: int = 5, seed: int = 0) -> None:  # fmt: skip
+                 refine_epochs: int = 5, seed: int = 0, members: int = 1) -> None:  # fmt: skip
         self.hidden = hidden
         self.epochs = epochs
         self.lr = lr
@@ -152,6 +179,7 @@ class MLPModel(_RankModel):
         self.batch_chunks = batch_chunks
         self.refine_epochs = refine_epochs
         self.seed = seed
+        self.members = members
 
     def _rows(self, data: ProgramSet) -> np.ndarray:
         return data.blocks()[0]
@@ -176,12 +204,11 @@ class MLPModel(_RankModel):
 
         return Net()
 
-    def _forward(self, data: ProgramSet):
+    def _inputs(self, data: ProgramSet) -> tuple:
         import torch
 
         rows, program_of_row = data.blocks()
-        x = torch.from_numpy(rows / self.scale_)
-        return self.net_(x, torch.from_numpy(program_of_row), len(data))
+        return torch.from_numpy(rows / self.scale_), torch.from_numpy(program_of_row), len(data)
 
 
 class TLPModel(_RankModel):
@@ -190,7 +217,8 @@ class TLPModel(_RankModel):
 
     def __init__(self, max_tokens: int = 48, hidden: int = 256, heads: int = 8, epochs: int = 30,
                  lr: float = 7e-4, weight_decay: float = 1e-6, chunk: int = 64,
-                 batch_chunks: int = 4, refine_epochs: int = 5, seed: int = 0) -> None:  # fmt: skip
+                 batch_chunks: int = 4, refine_epochs: int = 5, seed: int = 0,
+                 members: int = 1) -> None:  # fmt: skip
         self.max_tokens = max_tokens
         self.hidden = hidden
         self.heads = heads
@@ -201,6 +229,7 @@ class TLPModel(_RankModel):
         self.batch_chunks = batch_chunks
         self.refine_epochs = refine_epochs
         self.seed = seed
+        self.members = members
 
     def _padded(self, data: ProgramSet) -> tuple[np.ndarray, np.ndarray]:
         """``(n, max_tokens, width)`` tokens with workload and hardware context appended to each,
@@ -246,8 +275,8 @@ class TLPModel(_RankModel):
 
         return Net()
 
-    def _forward(self, data: ProgramSet):
+    def _inputs(self, data: ProgramSet) -> tuple:
         import torch
 
         x, mask = self._padded(data)
-        return self.net_(torch.from_numpy(x / self.scale_), torch.from_numpy(mask))
+        return torch.from_numpy(x / self.scale_), torch.from_numpy(mask)

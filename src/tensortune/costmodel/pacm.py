@@ -50,9 +50,10 @@ class PaCMModel(MLPModel):
 
     def __init__(self, hidden: int = 256, pattern_hidden: int = 128, heads: int = 4,
                  epochs: int = 30, lr: float = 7e-4, weight_decay: float = 1e-6, chunk: int = 64,
-                 batch_chunks: int = 4, refine_epochs: int = 5, seed: int = 0) -> None:  # fmt: skip
+                 batch_chunks: int = 4, refine_epochs: int = 5, seed: int = 0,
+                 members: int = 1) -> None:  # fmt: skip
         super().__init__(hidden, epochs, lr, weight_decay, chunk, batch_chunks, refine_epochs,
-                         seed)  # fmt: skip
+                         seed, members)  # fmt: skip
         self.pattern_hidden = pattern_hidden
         self.heads = heads
 
@@ -100,7 +101,7 @@ class PaCMModel(MLPModel):
 
         return Net()
 
-    def _forward(self, data: ProgramSet):
+    def _inputs(self, data: ProgramSet) -> tuple:
         import torch
 
         rows, program_of_row = data.blocks()
@@ -110,5 +111,4 @@ class PaCMModel(MLPModel):
         mask[:, 0] = True  # attention needs one unmasked key per program
         x = torch.from_numpy(rows / self.scale_[:width])
         t = torch.from_numpy(tokens / self.scale_[width:])
-        return self.net_(x, torch.from_numpy(program_of_row), len(data), t,
-                         torch.from_numpy(mask))  # fmt: skip
+        return x, torch.from_numpy(program_of_row), len(data), t, torch.from_numpy(mask)

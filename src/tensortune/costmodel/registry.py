@@ -24,5 +24,25 @@ def model_class(kind: str) -> type:
     return classes[kind]
 
 
+def model_settings(kind: str, raw: dict[str, str]) -> dict[str, object]:
+    """``raw`` text settings (``{"members": "5"}``) of a ``kind`` model, as its ``__init__``'s
+    defaults are typed; a one-line error for an unknown name or a value of the wrong type."""
+    import inspect
+
+    defaults = {n: p.default for n, p in inspect.signature(model_class(kind)).parameters.items()}
+    out: dict[str, object] = {}
+    for name, text in raw.items():
+        if name not in defaults:
+            raise TensortuneError(f"{kind} has no setting '{name}'; its settings: "
+                                  f"{', '.join(defaults)}")  # fmt: skip
+        kind_of = type(defaults[name])
+        try:
+            out[name] = kind_of(text) if kind_of in (int, float, str) else text
+        except ValueError:
+            raise TensortuneError(f"{kind} setting {name}={text!r}: expected "
+                                  f"{kind_of.__name__}") from None  # fmt: skip
+    return out
+
+
 def model_kinds() -> list[str]:
     return list(_classes())
