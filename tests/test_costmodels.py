@@ -169,7 +169,9 @@ def test_model_settings_from_text():
     from tensortune.costmodel.registry import model_settings
 
     assert model_settings("pacm", {"members": "5", "lr": "1e-3"}) == {"members": 5, "lr": 1e-3}
+    assert model_settings("mlp", {"lr": "1"}) == {"lr": 1.0}
     with pytest.raises(TensortuneError, match="pacm has no setting 'nope'"):
         model_settings("pacm", {"nope": "1"})
-    with pytest.raises(TensortuneError, match="members='five': expected int"):
-        model_settings("pacm", {"members": "five"})
+    for text in ("five", "2.5"):
+        with pytest.raises(TensortuneError, match=f"members='{text}': expected int"):
+            model_settings("pacm", {"members": text})

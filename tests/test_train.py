@@ -93,7 +93,9 @@ def test_cli_train_and_evaluate_json(built, tmp_path):
     assert (ensemble.members, ensemble.epochs, len(ensemble.net_)) == (2, 1, 2)
     bad = subprocess.run([*cli, "train", "--dataset", str(root / "d"), "--model", "mlp",
                           "--param", "width=3"], capture_output=True, text=True)  # fmt: skip
-    assert bad.returncode != 0 and "mlp has no setting 'width'" in bad.stderr
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr, bad.stderr
+    assert bad.stderr.strip().splitlines() == [bad.stderr.strip()]
+    assert "mlp has no setting 'width'" in bad.stderr
 
 
 def test_tuning_with_a_pretrained_model_frozen_and_online(built, tmp_path):

@@ -7,19 +7,23 @@
 
 Each takes ``members``: that many networks from different initial weights, each trained on its
 own order of the programs, predicting their mean score.  One network's ranking of programs from
-other hardware depends a good deal on its seed; the mean of five ranked them better offline, but
-did not tune faster (benchmarks/RESULTS.md, tenth session), so one network is the default.
+other hardware depends a good deal on its seed; five members ranked them about as well as an
+average seed and tuned slower (benchmarks/RESULTS.md, tenth session): one network is the default.
 """
 
 from __future__ import annotations
 
 import io
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from tensortune.costmodel.base import CostModel, to_bytes
 from tensortune.costmodel.data import ProgramSet
 from tensortune.errors import TensortuneError
+
+if TYPE_CHECKING:
+    from torch import nn
 
 
 def lambda_rank_loss(scores, labels, groups):
@@ -78,7 +82,7 @@ class _RankModel(CostModel):
         raise NotImplementedError
 
     def _inputs(self, data: ProgramSet) -> tuple:
-        """The network's arguments for ``data``: computed once, shared by all members."""
+        """The network's arguments for ``data`` (``predict`` computes them once for all members)."""
         raise NotImplementedError
 
     def fit(self, data: ProgramSet) -> _RankModel:
@@ -95,7 +99,7 @@ class _RankModel(CostModel):
         self.net_ = self._new_net()
         return self._train(data, self.epochs)
 
-    def _new_net(self):
+    def _new_net(self) -> nn.Module:
         """One network, or (``members`` > 1) a ``ModuleList`` of them from different weights."""
         from torch import nn
 
@@ -103,8 +107,10 @@ class _RankModel(CostModel):
             return self._build(self.width_)
         return nn.ModuleList([self._build(self.width_) for _ in range(self.members)])
 
-    def _nets(self) -> list:
-        return list(self.net_) if self.members > 1 else [self.net_]
+    def _nets(self) -> list[nn.Module]:
+        from torch import nn
+
+        return list(self.net_) if isinstance(self.net_, nn.ModuleList) else [self.net_]
 
     def _refine(self, data: ProgramSet) -> _RankModel:
         """A few more epochs from the trained weights (input scaling unchanged)."""
@@ -114,18 +120,22 @@ class _RankModel(CostModel):
         # Each member sees the programs in its own order: a shared order made the members'
         # rankings of other hardware's programs agree more and the ensemble help less.
         for k, net in enumerate(self._nets()):
-            self._train_one(net, data, epochs, np.random.default_rng(self.seed + k))
+            # Member 0 draws the order a single network always drew; the others their own streams
+            # (seed + k would repeat member 0's order of the model with seed + k).
+            rng = np.random.default_rng(self.seed if k == 0 else [self.seed, k])
+            self._train_one(net, data, epochs, rng)
         return self
 
-    def _train_one(self, net, data: ProgramSet, epochs: int, rng: np.random.Generator) -> None:
+    def _train_one(self, net: nn.Module, data: ProgramSet, epochs: int,
+                   rng: np.random.Generator) -> None:  # fmt: skip
         import torch
 
         opt = torch.optim.Adam(net.parameters(), lr=self.lr, weight_decay=self.weight_decay)
         for _ in range(epochs):
             chunks = []
             for g in np.unique(data.groups):
-                members = rng.permutation(np.flatnonzero(data.groups == g))
-                chunks += [members[i : i + self.chunk] for i in range(0, len(members), self.chunk)]
+                rows = rng.permutation(np.flatnonzero(data.groups == g))
+                chunks += [rows[i : i + self.chunk] for i in range(0, len(rows), self.chunk)]
             order = rng.permutation(len(chunks))
             for k in range(0, len(order), self.batch_chunks):
                 picked = [chunks[i] for i in order[k : k + self.batch_chunks]]
