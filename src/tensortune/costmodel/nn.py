@@ -117,11 +117,10 @@ class _RankModel(CostModel):
         return self._train(data, self.refine_epochs)
 
     def _train(self, data: ProgramSet, epochs: int) -> _RankModel:
-        # Each member sees the programs in its own order: a shared order made the members'
-        # rankings of other hardware's programs agree more and the ensemble help less.
+        # Each member sees the programs in its own order (a shared one made the members agree
+        # more and help less); member 0 draws the order a single network always drew, the others
+        # streams of their own (seed + k would repeat the order of the model with seed + k).
         for k, net in enumerate(self._nets()):
-            # Member 0 draws the order a single network always drew; the others their own streams
-            # (seed + k would repeat member 0's order of the model with seed + k).
             rng = np.random.default_rng(self.seed if k == 0 else [self.seed, k])
             self._train_one(net, data, epochs, rng)
         return self

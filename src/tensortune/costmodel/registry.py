@@ -36,12 +36,9 @@ def model_settings(kind: str, raw: dict[str, str]) -> dict[str, object]:
             raise TensortuneError(f"{kind} has no setting '{name}'; its settings: "
                                   f"{', '.join(defaults)}")  # fmt: skip
         kind_of = type(defaults[name])
-        if kind_of is bool and text.lower() in ("true", "false"):
-            out[name] = text.lower() == "true"
-            continue
+        if kind_of not in (int, float, str):  # every model's settings are these today
+            raise TensortuneError(f"{kind} setting {name} cannot be given as text")
         try:
-            if kind_of not in (int, float, str):
-                raise ValueError
             out[name] = kind_of(text)
         except ValueError:
             raise TensortuneError(f"{kind} setting {name}={text!r}: expected "
