@@ -108,6 +108,35 @@ def test_runs_saved_by_another_version_of_the_benchmark_are_measured_again(bench
     assert again.runs["default"].curve != result.runs["default"].curve
 
 
+def test_a_saved_run_with_another_verifier_is_measured_again(bench, tmp_path):
+    from conftest import TARGET
+
+    _, result = bench
+    saved = result.to_dict()
+    saved["methods"]["moa"] = {**saved["methods"]["draft"], "method": "moa",
+                               "draft_options": {}, "verifier": "elsewhere.ttm"}  # fmt: skip
+    (tmp_path / "results.json").write_text(json.dumps(saved))
+    again = bench_tune([SPEC], trials=8, work_dir=tmp_path, target=TARGET, methods=["moa"])
+    moa = again.runs["moa"]
+    assert moa.verifier is None  # the shipped source, not the saved run's
+    assert moa.trials == 8 and moa.curve != saved["methods"]["moa"]["curve"]
+    assert json.loads((tmp_path / "results.json").read_text())["methods"]["moa"]["verifier"] is None
+    kept = bench_tune([SPEC], trials=8, work_dir=tmp_path, target=TARGET, methods=["moa"])
+    assert kept.runs["moa"].curve == moa.curve  # same verifier: the saved run stands
+
+
+def test_a_broken_verifier_file_fails_before_anything_is_tuned(tmp_path):
+    from conftest import TARGET
+
+    broken = tmp_path / "m.ttm"
+    broken.write_text("not a model")
+    for method, option in (("moa", "moa_source"), ("pretrained", "pretrained")):
+        with pytest.raises(TensortuneError, match="not a tensortune cost model file"):
+            bench_tune([SPEC], trials=8, work_dir=tmp_path / "w", target=TARGET,
+                       methods=["default", method], **{option: str(broken)})  # fmt: skip
+    assert not (tmp_path / "w" / "results.json").exists()
+
+
 def test_unknown_methods_are_refused(tmp_path):
     with pytest.raises(TensortuneError, match="unknown method"):
         bench_tune([SPEC], trials=4, work_dir=tmp_path, methods=["fastest"])

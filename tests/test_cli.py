@@ -74,6 +74,10 @@ BAD_INPUTS = {
         ["records", "stats", "--records", "sqlite:///garbage.db"],
         ["garbage.db", "file is not a database"],
     ),
+    "broken model file": (
+        ["bench", "tune", "-w", MM, "--moa-source", "garbage.db"],
+        ["garbage.db", "not a tensortune cost model file"],
+    ),
     "records scheme": (
         ["records", "stats", "--records", "postgresql://host/db"],
         ["unsupported records URL scheme"],

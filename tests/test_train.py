@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -138,5 +139,24 @@ def test_the_shipped_models_load_and_serve_the_nearest_configuration():
     )
     near = shipped_model({"kind": "llvm", "mcpu": "icelake-server", "num-cores": 2})
     assert near.endswith("avx512-2c.ttm")
+    # avx512-1c is a configuration of ours with no shipped model: the nearest shipped one serves
+    assert shipped_model({"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 1}).endswith(
+        "avx512-2c.ttm"
+    )
     model = load_model(near)
     assert model.fitted and model.provenance_["train_programs"] > 1000
+
+
+def test_moa_starts_from_the_shipped_model_of_the_most_other_configurations():
+    from tensortune.costmodel.base import load_model
+    from tensortune.costmodel.shipped import shipped_source
+
+    def source(mcpu: str, cores: int) -> str:
+        return Path(shipped_source({"kind": "llvm", "mcpu": mcpu, "num-cores": cores})).name
+
+    assert source("skylake-avx512", 2) == "avx2-1c+avx512-1c.ttm"
+    assert source("haswell", 1) == "avx512-2c.ttm"  # the two-configuration model knows avx2-1c
+    assert source("skylake-avx512", 1) == "avx512-2c.ttm"  # a tie goes to the nearest config
+    model = load_model(shipped_source({"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 2}))
+    assert model.provenance_["dataset"] == "ttset-cpu-v2"
+    assert model.provenance_["split"] == "by-hardware:avx512-2c@eab22ab1"

@@ -52,6 +52,7 @@ class MethodRun:
     curve: list[tuple[float, int, float | None]] = field(default_factory=list)
     breakdown: dict[str, float] = field(default_factory=dict)  # seconds per activity
     draft_options: dict[str, float] | None = None  # draft-then-verify's; None: the default run
+    verifier: str | None = None  # the model file given for pretrained/moa; None: the shipped one
 
     def time_to_reach(self, latency: float) -> float | None:
         return self._first(latency, 0)
@@ -126,11 +127,13 @@ def bench_tune(
 
     ``pretrained``: the verifier of ``pretrained`` (default: the model shipped for the target);
     ``moa_source``: the neural model MoA adapts (default: the one shipped for the other
-    hardware configuration).  ``max_tasks`` keeps the heaviest tasks (by FLOPs x weight).
+    hardware configuration); a saved run of either with another model file is run again.
+    ``max_tasks`` keeps the heaviest tasks (by FLOPs x weight).
     ``draft_options``: ``DraftThenVerify`` arguments for the draft-then-verify methods (e.g.
     ``{"build_cost_weight": 1}``); a requested method saved with other options is run again
     (the saved runs of methods not requested are kept).
     """
+    from tensortune.costmodel.base import load_model
     from tensortune.tuning.tune import resolve_tasks
 
     unknown = [m for m in methods if m not in METHODS]
@@ -142,6 +145,10 @@ def bench_tune(
 
     options = check_options(draft_options or {})
     tgt = parse_target(target)
+    given = {"pretrained": pretrained, "moa": moa_source}
+    # A missing or broken model file fails now, not after the default's minutes of tuning.
+    for name in sorted({"pretrained", "moa"} & set(methods)):
+        load_model(given[name] or _shipped(tgt, other=name == "moa"))
     tasks = resolve_tasks(workloads, model=model, workloads_from=workloads_from, target=tgt)
     tasks = [t for t in tasks if t.flop > 0] or tasks  # zero-FLOP tasks move data only
     if max_tasks:
@@ -162,10 +169,14 @@ def bench_tune(
                 result.runs[name] = MethodRun(**{k: v for k, v in run.items() if k in known})
     for name in methods:
         done = result.runs.get(name)
-        if done is not None and (name == "default" or done.draft_options == options):
+        if done is not None and (
+            name == "default"
+            or (done.draft_options == options and done.verifier == given.get(name))
+        ):
             continue
         run = _run_method(name, tasks, trials, work, tgt, pretrained, moa_source, seed,
                           options, progress)  # fmt: skip
+        run.verifier = given.get(name)
         result.runs[name] = run
         saved.write_text(json.dumps(result.to_dict(), indent=1))
     return result
@@ -279,17 +290,10 @@ def _pretrained_verifier(path: str, target: dict) -> object:
 
 
 def _shipped(target: dict, *, other: bool = False) -> str:
-    """The model shipped for ``target``'s configuration, or (``other``) the one shipped for
-    another configuration: what MoA starts from."""
-    from tensortune.costmodel.shipped import SHIPPED_DIR, config_of, shipped_model
+    """The model shipped for ``target``, or (``other``) the one MoA starts from."""
+    from tensortune.costmodel.shipped import shipped_model, shipped_source
 
-    if not other:
-        return shipped_model(target)
-    mine = config_of(target)
-    for path in sorted(SHIPPED_DIR.glob("*.ttm")):
-        if path.stem != mine:
-            return str(path)
-    raise TensortuneError("no model pre-trained on other hardware is shipped for MoA")
+    return shipped_source(target) if other else shipped_model(target)
 
 
 def format_latency(seconds: float | None) -> str:

@@ -511,6 +511,17 @@ def bench_tune_cmd(
             "redraft_every, per_round, eps, build_cost_weight, ...); repeatable.",
         ),
     ] = None,
+    pretrained: Annotated[
+        Path | None,
+        typer.Option("--pretrained", help="Verifier of 'pretrained' (default: the shipped one)."),
+    ] = None,
+    moa_source: Annotated[
+        Path | None,
+        typer.Option(
+            "--moa-source",
+            help="Neural model MoA adapts (default: the one shipped for another configuration).",
+        ),
+    ] = None,
 ) -> None:
     """Compare search methods on the same tasks, budget, builder and runner.
 
@@ -540,6 +551,8 @@ def bench_tune_cmd(
                                   trials=trials, work_dir=where, target=target,
                                   methods=method or METHODS, max_tasks=max_tasks, seed=s,
                                   draft_options=_key_values(draft_option or []),
+                                  pretrained=pretrained and str(pretrained),
+                                  moa_source=moa_source and str(moa_source),
                                   progress=progress))  # fmt: skip
     plots = _plot_paths(plot, seeds)
     for result, path in zip(results, plots, strict=True):

@@ -36,6 +36,16 @@ CONFIGS: dict[str, HardwareConfig] = {
             {"kind": "llvm", "mcpu": "haswell", "num-cores": 1},
             "AVX2/FMA code only (haswell), 1 core, 1 run-time thread",
         ),
+        HardwareConfig(
+            "avx512-1c",
+            {"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 1},
+            "AVX-512 code (skylake-avx512), 1 core, 1 run-time thread",
+        ),
+        HardwareConfig(
+            "avx2-2c",
+            {"kind": "llvm", "mcpu": "haswell", "num-cores": 2},
+            "AVX2/FMA code only (haswell), 2 cores, 2 run-time threads",
+        ),
     ]
 }
 

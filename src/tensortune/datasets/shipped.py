@@ -4,4 +4,4 @@ from __future__ import annotations
 
 from pathlib import Path
 
-DATASET_DIR = Path(__file__).resolve().parent.parent / "data" / "ttset-cpu-v1"
+DATASET_DIR = Path(__file__).resolve().parent.parent / "data" / "ttset-cpu-v2"
