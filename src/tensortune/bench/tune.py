@@ -126,8 +126,9 @@ def bench_tune(
     """Run each method on the same tasks with the same budget; see the module docstring.
 
     ``pretrained``: the verifier of ``pretrained`` (default: the model shipped for the target);
-    ``moa_source``: the neural model MoA adapts (default: the one shipped for the other
-    hardware configuration); a saved run of either with another model file is run again.
+    ``moa_source``: the neural model MoA adapts (default: the shipped one trained on the most
+    configurations other than the target's); a saved run of either with another model file is
+    run again.
     ``max_tasks`` keeps the heaviest tasks (by FLOPs x weight).
     ``draft_options``: ``DraftThenVerify`` arguments for the draft-then-verify methods (e.g.
     ``{"build_cost_weight": 1}``); a requested method saved with other options is run again

@@ -31,7 +31,8 @@ def nearest_config(target: dict, among: Iterable[str] | None = None) -> str | No
     from tensortune.compat import tvm
     from tensortune.datasets.hwconfig import CONFIGS
 
-    configs = {n: c for n, c in CONFIGS.items() if among is None or n in set(among)}
+    wanted = CONFIGS.keys() if among is None else set(among)
+    configs = {n: c for n, c in CONFIGS.items() if n in wanted}
     if not configs:
         return None
 
