@@ -147,9 +147,10 @@ def bench_tune(
     options = check_options(draft_options or {})
     tgt = parse_target(target)
     given = {"pretrained": pretrained, "moa": moa_source}
-    # A missing or broken model file fails now, not after the default's minutes of tuning.
-    for name in sorted({"pretrained", "moa"} & set(methods)):
-        load_model(given[name] or _shipped(tgt, other=name == "moa"))
+    files = {name: given[name] or _shipped(tgt, other=name == "moa")
+             for name in sorted(set(given) & set(methods))}  # fmt: skip
+    for path in files.values():  # a broken file fails now, not after the default's minutes
+        load_model(path)
     tasks = resolve_tasks(workloads, model=model, workloads_from=workloads_from, target=tgt)
     tasks = [t for t in tasks if t.flop > 0] or tasks  # zero-FLOP tasks move data only
     if max_tasks:
@@ -175,8 +176,8 @@ def bench_tune(
             or (done.draft_options == options and done.verifier == given.get(name))
         ):
             continue
-        run = _run_method(name, tasks, trials, work, tgt, pretrained, moa_source, seed,
-                          options, progress)  # fmt: skip
+        run = _run_method(name, tasks, trials, work, tgt, files.get(name), seed, options,
+                          progress)  # fmt: skip
         run.verifier = given.get(name)
         result.runs[name] = run
         saved.write_text(json.dumps(result.to_dict(), indent=1))
@@ -208,8 +209,8 @@ def summarize_seeds(results: Sequence[BenchResult]) -> dict:
 
 
 def _run_method(name: str, tasks: list[Task], trials: int, work: Path, target: dict,
-                pretrained: str | None, moa_source: str | None, seed: int,
-                options: dict[str, float], progress) -> MethodRun:  # fmt: skip
+                verifier: str | None, seed: int, options: dict[str, float],
+                progress) -> MethodRun:  # fmt: skip
     from tensortune.compat import load_tensor_intrinsics
     from tensortune.costmodel.gbdt import XGBoostModel
     from tensortune.hardware import runtime_threads
@@ -231,9 +232,9 @@ def _run_method(name: str, tasks: list[Task], trials: int, work: Path, target: d
         if name == "draft":
             model = _cost_model(XGBoostModel(), target, True)
         elif name == "pretrained":
-            model = _pretrained_verifier(pretrained or _shipped(target), target)
+            model = _pretrained_verifier(verifier, target)
         else:
-            model = _cost_model(moa_source or _shipped(target, other=True), target, "moa")
+            model = _cost_model(verifier, target, "moa")
     timed = TimedCostModel(model)
     builder = PersistentBuilder(log_path=str(method_dir / "builder-workers.log"))
     runner = PersistentRunner(num_threads=runtime_threads(target),

@@ -519,7 +519,7 @@ def bench_tune_cmd(
         Path | None,
         typer.Option(
             "--moa-source",
-            help="Neural model MoA adapts (default: the one shipped for another configuration).",
+            help="Neural model MoA adapts (default: the shipped one of other configurations).",
         ),
     ] = None,
 ) -> None:
