@@ -25,22 +25,24 @@ TARGET = {"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 2}
 
 
 def cost_per_candidate(repeats: int = 5) -> dict:
-    from tensortune.compat import TuneContext, tvm
+    from tensortune.compat import TuneContext
     from tensortune.costmodel.ms_adapter import LearnedCostModel
     from tensortune.costmodel.shipped import shipped_model
-    from tensortune.draft.analyzer import DraftModel
-    from tensortune.draft.machine import machine_for
+    from tensortune.hardware import resolve_platform
+    from tensortune.search.analyzer.machine import machine_for
+    from tensortune.search.analyzer.roofline import Analyzer
     from tensortune.search.space import sample_candidates
     from tensortune.workloads.sources import task_from_spec
 
-    machine = machine_for(TARGET)
-    learned = LearnedCostModel(shipped_model(TARGET), target=TARGET)
+    platform = resolve_platform(TARGET)
+    machine = machine_for(platform)
+    learned = LearnedCostModel(shipped_model(platform), platform)
     out = {}
     for spec in WORKLOADS:
         mod = task_from_spec(spec).mod
-        cands = sample_candidates(mod, TARGET, 64, seed=0)
-        ctx = TuneContext(mod, target=tvm.target.Target(TARGET), num_threads=2)
-        draft = DraftModel(machine)  # one per task, as the strategy uses it
+        cands = sample_candidates(mod, platform, 64, seed=0)
+        ctx = TuneContext(mod, target=platform.tvm_target, num_threads=2)
+        draft = Analyzer(machine)  # one per task, as the strategy uses it
         learned.predict(ctx, cands[:2])  # per-task caches, as in a tuning run
         times: dict[str, list[float]] = {"analyzer": [], "learned": []}
         for r in range(repeats):
@@ -62,7 +64,7 @@ def cost_per_candidate(repeats: int = 5) -> dict:
 
 
 def main() -> None:
-    from tensortune.draft.quality import draft_quality
+    from tensortune.search.analyzer.quality import draft_quality
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dataset", default=str(DATASET_DIR))

@@ -25,7 +25,7 @@ import statistics
 import time
 
 from tensortune.compat import ms, stub_unused_intrinsics
-from tensortune.hardware import current_hardware, default_target
+from tensortune.hardware import current_hardware, resolve_platform
 from tensortune.measure.batch import measure_batch
 from tensortune.measure.builder import PersistentBuilder
 from tensortune.measure.runner import PersistentRunner, TimingConfig
@@ -36,14 +36,14 @@ WORKLOADS = ("matmul:128,128,128", "conv2d_nhwc:1,28,28,32,32,3")
 BATCH = 16  # candidates per build/run call, as in a tuning round
 
 
-def _measure(make, cands, target) -> tuple[float, list[float | None]]:
+def _measure(make, cands, platform) -> tuple[float, list[float | None]]:
     """Wall seconds to build and run every candidate (batches of BATCH), and each median cost."""
     start = time.perf_counter()
     builder, runner = make()
     costs: list[float | None] = []
     try:
         for i in range(0, len(cands), BATCH):
-            built, ran = measure_batch(builder, runner, cands[i : i + BATCH], target)
+            built, ran = measure_batch(builder, runner, cands[i : i + BATCH], platform)
             for b, r in zip(built, ran, strict=True):
                 ok = b.error_msg is None and r.error_msg is None and r.run_secs
                 costs.append(statistics.median(float(s) for s in r.run_secs) if ok else None)
@@ -86,19 +86,19 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    target_dict = default_target()
-    print(f"target {json.dumps(target_dict)}; hardware {current_hardware().cpu_model}, "
+    platform = resolve_platform(None)
+    print(f"target {json.dumps(platform.target)}; hardware {current_hardware().cpu_model}, "
           f"{current_hardware().cores} cores; {args.candidates} candidates per workload, "
           f"batches of {BATCH}, {args.repeats} repetitions")  # fmt: skip
     report: dict = {}
     for spec in WORKLOADS:
-        cands = sample_candidates(parse_spec(spec).to_module(), target_dict, args.candidates)
+        cands = sample_candidates(parse_spec(spec).to_module(), platform, args.candidates)
         walls: dict[str, list[float]] = {name: [] for name in CONFIGS}
         costs: dict[str, list] = {}
         names = list(CONFIGS)
         for rep in range(args.repeats):
             for name in names[rep % len(names) :] + names[: rep % len(names)]:
-                wall, c = _measure(CONFIGS[name], cands, target_dict)
+                wall, c = _measure(CONFIGS[name], cands, platform)
                 walls[name].append(wall)
                 costs[name] = c
         base = walls["tvm-local"]

@@ -24,8 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from tensortune.datasets.hwconfig import get_config
 from tensortune.datasets.shipped import DATASET_DIR
+from tensortune.hardware import get_config, resolve_platform
 from tensortune.train.trainer import train
 from tensortune.tuning.tune import tune
 from tensortune.workloads.models import load_model
@@ -41,7 +41,7 @@ def _curve(task, target, trials, per_round, cost_model, online, work) -> tuple[l
     work.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     tune([task], trials=trials, records=f"sqlite:///{work / 'r.db'}", work_dir=work,
-         target=target, cost_model=cost_model, online_cost_model=online,
+         target=target, strategy="evolutionary", cost_model=cost_model, online_cost_model=online,
          trials_per_round=per_round, check_correctness=False, progress=progress)  # fmt: skip
     return curve, time.perf_counter() - start
 
@@ -65,14 +65,12 @@ def main() -> None:
     target = config.target
     with tempfile.TemporaryDirectory() as tmp:
         model_path = str(Path(tmp) / "pretrained.ttm")
-        trained = train(args.dataset, model=args.model, split=f"by-network:{args.network}",
+        trained = train(args.dataset, cost_model=args.model, split=f"by-network:{args.network}",
                         out=model_path)  # fmt: skip
         print(f"{args.model} trained without {args.network}: {trained.train_programs} programs, "
               f"offline PCA on {args.network} {trained.metrics['pca']:.3f}, "
               f"top-1 {trained.metrics['top1_score']:.3f}")  # fmt: skip
-        from tensortune.compat import tvm
-
-        tasks = load_model(args.network, target=tvm.target.Target(target)).tasks
+        tasks = load_model(args.network, target=resolve_platform(target).tvm_target).tasks
         tasks = sorted(tasks, key=lambda t: -t.flop * t.weight)[: args.tasks]
         methods = {"default": ("xgb", False), "frozen": (model_path, False),
                    "online": (model_path, True)}  # fmt: skip

@@ -18,7 +18,7 @@ import json
 import random
 import statistics
 
-from tensortune.hardware import parse_target, target_key
+from tensortune.hardware import resolve_platform
 from tensortune.measure.batch import measure_batch
 from tensortune.measure.builder import PersistentBuilder
 from tensortune.measure.runner import PersistentRunner, TimingConfig
@@ -50,10 +50,10 @@ def main() -> None:
     ap.add_argument("--show", type=int, default=10, help="largest ratios to list")
     args = ap.parse_args()
 
-    target = parse_target(args.target)
-    threads = args.threads or int(target.get("num-cores", 1))
+    platform = resolve_platform(args.target)
+    threads = args.threads or platform.threads
     store = SQLiteStore(args.store, create=False)
-    picked = _sample(store, target_key(target), args.others, random.Random(args.seed))
+    picked = _sample(store, platform.key, args.others, random.Random(args.seed))
     store.close()
     builder = PersistentBuilder()
     runner = PersistentRunner(TimingConfig(repeat=3), num_threads=threads)
@@ -61,7 +61,7 @@ def main() -> None:
     try:
         for i in range(0, len(picked), 32):
             chunk = picked[i : i + 32]
-            _, ran = measure_batch(builder, runner, [c for _, _, c in chunk], target)
+            _, ran = measure_batch(builder, runner, [c for _, _, c in chunk], platform)
             for (name, stored, _), r in zip(chunk, ran, strict=True):
                 if r.run_secs:
                     now = statistics.median(float(s) for s in r.run_secs)
@@ -74,8 +74,8 @@ def main() -> None:
     rows.sort()
     ratios = [r[0] for r in rows]
     q = statistics.quantiles(ratios, n=10)
-    print(f"{args.store}, target {json.dumps(target)}, {threads} thread(s): {len(rows)} records "
-          f"re-measured (each task's best + {args.others} random)")  # fmt: skip
+    print(f"{args.store}, target {json.dumps(platform.target)}, {threads} thread(s): "
+          f"{len(rows)} records re-measured (each task's best + {args.others} random)")  # fmt: skip
     print(f"stored / re-measured: median {statistics.median(ratios):.2f}, 10th {q[0]:.2f}, "
           f"90th {q[-1]:.2f}; > 2: {sum(x > 2 for x in ratios)}, "
           f"< 0.5: {sum(x < 0.5 for x in ratios)}")  # fmt: skip

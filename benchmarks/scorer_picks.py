@@ -24,20 +24,21 @@ from pathlib import Path
 
 import numpy as np
 
-from tensortune.compat import TuneContext, tvm
+from tensortune.compat import TuneContext
 from tensortune.costmodel.ms_adapter import LearnedCostModel
 from tensortune.costmodel.shipped import SHIPPED_DIR
-from tensortune.draft.analyzer import DraftModel
-from tensortune.draft.machine import machine_for
+from tensortune.hardware import Platform, resolve_platform
 from tensortune.records.convert import candidate_from_trace
 from tensortune.records.sqlite import SQLiteStore
+from tensortune.search.analyzer.machine import machine_for
+from tensortune.search.analyzer.roofline import Analyzer
 from tensortune.search.blend import rank_share
 
 TARGET = '{"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 2}'
 TOP = 16
 
 
-def task_pools(store_path: Path, target: dict, models: dict) -> list[dict]:
+def task_pools(store_path: Path, platform: Platform, models: dict) -> list[dict]:
     """Per task of one store: measured latencies and every scorer's scores of those programs."""
     store = SQLiteStore(str(store_path), create=False)
     pools = []
@@ -53,10 +54,9 @@ def task_pools(store_path: Path, target: dict, models: dict) -> list[dict]:
                 lat.append(r.cost)
             if len(cands) < 2 * TOP:
                 continue
-            ctx = TuneContext(mod, target=tvm.target.Target(target), num_threads=2)
-            scores = {
-                "analyzer": DraftModel(machine_for(target)).scores([c.sch.mod for c in cands])
-            }
+            ctx = TuneContext(mod, target=platform.tvm_target, num_threads=2)
+            analyzer = Analyzer(machine_for(platform))
+            scores = {"analyzer": analyzer.scores([c.sch.mod for c in cands])}
             for name, model in models.items():
                 scores[name] = np.asarray(model.predict(ctx, cands), np.float64)
             pools.append({"store": store_path.resolve().parent.parent.name, "task": wl.name,
@@ -84,17 +84,16 @@ def main() -> None:
     ap.add_argument("--per-task", action="store_true")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    target = json.loads(args.target)
-    models = {
-        p.stem: LearnedCostModel(str(p), target=target) for p in sorted(SHIPPED_DIR.glob("*.ttm"))
-    }
+    platform = resolve_platform(args.target)
+    target = platform.target
+    models = {p.stem: LearnedCostModel(str(p), platform) for p in sorted(SHIPPED_DIR.glob("*.ttm"))}
     report: dict[str, dict] = {}
     for method in args.methods.split(","):
         pools = []
         for work in args.work_dirs:
             path = work / method / "records.db"
             if path.is_file():
-                pools += task_pools(path, target, models)
+                pools += task_pools(path, platform, models)
         if not pools:
             continue
         scorers = {name: lambda p, n=name: p["scores"][n] for name in pools[0]["scores"]}

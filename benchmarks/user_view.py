@@ -92,21 +92,22 @@ def _stock(config: str, mod, trials: int, target: dict, work: Path, log) -> None
 
 def _retime(spec: str, target: dict, traces: list[str], repeats: int) -> list[float]:
     """Median cost of each trace over ``repeats`` builds and runs in one runner."""
-    from tensortune.hardware import runtime_threads
+    from tensortune.hardware import resolve_platform
     from tensortune.measure.batch import measure_batch
     from tensortune.measure.builder import PersistentBuilder
     from tensortune.measure.runner import PersistentRunner
     from tensortune.records.convert import candidate_from_trace
     from tensortune.workloads.sources import task_from_spec
 
+    platform = resolve_platform(target)
     mod = task_from_spec(spec).mod
     cands = [candidate_from_trace(mod, text) for text in traces]
     builder = PersistentBuilder()
-    runner = PersistentRunner(num_threads=runtime_threads(target))
+    runner = PersistentRunner(num_threads=platform.threads)
     costs: list[list[float]] = [[] for _ in cands]
     try:
         for _ in range(repeats):
-            _, ran = measure_batch(builder, runner, cands, target)
+            _, ran = measure_batch(builder, runner, cands, platform)
             for i, r in enumerate(ran):
                 if r.run_secs:
                     costs[i].append(statistics.median(float(s) for s in r.run_secs))

@@ -25,13 +25,25 @@ def target() -> dict:
     return dict(TARGET)
 
 
+def platform(target: dict | None = None):
+    """The ``Platform`` of a target (default: ``TARGET``) on this machine."""
+    return _platform(json.dumps(target or TARGET, sort_keys=True))
+
+
+@functools.cache
+def _platform(text: str):
+    from tensortune.hardware import resolve_platform
+
+    return resolve_platform(json.loads(text))
+
+
 @functools.cache
 def _sampled(spec: str, count: int, seed: int) -> tuple:
     from tensortune.search.space import sample_candidates
     from tensortune.workloads.ops import parse_spec
 
     mod = parse_spec(spec).to_module()
-    return mod, tuple(sample_candidates(mod, TARGET, count, seed=seed))
+    return mod, tuple(sample_candidates(mod, platform(), count, seed=seed))
 
 
 def sampled(spec: str, count: int = 4, *, seed: int = 0) -> tuple:

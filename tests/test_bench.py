@@ -7,8 +7,10 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from tensortune.bench.tune import BenchResult, MethodRun, bench_tune, plot_curves, summarize_seeds
 from tensortune.cli.app import app
+from tensortune.compare.plots import plot_curves
+from tensortune.compare.search_methods import BenchResult, MethodRun, bench_tune
+from tensortune.compare.seeds import summarize_seeds
 from tensortune.errors import TensortuneError
 
 SPEC = "matmul:64,64,64"
@@ -19,7 +21,7 @@ def bench(tmp_path_factory):
     from conftest import TARGET
 
     work = tmp_path_factory.mktemp("bench")
-    result = bench_tune([SPEC], trials=8, work_dir=work, target=TARGET,
+    result = bench_tune([SPEC], trials_per_task=8, work_dir=work, target=TARGET,
                         methods=["default", "draft"])  # fmt: skip
     return work, result
 
@@ -50,9 +52,9 @@ def test_a_rerun_keeps_finished_methods_and_the_cli_prints_json(bench, tmp_path)
     from conftest import TARGET
 
     work, result = bench
-    out = CliRunner().invoke(app, ["bench", "tune", "-w", SPEC, "--trials", "8", "--work-dir",
-                                   str(work), "--target", json.dumps(TARGET), "--method",
-                                   "default", "--method", "draft", "--json", "--plot",
+    out = CliRunner().invoke(app, ["bench", "tune", "-w", SPEC, "--trials-per-task", "8",
+                                   "--work-dir", str(work), "--target", json.dumps(TARGET),
+                                   "--method", "default", "--method", "draft", "--json", "--plot",
                                    str(tmp_path / "c.png")])  # fmt: skip
     assert out.exit_code == 0, out.output
     data = json.loads(out.output)
@@ -66,7 +68,7 @@ def test_a_rerun_with_other_draft_options_runs_only_draft_then_verify_again(benc
     from conftest import TARGET
 
     work, result = bench
-    again = bench_tune([SPEC], trials=8, work_dir=work, target=TARGET,
+    again = bench_tune([SPEC], trials_per_task=8, work_dir=work, target=TARGET,
                        methods=["default", "draft"],
                        draft_options={"per_round": "4", "build_cost_weight": 0})  # fmt: skip
     assert again.runs["default"].curve == result.runs["default"].curve  # kept, not re-measured
@@ -74,21 +76,21 @@ def test_a_rerun_with_other_draft_options_runs_only_draft_then_verify_again(benc
     assert draft.draft_options == {"per_round": 4}  # a default's value is no option
     assert [n for _, n, _ in draft.curve] == [4, 8]  # two rounds of 4 instead of one of 8
     # Asking for the default alone keeps the saved draft run, whatever its options.
-    kept = bench_tune([SPEC], trials=8, work_dir=work, target=TARGET, methods=["default"])
+    kept = bench_tune([SPEC], trials_per_task=8, work_dir=work, target=TARGET, methods=["default"])
     assert kept.runs["draft"].curve == draft.curve
     for bad, match in (({"speed": 2}, "unknown draft-then-verify option"),
                        ({"redraft_every": 0}, "redraft_every=0: expected a whole number"),
                        ({"population": "2.5"}, "whole number"), ({"eps": "x"}, "not a number"),
                        ({"eps": 1.5}, "from 0 to 1")):  # fmt: skip
         with pytest.raises(TensortuneError, match=match):
-            bench_tune([SPEC], trials=8, work_dir=work, target=TARGET, draft_options=bad)
+            bench_tune([SPEC], trials_per_task=8, work_dir=work, target=TARGET, draft_options=bad)
 
 
 def test_a_rerun_with_another_seed_measures_again(bench):
     from conftest import TARGET
 
     work, result = bench
-    again = bench_tune([SPEC], trials=8, work_dir=work, target=TARGET, methods=["default"],
+    again = bench_tune([SPEC], trials_per_task=8, work_dir=work, target=TARGET, methods=["default"],
                        seed=1)  # fmt: skip
     assert again.seed == 1 and set(again.runs) == {"default"}  # seed 0's runs were not reused
     assert again.runs["default"].curve != result.runs["default"].curve
@@ -103,7 +105,9 @@ def test_runs_saved_by_another_version_of_the_benchmark_are_measured_again(bench
     saved = json.loads((work / "results.json").read_text())
     del saved["version"]  # as written before the clock started after the one-off costs
     (tmp_path / "results.json").write_text(json.dumps(saved))
-    again = bench_tune([SPEC], trials=8, work_dir=tmp_path, target=TARGET, methods=["default"])
+    again = bench_tune(
+        [SPEC], trials_per_task=8, work_dir=tmp_path, target=TARGET, methods=["default"]
+    )
     assert set(again.runs) == {"default"}  # the saved draft run was dropped, not kept
     assert again.runs["default"].curve != result.runs["default"].curve
 
@@ -116,12 +120,12 @@ def test_a_saved_run_with_another_verifier_is_measured_again(bench, tmp_path):
     saved["methods"]["moa"] = {**saved["methods"]["draft"], "method": "moa",
                                "draft_options": {}, "verifier": "elsewhere.ttm"}  # fmt: skip
     (tmp_path / "results.json").write_text(json.dumps(saved))
-    again = bench_tune([SPEC], trials=8, work_dir=tmp_path, target=TARGET, methods=["moa"])
+    again = bench_tune([SPEC], trials_per_task=8, work_dir=tmp_path, target=TARGET, methods=["moa"])
     moa = again.runs["moa"]
     assert moa.verifier is None  # the shipped source, not the saved run's
     assert moa.trials == 8 and moa.curve != saved["methods"]["moa"]["curve"]
     assert json.loads((tmp_path / "results.json").read_text())["methods"]["moa"]["verifier"] is None
-    kept = bench_tune([SPEC], trials=8, work_dir=tmp_path, target=TARGET, methods=["moa"])
+    kept = bench_tune([SPEC], trials_per_task=8, work_dir=tmp_path, target=TARGET, methods=["moa"])
     assert kept.runs["moa"].curve == moa.curve  # same verifier: the saved run stands
 
 
@@ -132,14 +136,14 @@ def test_a_broken_verifier_file_fails_before_anything_is_tuned(tmp_path):
     broken.write_text("not a model")
     for method, option in (("moa", "moa_source"), ("pretrained", "pretrained")):
         with pytest.raises(TensortuneError, match="not a tensortune cost model file"):
-            bench_tune([SPEC], trials=8, work_dir=tmp_path / "w", target=TARGET,
+            bench_tune([SPEC], trials_per_task=8, work_dir=tmp_path / "w", target=TARGET,
                        methods=["default", method], **{option: str(broken)})  # fmt: skip
     assert not (tmp_path / "w" / "results.json").exists()
 
 
 def test_unknown_methods_are_refused(tmp_path):
     with pytest.raises(TensortuneError, match="unknown method"):
-        bench_tune([SPEC], trials=4, work_dir=tmp_path, methods=["fastest"])
+        bench_tune([SPEC], trials_per_task=4, work_dir=tmp_path, methods=["fastest"])
 
 
 def test_a_method_that_never_reaches_the_baseline_has_no_speedup(tmp_path):
@@ -173,9 +177,10 @@ def test_seeds_are_summarized_by_their_median_speedup():
 def test_the_cli_runs_each_seed_in_its_own_directory(tmp_path):
     from conftest import TARGET
 
-    out = CliRunner().invoke(app, ["bench", "tune", "-w", SPEC, "--trials", "8", "--work-dir",
-                                   str(tmp_path), "--target", json.dumps(TARGET), "--method",
-                                   "default", "--seed", "3", "--seed", "4", "--json"])  # fmt: skip
+    out = CliRunner().invoke(app, ["bench", "tune", "-w", SPEC, "--trials-per-task", "8",
+                                   "--work-dir", str(tmp_path), "--target", json.dumps(TARGET),
+                                   "--method", "default", "--seed", "3", "--seed", "4",
+                                   "--json"])  # fmt: skip
     assert out.exit_code == 0, out.output
     data = json.loads(out.output)
     assert [r["seed"] for r in data["runs"]] == [3, 4]
@@ -186,10 +191,10 @@ def test_the_cli_runs_each_seed_in_its_own_directory(tmp_path):
 
 
 def test_the_pretrained_verifier_adapts_as_moa_when_it_is_neural(tmp_path):
-    from conftest import TARGET
+    from conftest import TARGET, platform
     from test_costmodels import synthetic
 
-    from tensortune.bench.tune import _pretrained_verifier
+    from tensortune.costmodel.factory import cost_model_from
     from tensortune.costmodel.gbdt import XGBoostModel
     from tensortune.costmodel.moa import MomentumAdapted
     from tensortune.costmodel.nn import MLPModel
@@ -198,5 +203,5 @@ def test_the_pretrained_verifier_adapts_as_moa_when_it_is_neural(tmp_path):
     for model, adapted in ((MLPModel(hidden=8, epochs=1, chunk=16), True), (XGBoostModel(), False)):
         path = tmp_path / f"{model.kind}.ttm"
         model.fit(data).save(path)
-        verifier = _pretrained_verifier(str(path), TARGET)
+        verifier = cost_model_from(str(path), platform(TARGET))  # online="auto", as bench's
         assert verifier.online and isinstance(verifier.model, MomentumAdapted) == adapted

@@ -13,7 +13,7 @@ from conftest import TARGET, fill, other_hardware
 
 from tensortune.compat import ms
 from tensortune.hardware import current_hardware
-from tensortune.records.storage import open_records
+from tensortune.records import open_records
 from tensortune.workloads.networks import NETWORKS
 from tensortune.workloads.ops import OPS
 
@@ -176,7 +176,7 @@ def test_records_stats_empty_store(tmp_path: Path) -> None:
 def test_records_stats_does_not_create_a_missing_store(tmp_path: Path) -> None:
     proc = run_cli(tmp_path, "records", "stats", "--records", "sqlite:///typo.db")
     assert proc.returncode == 2
-    assert proc.stderr.strip() == "error: no records store at typo.db"
+    assert proc.stderr.strip() == "error: --records: no records store at typo.db"
     assert not (tmp_path / "typo.db").exists()
 
 

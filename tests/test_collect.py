@@ -7,12 +7,15 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from tensortune.collect import collect  # noqa: E402
 from tensortune.compat import tvm  # noqa: E402
-from tensortune.datasets.collect import collect  # noqa: E402
-from tensortune.datasets.hwconfig import CONFIGS, HardwareConfig  # noqa: E402
 from tensortune.errors import TensortuneError  # noqa: E402
-from tensortune.hardware import target_key  # noqa: E402
-from tensortune.records.storage import open_records  # noqa: E402
+from tensortune.hardware import (  # noqa: E402
+    CONFIGS,
+    HardwareConfig,
+    target_key,
+)
+from tensortune.records import open_records  # noqa: E402
 from tensortune.select.samplers import RandomSampler  # noqa: E402
 from tensortune.workloads.models import load_model  # noqa: E402
 from tensortune.workloads.ops import parse_spec  # noqa: E402
@@ -61,7 +64,9 @@ def test_collect_fills_every_task_on_every_configuration_and_resumes(tiny, tmp_p
 
 def test_random_sampler_never_repeats_a_measured_program():
     mod = parse_spec("matmul:32,32,32").to_module()
-    target = {"kind": "llvm", "num-cores": 2}
+    from conftest import platform
+
+    target = platform({"kind": "llvm", "num-cores": 2})
     sampler = RandomSampler()
     first = sampler.sample(mod, target, 6, seed=0, exclude=set())
     from tensortune.records.convert import trace_text

@@ -8,9 +8,10 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from tensortune.compat import tvm  # noqa: E402
-from tensortune.deploy.compile import compile_model, timing_repeats  # noqa: E402
+from tensortune.deploy.compile import compile_model  # noqa: E402
 from tensortune.errors import TensortuneError  # noqa: E402
-from tensortune.records.storage import open_records  # noqa: E402
+from tensortune.measure.executable import timing_repeats  # noqa: E402
+from tensortune.records import open_records  # noqa: E402
 from tensortune.tuning.tune import tune  # noqa: E402
 from tensortune.workloads.models import load_model  # noqa: E402
 
@@ -86,6 +87,8 @@ def test_rounds_and_repeats_must_be_positive():
 def test_retime_exposes_a_best_record_that_lies_and_builds_with_the_fastest_now(model, tmp_path):
     import dataclasses
 
+    from conftest import platform
+
     from tensortune.deploy.retime import retime_best
     from tensortune.hardware import current_hardware, target_key
     from tensortune.records.ms_database import StoreDatabase
@@ -103,7 +106,7 @@ def test_retime_exposes_a_best_record_that_lies_and_builds_with_the_fastest_now(
     # The slowest program stored again with an impossible 1 ns: now the store's "best".
     store.add([dataclasses.replace(slowest, run_secs=(1e-9,), id=None)])
 
-    retimed = retime_best(store, model.tasks, TARGET, hw, top_k=3)
+    retimed = retime_best(store, model.tasks, platform(TARGET), top_k=3)
     again = retimed[wid]
     assert again.candidates >= 2 and 0 <= again.rank < again.candidates
     assert again.best_stored_seconds is not None and again.best_stored_seconds > 1e-7

@@ -9,10 +9,9 @@ import zipfile
 import numpy as np
 import pytest
 
-from tensortune.costmodel.base import load_model
+from tensortune import features as F
 from tensortune.costmodel.data import ProgramSet
-from tensortune.costmodel.registry import model_class, model_kinds
-from tensortune.datasets import features as F
+from tensortune.costmodel.registry import load_cost_model, model_class, model_kinds
 from tensortune.errors import TensortuneError
 
 FAST = {
@@ -83,7 +82,7 @@ def test_every_model_learns_the_ranking(fitted, test):
 def test_every_model_round_trips_through_its_file(fitted, test, tmp_path):
     path = tmp_path / f"model.{fitted.kind}"
     fitted.save(path)
-    again = load_model(path)
+    again = load_cost_model(path)
     assert type(again) is type(fitted) and again.get_params() == fitted.get_params()
     assert np.allclose(again.predict(test), fitted.predict(test))
 
@@ -131,19 +130,19 @@ def test_files_from_elsewhere_are_refused(fitted, tmp_path):
         return str(out)
 
     with pytest.raises(TensortuneError, match="format v99"):
-        load_model(rewrite("v", format_version=99))
+        load_cost_model(rewrite("v", format_version=99))
     with pytest.raises(TensortuneError, match=r"feature schema 0000.*retrain"):
-        load_model(rewrite("s", feature_schema="0000"))
+        load_cost_model(rewrite("s", feature_schema="0000"))
     with pytest.raises(TensortuneError, match="unknown cost model 'nope'"):
-        load_model(rewrite("k", kind="nope"))
+        load_cost_model(rewrite("k", kind="nope"))
     (tmp_path / "junk").write_bytes(b"not a zip")
     with pytest.raises(TensortuneError, match="not a tensortune cost model"):
-        load_model(tmp_path / "junk")
+        load_cost_model(tmp_path / "junk")
     with zipfile.ZipFile(tmp_path / "broken", "w") as z:
         z.writestr("meta.json", json.dumps(meta))
         z.writestr("state.bin", b"\x00garbage")
     with pytest.raises(TensortuneError, match="cannot restore"):
-        load_model(tmp_path / "broken")
+        load_cost_model(tmp_path / "broken")
 
 
 def test_an_ensemble_predicts_the_mean_of_members_trained_apart(train, test):

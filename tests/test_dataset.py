@@ -9,11 +9,11 @@ import sys
 import numpy as np
 import pytest
 
-from tensortune.datasets import features as F
+from tensortune import features as F
 from tensortune.datasets.build import CARD, TABLE, build_dataset, load_table, read_card
 from tensortune.errors import TensortuneError
+from tensortune.records import open_records
 from tensortune.records.schema import Record
-from tensortune.records.storage import open_records
 from tensortune.tuning.tune import tune
 
 TARGET = {"kind": "llvm", "num-cores": 2}
@@ -86,11 +86,10 @@ def test_trace_tokens_encode_kinds_and_decisions():
 
 
 def test_the_hardware_vector_reflects_the_target_isa_not_the_host():
-    from tensortune.hardware import current_hardware
+    from conftest import platform
 
-    hw = current_hardware()
-    avx2 = F.hardware_vector({"kind": "llvm", "mcpu": "haswell", "num-cores": 1}, hw)
-    avx512 = F.hardware_vector({"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 2}, hw)
+    avx2 = F.hardware_vector(platform({"kind": "llvm", "mcpu": "haswell", "num-cores": 1}))
+    avx512 = F.hardware_vector(platform({"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 2}))
     lanes = len(F._ISA_FEATURES)
     assert (avx2[lanes], avx512[lanes]) == (8, 16)
     assert (avx2[lanes + 1], avx512[lanes + 1]) == (1, 2)
@@ -137,7 +136,7 @@ def test_an_empty_store_gives_a_clear_error(tmp_path):
 def test_workloads_table_replays_every_trace_and_feeds_the_draft_check(dataset):
     from tensortune.compat import tvm
     from tensortune.datasets.build import load_workloads
-    from tensortune.draft.quality import draft_quality
+    from tensortune.search.analyzer.quality import draft_quality
 
     out, _ = dataset
     modules = load_workloads(out)

@@ -1,4 +1,4 @@
-"""The draft model (symbols + roofline analyzer), the draft-then-verify strategy and MoA."""
+"""The analyzer (symbols + roofline), the draft-then-verify strategy and MoA."""
 
 from __future__ import annotations
 
@@ -7,11 +7,12 @@ import re
 
 import numpy as np
 import pytest
+from conftest import platform
 
 from tensortune.compat import tvm
-from tensortune.draft.analyzer import DraftModel, estimate_latency
-from tensortune.draft.machine import Machine
-from tensortune.draft.symbols import program_symbols
+from tensortune.search.analyzer.machine import Machine
+from tensortune.search.analyzer.roofline import Analyzer, estimate_latency
+from tensortune.search.analyzer.symbols import program_symbols
 from tensortune.workloads.ops import parse_spec
 
 MACHINE = Machine(cores=2, vector_bits=512, ghz=2.0, l1_bytes=48e3, l2_bytes=2e6, l2_gbps=40.0,
@@ -63,7 +64,7 @@ def test_the_analyzer_prefers_parallel_vectorized_tiles():
 
 
 def test_scores_are_higher_for_faster_and_zero_for_nothing_to_run():
-    draft = DraftModel(MACHINE)
+    draft = Analyzer(MACHINE)
     mod = _matmul(64)
     s = draft.scores([mod, _tiled(mod, parallel=True, vector=True)])
     assert s[1] > s[0] > 0
@@ -82,7 +83,7 @@ def test_symbols_of_sampled_conv2d_schedules():
 
 def test_draft_then_verify_tunes_without_repeats(tmp_path, target):
     from tensortune.measure.builder import PersistentBuilder
-    from tensortune.records.storage import open_records
+    from tensortune.records import open_records
     from tensortune.search.draft_verify import DraftThenVerify
     from tensortune.tuning.tune import tune
 
@@ -107,14 +108,14 @@ def test_draft_then_verify_tunes_without_repeats(tmp_path, target):
 
 
 class _Counting:
-    """A draft model that counts the programs it scores into ``counts[-1]``."""
+    """An analyzer that counts the programs it scores into ``counts[-1]``."""
 
-    def __init__(self, draft, counts: list[int]) -> None:
-        self.draft, self.counts = draft, counts
+    def __init__(self, analyzer, counts: list[int]) -> None:
+        self.analyzer, self.counts = analyzer, counts
 
     def scores(self, mods):
         self.counts[-1] += len(mods)
-        return self.draft.scores(mods)
+        return self.analyzer.scores(mods)
 
 
 def test_a_tasks_first_draft_ranks_random_samples_without_evolving(target):
@@ -127,10 +128,10 @@ def test_a_tasks_first_draft_ranks_random_samples_without_evolving(target):
         strategy = DraftThenVerify(population=32, draft_size=16, draft_generations=2,
                                    first_draft_generations=first, verify_mutants=0,
                                    per_round=4, redraft_every=1)  # fmt: skip
-        context = tune_context(_matmul(64), target, seed=0, strategy=strategy)
-        analyzer = strategy.analyzer.inner
+        context = tune_context(_matmul(64), platform(target), seed=0, strategy=strategy)
+        adapter = strategy.analyzer.inner
         scored: list[int] = []
-        analyzer.draft = _Counting(analyzer.draft, scored)
+        adapter.analyzer = _Counting(adapter.analyzer, scored)
         spaces = context.space_generator.generate_design_space(context.mod)
         strategy.pre_tuning(64, 4, spaces, ms.database.MemoryDatabase(), None)
         for _ in range(3):
@@ -147,7 +148,7 @@ def test_unroll_step_is_the_sampled_decision_the_postprocessor_applies(target):
     from tensortune.search.space import sample_candidates
 
     steps = []
-    for cand in sample_candidates(_matmul(64), target, 16, seed=1):
+    for cand in sample_candidates(_matmul(64), platform(target), 16, seed=1):
         step = unroll_step(cand.sch.trace)
         applied = re.findall(r'"pragma_auto_unroll_max_step", ann_val=(\d+)', str(cand.sch.trace))
         assert step in (0, 16, 64, 512) and [int(v) for v in applied] in ([step], [])
@@ -170,12 +171,22 @@ def test_build_costs_move_dear_candidates_back_by_their_cost_ratio():
     assert cost_aware_order([7, 3, 5, 9], ratios, 0.0) == [7, 3, 5, 9]
 
 
-def test_draft_option_defaults_are_the_constructors():
-    from tensortune.search.draft_verify import OPTIONS, DraftThenVerify
+def test_draft_options_are_checked_and_a_clone_keeps_every_setting():
+    from tensortune.errors import TensortuneError
+    from tensortune.search.draft_verify import DraftThenVerify, check_options, option_defaults
 
-    strategy = DraftThenVerify()
-    for key, (_, default, _, _) in OPTIONS.items():
-        assert getattr(strategy, key) == default, key
+    defaults = option_defaults()
+    assert defaults["population"] == 512 and defaults["eps"] == 0.1
+    # Given as text (the CLI's KEY=VALUE), typed as the constructor's default; defaults drop.
+    assert check_options({"population": "256", "eps": "0.1", "blend": 1}) == {
+        "population": 256, "blend": 1}  # fmt: skip
+    for bad in ({"population": "2.5"}, {"eps": 2}, {"nope": 1}, {"per_round": "x"}):
+        with pytest.raises(TensortuneError) as err:
+            check_options(bad)
+        assert err.value.param == "draft_options"
+    strategy = DraftThenVerify(population=64, eps=0.3, per_round=4, blend=1)
+    copy = strategy._inst.clone()  # MetaSchedule's clone() hands back the FFI object
+    assert copy.settings() == strategy.settings() != DraftThenVerify().settings()
 
 
 def test_moa_moves_the_momentum_copy_by_one_minus_m(tmp_path):
@@ -220,7 +231,7 @@ def test_moa_adapts_a_pretrained_verifier_during_draft_then_verify(tmp_path, tar
     # A network "pre-trained elsewhere": synthetic data with the real feature widths.
     moa = MomentumAdapted(MLPModel(hidden=16, epochs=2, chunk=16).fit(synthetic(60, seed=5)),
                           every=1, epochs=1)  # fmt: skip
-    verifier = LearnedCostModel(moa, target=target, online=True)
+    verifier = LearnedCostModel(moa, target, online=True)
     strategy = DraftThenVerify(population=32, draft_size=16, per_round=6, verify_mutants=4)
     result = tune(["matmul:64,64,64"], trials=12, records=f"sqlite:///{tmp_path / 'r.db'}",
                   work_dir=tmp_path / "w", target=target, strategy=strategy,
@@ -257,11 +268,11 @@ def test_trust_follows_the_scorer_that_ordered_the_measurements_right():
 
 def test_draft_then_verify_learns_whom_to_trust_from_its_measured_picks(target):
     from tensortune.compat import PyCostModel, derived_object, ms
-    from tensortune.draft.machine import machine_for
+    from tensortune.search.analyzer.machine import machine_for
     from tensortune.search.draft_verify import DraftThenVerify
     from tensortune.search.space import tune_context
 
-    draft = DraftModel(machine_for(target))
+    draft = Analyzer(machine_for(platform(target)))
 
     @derived_object
     class Backwards(PyCostModel):
@@ -275,7 +286,7 @@ def test_draft_then_verify_learns_whom_to_trust_from_its_measured_picks(target):
 
     strategy = DraftThenVerify(population=32, draft_size=16, per_round=4, verify_mutants=0,
                                redraft_every=8, blend=1)  # fmt: skip
-    context = tune_context(_matmul(64), target, seed=0, strategy=strategy)
+    context = tune_context(_matmul(64), platform(target), seed=0, strategy=strategy)
     spaces = context.space_generator.generate_design_space(context.mod)
     strategy.pre_tuning(64, 4, spaces, ms.database.MemoryDatabase(), Backwards())
     for _ in range(2):

@@ -13,9 +13,9 @@ from conftest import TARGET, fill, other_hardware, sampled
 from tensortune.compat import ms, structural_equal, tvm
 from tensortune.errors import RecordsError
 from tensortune.hardware import current_hardware, target_key
+from tensortune.records import open_records
 from tensortune.records.interop import export_records, import_records
 from tensortune.records.ms_database import StoreDatabase
-from tensortune.records.storage import open_records
 from tensortune.workloads.ops import parse_spec
 
 MM = "matmul:16,16,16"

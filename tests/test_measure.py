@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from conftest import platform
 
 from tensortune.compat import ArgInfo, BuilderInput, RunnerInput, tvm
 from tensortune.measure.builder import PersistentBuilder
@@ -40,7 +41,7 @@ def _run(runner, artifacts, args_infos) -> list:
 
 def test_candidates_are_built_and_timed_with_every_repeat_kept(builder):
     mod = parse_spec("matmul:32,32,32").to_module()
-    cands = sample_candidates(mod, TARGET, 4, seed=1)
+    cands = sample_candidates(mod, platform(TARGET), 4, seed=1)
     built = _build(builder, [c.sch.mod for c in cands])
     assert all(b.error_msg is None for b in built)
     runner = PersistentRunner(TimingConfig(repeat=3, min_repeat_ms=1), timeout_s=30)
@@ -112,7 +113,7 @@ def test_a_wrong_result_is_caught_against_the_reference(builder):
     a, b = tvm.te.placeholder((16, 16), name="A"), tvm.te.placeholder((16, 16), name="B")
     c = tvm.te.compute((16, 16), lambda i, j: a[i, j] + b[i, j], name="C")
     impostor = tvm.IRModule({"main": tvm.te.create_prim_func([a, b, c])})
-    right = sample_candidates(reference, TARGET, 1, seed=3)[0]
+    right = sample_candidates(reference, platform(TARGET), 1, seed=3)[0]
     ref_build, impostor_build, right_build = _build(builder, [reference, impostor, right.sch.mod])
     runner = PersistentRunner(TimingConfig(repeat=1, min_repeat_ms=1), check_correctness=True)
     try:

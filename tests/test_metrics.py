@@ -12,11 +12,11 @@ from tensortune.train.metrics import (
     METRIC_KEYS,
     WeightedTask,
     average_peak_score,
-    evaluate,
     network_weights,
     pairwise_accuracy,
     r2,
     rmse,
+    score_predictions,
     task_weighted,
     top_k_recall,
     top_k_score,
@@ -263,7 +263,7 @@ R2_2 = 1 - 0.68 / 0.125
 
 
 def test_evaluate_by_hand():
-    out = evaluate(ROWS, PRED)
+    out = score_predictions(ROWS, PRED)
     assert tuple(out) == METRIC_KEYS
     assert out["pca"] == approx((4 * 4 / 6 + 2 * 0) / 6)
     assert out["a_peak@1"] == approx((4 * 1 + 2 * 0.5) / 6)
@@ -280,7 +280,7 @@ def test_evaluate_by_hand():
 
 def test_evaluate_with_networks():
     networks = {"net": {1: 10, 2: 1}, "other": {2: 1, 99: 3}, "absent": {77: 1}}
-    out = evaluate(ROWS, PRED, networks=networks)
+    out = score_predictions(ROWS, PRED, networks=networks)
     # net: (10·1 + 1·3) / (10·1 + 1·6) = 13/16; other: 3/6; absent holds no test task
     assert out["top1_score"] == approx((13 / 16 + 0.5) / 2)
     assert out["top5_score"] == 1.0
@@ -294,7 +294,7 @@ def test_evaluate_accepts_a_pyarrow_table():
         "label": ROWS["label"],
         "cost": pa.array(list(ROWS["cost"]), pa.float64()),
     })  # fmt: skip
-    assert evaluate(table, PRED) == evaluate(ROWS, PRED)
+    assert score_predictions(table, PRED) == score_predictions(ROWS, PRED)
 
 
 def test_evaluate_splits_tasks_by_hardware():
@@ -304,7 +304,7 @@ def test_evaluate_splits_tasks_by_hardware():
         "label": np.array([1.0, 0.5, 0.5, 1.0]),
         "cost": np.array([1.0, 2.0, 10.0, 5.0]),
     }
-    out = evaluate(rows, [0.0, 1.0, 0.0, 1.0], networks={"net": {1: 1}})
+    out = score_predictions(rows, [0.0, 1.0, 0.0, 1.0], networks={"net": {1: 1}})
     # (net, a) picks 2 of best 1; (net, b) picks its best
     assert out["top1_score"] == approx(0.75)
     assert out["tasks"] == 2
@@ -314,15 +314,15 @@ def test_evaluate_splits_tasks_by_hardware():
 def test_evaluate_errors():
     empty = {"task_id": np.array([], int), "label": np.array([]), "cost": np.array([])}
     with pytest.raises(ValueError, match="empty test set"):
-        evaluate(empty, [])
+        score_predictions(empty, [])
     with pytest.raises(ValueError, match="predictions contain NaN"):
-        evaluate(ROWS, np.r_[PRED[:-1], np.nan])
+        score_predictions(ROWS, np.r_[PRED[:-1], np.nan])
     with pytest.raises(ValueError, match="5 predictions for 6"):
-        evaluate(ROWS, PRED[:-1])
+        score_predictions(ROWS, PRED[:-1])
     with pytest.raises(ValueError, match="no 'cost' column"):
-        evaluate({"task_id": ROWS["task_id"], "label": ROWS["label"]}, PRED)
+        score_predictions({"task_id": ROWS["task_id"], "label": ROWS["label"]}, PRED)
     with pytest.raises(ValueError, match="none of the 1 networks"):
-        evaluate(ROWS, PRED, networks={"elsewhere": {42: 1}})
+        score_predictions(ROWS, PRED, networks={"elsewhere": {42: 1}})
 
 
 # --- splits -------------------------------------------------------------------------------

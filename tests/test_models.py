@@ -153,10 +153,13 @@ def test_resnet18() -> None:
 
 
 def test_task_counts_are_computed_once_and_cached(tmp_path, monkeypatch):
+    from conftest import platform
+
     from tensortune.workloads import catalog
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    counts = catalog.task_counts(["gpt2-block"], target={"kind": "llvm", "num-cores": 2})
+    assert not catalog.cache_exists()
+    counts = catalog.task_counts(["gpt2-block"], platform({"kind": "llvm", "num-cores": 2}))
     model = load_model("gpt2-block", target=TARGET)
     assert counts == {"gpt2-block": (len(model.tasks), sum(t.weight for t in model.tasks))}
     assert (tmp_path / "tensortune" / "task-counts.json").is_file()
@@ -165,5 +168,7 @@ def test_task_counts_are_computed_once_and_cached(tmp_path, monkeypatch):
         raise AssertionError("the cached count should have been used")
 
     monkeypatch.setattr("tensortune.workloads.models.load_model", fail)
-    again = catalog.task_counts(["gpt2-block"], target={"kind": "llvm", "num-cores": 2})
+    again = catalog.task_counts(["gpt2-block"], platform({"kind": "llvm", "num-cores": 2}))
     assert again == counts
+    cached = catalog.task_counts(["gpt2-block", "resnet18"], platform(), cached_only=True)
+    assert cached == counts  # resnet18 was never counted: left out, not imported

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from tensortune.costmodel.base import load_model
+from tensortune.costmodel.registry import load_cost_model
 from tensortune.datasets.build import build_dataset
 from tensortune.errors import TensortuneError
+from tensortune.records import open_records
 from tensortune.records.interop import export_records
-from tensortune.records.storage import open_records
 from tensortune.train.metrics import METRIC_KEYS
 from tensortune.train.trainer import evaluate, train
 from tensortune.tuning.tune import tune
@@ -34,7 +34,7 @@ def built(tmp_path_factory):
 
 def test_train_reports_every_metric_and_evaluate_reproduces_it(built):
     root, _ = built
-    result = train(root / "d", model="xgb", split="within-task", out=root / "m.ttm",
+    result = train(root / "d", cost_model="xgb", split="within-task", out=root / "m.ttm",
                    params={"n_rounds": 30})  # fmt: skip
     assert set(METRIC_KEYS) <= set(result.metrics)
     assert 0.0 <= result.metrics["pca"] <= 1.0
@@ -46,13 +46,13 @@ def test_train_reports_every_metric_and_evaluate_reproduces_it(built):
 
 def test_by_task_keeps_whole_tasks_apart(built):
     root, _ = built
-    result = train(root / "d", model="lgbm", split="by-task", params={"n_rounds": 20})
+    result = train(root / "d", cost_model="lgbm", split="by-task", params={"n_rounds": 20})
     assert result.metrics["tasks"] >= 1 and result.test_programs % 10 == 0
 
 
 def test_records_measured_elsewhere_can_be_the_test_set(built, tmp_path):
     root, url = built
-    train(root / "d", model="xgb", split="within-task", out=tmp_path / "m.ttm",
+    train(root / "d", cost_model="xgb", split="within-task", out=tmp_path / "m.ttm",
           params={"n_rounds": 20})  # fmt: skip
     with open_records(url) as store:
         export_records(store, tmp_path / "msdb")
@@ -67,30 +67,31 @@ def test_bad_requests_are_explained(built, tmp_path):
     with pytest.raises(TensortuneError, match="unknown network"):
         train(root / "d", split="by-network:nope")
     with pytest.raises(TensortuneError, match="unknown cost model 'svm'"):
-        train(root / "d", model="svm")
+        train(root / "d", cost_model="svm")
     with pytest.raises(TensortuneError, match="not a tensortune dataset"):
-        train(tmp_path, model="xgb")
+        train(tmp_path, cost_model="xgb")
 
 
 def test_cli_train_and_evaluate_json(built, tmp_path):
     root, _ = built
     cli = [sys.executable, "-m", "tensortune.cli.app"]
-    out = subprocess.run([*cli, "train", "--dataset", str(root / "d"), "--model", "xgb",
+    out = subprocess.run([*cli, "train", "--dataset", str(root / "d"), "--cost-model", "xgb",
                           "--out", str(tmp_path / "m.ttm"), "--json"],
                          capture_output=True, text=True, check=True)  # fmt: skip
     trained = json.loads(out.stdout)
-    evaluate_cmd = [*cli, "evaluate", "--model", str(tmp_path / "m.ttm"), "--dataset",
+    evaluate_cmd = [*cli, "evaluate", "--cost-model", str(tmp_path / "m.ttm"), "--dataset",
                     str(root / "d"), "--json"]  # fmt: skip
     out = subprocess.run(evaluate_cmd, capture_output=True, text=True, check=True)
     scores = json.loads(out.stdout)
     for key in ("pca", "top1_score", "top5_score", "a_peak@1", "a_peak@5", "r2"):
         assert scores[key] == pytest.approx(trained[key])
-    # Model settings from the command line: a two-member network, and a setting it lacks.
+    # Model settings from the command line (the model by its old option name, --model): a
+    # two-member network, and a setting it lacks.
     out = subprocess.run([*cli, "train", "--dataset", str(root / "d"), "--model", "mlp",
                           "--param", "members=2", "--param", "epochs=1",
                           "--out", str(tmp_path / "e.ttm"), "--json"],
                          capture_output=True, text=True, check=True)  # fmt: skip
-    ensemble = load_model(tmp_path / "e.ttm")
+    ensemble = load_cost_model(tmp_path / "e.ttm")
     assert (ensemble.members, ensemble.epochs, len(ensemble.net_)) == (2, 1, 2)
     bad = subprocess.run([*cli, "train", "--dataset", str(root / "d"), "--model", "mlp",
                           "--param", "width=3"], capture_output=True, text=True)  # fmt: skip
@@ -103,7 +104,7 @@ def test_tuning_with_a_pretrained_model_frozen_and_online(built, tmp_path):
     from tensortune.costmodel.ms_adapter import LearnedCostModel
 
     root, _ = built
-    train(root / "d", model="xgb", split="within-task", out=tmp_path / "m.ttm",
+    train(root / "d", cost_model="xgb", split="within-task", out=tmp_path / "m.ttm",
           params={"n_rounds": 20, "refine_rounds": 5})  # fmt: skip
     url = f"sqlite:///{tmp_path / 't.db'}"
     for online in (False, True):
@@ -111,7 +112,7 @@ def test_tuning_with_a_pretrained_model_frozen_and_online(built, tmp_path):
                       work_dir=tmp_path / "w", trials_per_round=4, target=TARGET,
                       cost_model=str(tmp_path / "m.ttm"), online_cost_model=online)  # fmt: skip
         assert result.tasks[0].trials == (4 if not online else 8)
-    adapter = LearnedCostModel(str(tmp_path / "m.ttm"), target=TARGET, online=True)
+    adapter = LearnedCostModel(str(tmp_path / "m.ttm"), TARGET, online=True)
     assert adapter.model.provenance_["split"] == "within-task"
 
 
@@ -124,39 +125,45 @@ def test_default_model_is_refused_when_none_is_shipped_for_the_target(tmp_path):
 
 def test_evaluate_draws_its_plot(built, tmp_path):
     root, _ = built
-    train(root / "d", model="lgbm", split="by-task", out=tmp_path / "m.ttm",
+    train(root / "d", cost_model="lgbm", split="by-task", out=tmp_path / "m.ttm",
           params={"n_rounds": 10})  # fmt: skip
     evaluate(tmp_path / "m.ttm", dataset=root / "d", plot=tmp_path / "p.png")
     assert (tmp_path / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_the_shipped_models_load_and_serve_the_nearest_configuration():
-    from tensortune.costmodel.base import load_model
+    from conftest import platform
+
+    from tensortune.costmodel.registry import load_cost_model
     from tensortune.costmodel.shipped import shipped_model
 
-    assert shipped_model({"kind": "llvm", "mcpu": "haswell", "num-cores": 1}).endswith(
-        "avx2-1c.ttm"
-    )
-    near = shipped_model({"kind": "llvm", "mcpu": "icelake-server", "num-cores": 2})
+    def shipped(mcpu: str, cores: int) -> str:
+        return shipped_model(platform({"kind": "llvm", "mcpu": mcpu, "num-cores": cores}))
+
+    assert shipped("haswell", 1).endswith("avx2-1c.ttm")
+    near = shipped("icelake-server", 2)
     assert near.endswith("avx512-2c.ttm")
     # avx512-1c is a configuration of ours with no shipped model: the nearest shipped one serves
-    assert shipped_model({"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 1}).endswith(
-        "avx512-2c.ttm"
-    )
-    model = load_model(near)
+    assert shipped("skylake-avx512", 1).endswith("avx512-2c.ttm")
+    model = load_cost_model(near)
     assert model.fitted and model.provenance_["train_programs"] > 1000
 
 
 def test_moa_starts_from_the_shipped_model_of_the_most_other_configurations():
-    from tensortune.costmodel.base import load_model
+    from conftest import platform
+
+    from tensortune.costmodel.registry import load_cost_model
     from tensortune.costmodel.shipped import shipped_source
 
     def source(mcpu: str, cores: int) -> str:
-        return Path(shipped_source({"kind": "llvm", "mcpu": mcpu, "num-cores": cores})).name
+        return Path(
+            shipped_source(platform({"kind": "llvm", "mcpu": mcpu, "num-cores": cores}))
+        ).name
 
     assert source("skylake-avx512", 2) == "avx2-1c+avx512-1c.ttm"
     assert source("haswell", 1) == "avx512-2c.ttm"  # the two-configuration model knows avx2-1c
     assert source("skylake-avx512", 1) == "avx512-2c.ttm"  # a tie goes to the nearest config
-    model = load_model(shipped_source({"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 2}))
+    model = load_cost_model(shipped_source(platform({"kind": "llvm", "mcpu": "skylake-avx512",
+                                                     "num-cores": 2})))  # fmt: skip
     assert model.provenance_["dataset"] == "ttset-cpu-v2"
     assert model.provenance_["split"] == "by-hardware:avx512-2c@eab22ab1"

@@ -13,11 +13,12 @@ from pathlib import Path
 import pytest
 
 from tensortune.compat import ms, structural_equal, tvm, tvm_logging_guard
+from tensortune.errors import TensortuneError
 from tensortune.hardware import current_hardware, target_key
 from tensortune.measure.builder import PersistentBuilder
 from tensortune.measure.runner import PersistentRunner, TimingConfig
+from tensortune.records import open_records
 from tensortune.records.ms_database import StoreDatabase
-from tensortune.records.storage import open_records
 from tensortune.tuning.tune import tune
 from tensortune.workloads.ops import parse_spec
 
@@ -107,12 +108,12 @@ def test_tvm_tune_tir_and_compile_tir_use_the_store(tmp_path):
     assert best.ok
 
 
-def test_unknown_strategy_is_rejected_before_anything_is_measured(tmp_path):
-    with pytest.raises(Exception, match="Unknown"):
+def test_unknown_strategy_is_rejected_before_the_store_is_opened(tmp_path):
+    with pytest.raises(TensortuneError, match="'no-such-strategy' is not a search strategy") as e:
         tune(["matmul:8,8,8"], trials=2, records=f"sqlite:///{tmp_path}/r.db",
              work_dir=tmp_path / "w", strategy="no-such-strategy", target=TARGET)  # fmt: skip
-    with open_records(f"sqlite:///{tmp_path}/r.db") as store:
-        assert store.count() == 0
+    assert e.value.param == "strategy"
+    assert not (tmp_path / "r.db").exists() and not (tmp_path / "w").exists()
 
 
 def test_records_of_another_target_do_not_count_toward_the_budget(tmp_path):

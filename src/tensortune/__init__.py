@@ -9,91 +9,138 @@ The public API, importable from the package (TVM is loaded on first use, not at 
 
 from __future__ import annotations
 
+import warnings
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
 _EXPORTS = {
+    # flows
     "tune": "tensortune.tuning.tune",
+    "plan_tune": "tensortune.tuning.tune",
     "TuneResult": "tensortune.tuning.tune",
-    "resolve_tasks": "tensortune.tuning.tune",
+    "TuneProgress": "tensortune.tuning.tune",
+    "best_programs": "tensortune.tuning.best",
     "compile_model": "tensortune.deploy.compile",
     "CompileReport": "tensortune.deploy.compile",
+    "collect": "tensortune.collect",
+    "train": "tensortune.train.trainer",
+    "evaluate": "tensortune.train.trainer",
+    "bench_tune": "tensortune.compare.search_methods",
+    "bench_seeds": "tensortune.compare.seeds",
+    "BenchResult": "tensortune.compare.search_methods",
+    "summarize_seeds": "tensortune.compare.seeds",
+    # what to tune, and where
+    "resolve_tasks": "tensortune.workloads.resolve",
     "load_model": "tensortune.workloads.models",
     "parse_spec": "tensortune.workloads.ops",
     "Task": "tensortune.workloads.task",
-    "open_records": "tensortune.records.storage",
-    "RecordStore": "tensortune.records.storage",
-    "Record": "tensortune.records.schema",
+    "Platform": "tensortune.hardware",
+    "resolve_platform": "tensortune.hardware",
+    "current_hardware": "tensortune.hardware",
+    "default_target": "tensortune.hardware",
+    # records
+    "open_records": "tensortune.records",
+    "RecordStore": "tensortune.records",
+    "Record": "tensortune.records",
     "StoreDatabase": "tensortune.records.ms_database",
     "export_records": "tensortune.records.interop",
     "import_records": "tensortune.records.interop",
+    # measurement
     "PersistentBuilder": "tensortune.measure.builder",
     "PersistentRunner": "tensortune.measure.runner",
     "TimingConfig": "tensortune.measure.runner",
-    "current_hardware": "tensortune.hardware",
-    "default_target": "tensortune.hardware",
-    "TensortuneError": "tensortune.errors",
-    "bench_tune": "tensortune.bench.tune",
-    "BenchResult": "tensortune.bench.tune",
-    "summarize_seeds": "tensortune.bench.tune",
+    "MeasureSession": "tensortune.measure.session",
+    # models and search
+    "cost_model_from": "tensortune.costmodel.factory",
+    "load_cost_model": "tensortune.costmodel.registry",
+    "strategy_from": "tensortune.search.factory",
     "DraftThenVerify": "tensortune.search.draft_verify",
-    "DraftModel": "tensortune.draft.analyzer",
-    "draft_quality": "tensortune.draft.quality",
+    "Analyzer": "tensortune.search.analyzer",
+    "draft_quality": "tensortune.search.analyzer.quality",
+    "TensortuneError": "tensortune.errors",
 }
+# Names of an earlier release: still served, with a warning naming the new one.
+_RENAMED = {"DraftModel": "Analyzer"}
 
 __all__ = [
+    "Analyzer",
     "BenchResult",
     "CompileReport",
-    "DraftModel",
     "DraftThenVerify",
+    "MeasureSession",
     "PersistentBuilder",
     "PersistentRunner",
+    "Platform",
     "Record",
     "RecordStore",
     "StoreDatabase",
     "Task",
     "TensortuneError",
     "TimingConfig",
+    "TuneProgress",
     "TuneResult",
     "__version__",
+    "bench_seeds",
     "bench_tune",
+    "best_programs",
+    "collect",
     "compile_model",
+    "cost_model_from",
     "current_hardware",
     "default_target",
     "draft_quality",
+    "evaluate",
     "export_records",
     "import_records",
+    "load_cost_model",
     "load_model",
     "open_records",
     "parse_spec",
+    "plan_tune",
+    "resolve_platform",
     "resolve_tasks",
+    "strategy_from",
     "summarize_seeds",
+    "train",
     "tune",
 ]
 
 if TYPE_CHECKING:
-    from tensortune.bench.tune import BenchResult, bench_tune, summarize_seeds
+    from tensortune.collect import collect
+    from tensortune.compare.search_methods import BenchResult, bench_tune
+    from tensortune.compare.seeds import bench_seeds, summarize_seeds
+    from tensortune.costmodel.factory import cost_model_from
+    from tensortune.costmodel.registry import load_cost_model
     from tensortune.deploy.compile import CompileReport, compile_model
-    from tensortune.draft.analyzer import DraftModel
-    from tensortune.draft.quality import draft_quality
     from tensortune.errors import TensortuneError
-    from tensortune.hardware import current_hardware, default_target
+    from tensortune.hardware import Platform, current_hardware, default_target, resolve_platform
     from tensortune.measure.builder import PersistentBuilder
     from tensortune.measure.runner import PersistentRunner, TimingConfig
+    from tensortune.measure.session import MeasureSession
+    from tensortune.records import Record, RecordStore, open_records
     from tensortune.records.interop import export_records, import_records
     from tensortune.records.ms_database import StoreDatabase
-    from tensortune.records.schema import Record
-    from tensortune.records.storage import RecordStore, open_records
+    from tensortune.search.analyzer import Analyzer
+    from tensortune.search.analyzer.quality import draft_quality
     from tensortune.search.draft_verify import DraftThenVerify
-    from tensortune.tuning.tune import TuneResult, resolve_tasks, tune
+    from tensortune.search.factory import strategy_from
+    from tensortune.train.trainer import evaluate, train
+    from tensortune.tuning.best import best_programs
+    from tensortune.tuning.tune import TuneProgress, TuneResult, plan_tune, tune
     from tensortune.workloads.models import load_model
     from tensortune.workloads.ops import parse_spec
+    from tensortune.workloads.resolve import resolve_tasks
     from tensortune.workloads.task import Task
 
 
 def __getattr__(name: str) -> Any:
+    if name in _RENAMED:
+        new = _RENAMED[name]
+        warnings.warn(f"tensortune.{name} is now tensortune.{new}", DeprecationWarning,
+                      stacklevel=2)  # fmt: skip
+        name = new
     if name in _EXPORTS:
         return getattr(import_module(_EXPORTS[name]), name)
     raise AttributeError(f"module 'tensortune' has no attribute {name!r}")

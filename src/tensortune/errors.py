@@ -1,10 +1,25 @@
-"""User-facing errors: the CLI prints these as one line and exits non-zero."""
+"""User-facing errors: the CLI prints these as one line and exits with status 2.
+
+An error about one argument of a public function names it (``param``), so that the command
+line can name its option instead (``--cost-model``, not ``cost_model``).
+"""
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 
 class TensortuneError(Exception):
     """A problem with the user's input or environment, explained in one line."""
+
+    def __init__(self, message: str, *, param: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+
+    def __str__(self) -> str:
+        return self.message if self.param is None else f"{self.param}: {self.message}"
 
 
 class WorkloadError(TensortuneError):
@@ -17,6 +32,17 @@ class RecordsError(TensortuneError):
 
 class TargetError(TensortuneError):
     """A target that is not a JSON object, or that TVM rejects."""
+
+
+@contextmanager
+def about(param: str) -> Iterator[None]:
+    """Errors raised inside are about the value given for ``param``: they say so."""
+    try:
+        yield
+    except TensortuneError as e:
+        if e.param is None:
+            e.param = param
+        raise
 
 
 def last_line(e: BaseException) -> str:

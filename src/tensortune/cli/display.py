@@ -1,13 +1,13 @@
-"""Rich rendering of tuning progress and result tables (kept apart from the commands)."""
+"""How the command line shows things: its consoles and number formats, kept apart from the
+commands.  Tables keep names on one line (they are shortened with an ellipsis instead), so a
+row never wraps in a terminal of 100 columns."""
 
 from __future__ import annotations
 
-import json
+import math
 
 from rich.console import Console
 from rich.table import Table
-
-from tensortune.tuning.tune import TaskResult, TuneResult
 
 # No markup: task names, file names and op docs contain brackets that Rich would eat.
 console = Console(highlight=False, markup=False)
@@ -15,7 +15,7 @@ errors = Console(stderr=True, highlight=False, markup=False, soft_wrap=True)
 
 
 def fmt_seconds(s: float | None) -> str:
-    if s is None:
+    if s is None or not math.isfinite(s):
         return "-"
     if s < 1e-3:
         return f"{s * 1e6:.1f} µs"
@@ -28,30 +28,49 @@ def fmt_gflops(g: float | None) -> str:
     return "-" if g is None else f"{g:.1f}"
 
 
-def progress_line(index: int, total: int, batch_size: int, failed: int, r: TaskResult) -> str:
-    fail = f", {failed} failed" if failed else ""
-    return (
-        f"[{index + 1}/{total}] {r.name}: {r.trials} trials (+{batch_size}{fail}), "
-        f"best {fmt_seconds(r.best_seconds)}, {fmt_gflops(r.gflops)} GFLOP/s"
-    )
+def fmt_ratio(x: float | None) -> str:
+    return "not reached" if x is None else f"{x:.2f}x"
 
 
-def result_table(result: TuneResult) -> Table:
-    t = Table(title=f"tensortune: {result.trials_total} trials in {result.records_url}")
-    for col in ("task", "weight", "trials", "ok", "best latency", "GFLOP/s"):
-        t.add_column(col, justify="left" if col == "task" else "right")
-    total = 0.0
-    complete = True
-    for r in result.tasks:
-        t.add_row(r.name, str(r.weight), str(r.trials), str(r.ok), fmt_seconds(r.best_seconds),
-                  fmt_gflops(r.gflops))  # fmt: skip
-        if r.best_seconds is None:
-            complete = False
-        else:
-            total += r.weight * r.best_seconds
-    if len(result.tasks) > 1:
-        t.add_section()
-        t.add_row("weighted total", "", str(result.trials_total), "",
-                  fmt_seconds(total) + ("" if complete else " (partial)"), "")  # fmt: skip
-    t.caption = f"target {json.dumps(result.target)} · hardware {result.hardware_id}"
+# A name column keeps at least this many characters before it is shortened.
+_NAME_WIDTH = 32
+
+
+def table(title: str | None, columns: dict[str, str], *, caption: str | None = None) -> Table:
+    """A table whose columns are ``{name: "left" | "right"}``: numbers are right-justified,
+    text left; no cell wraps (text is shortened with an ellipsis).  Print it with
+    ``print_table``."""
+    t = Table(title=title, caption=caption)
+    for name, justify in columns.items():
+        t.add_column(name, justify=justify, no_wrap=True, overflow="ellipsis")  # type: ignore[arg-type]
     return t
+
+
+def print_table(t: Table) -> None:
+    """Print a ``table`` within the console's width: numbers keep all their digits, the first
+    column (the row's name) keeps up to ``_NAME_WIDTH`` characters, and the other text columns
+    share what is left (a cell longer than its column is shortened with an ellipsis)."""
+    columns = t.columns
+    widest = [max([len(str(c.header)), *(len(str(x)) for x in c.cells)]) for c in columns]
+    room = console.width - (3 * len(columns) + 1)  # each column's padding and border
+    width = [w if c.justify == "right" else 0 for c, w in zip(columns, widest, strict=True)]
+    width[0] = min(widest[0], _NAME_WIDTH) if columns[0].justify != "right" else widest[0]
+    flexible = [i for i, c in enumerate(columns) if i > 0 and c.justify != "right"]
+    left = room - sum(width)
+    while flexible and left > 0:  # fill the narrowest wishes first, evenly
+        share = left // len(flexible)
+        if share == 0:
+            break
+        for i in sorted(flexible, key=lambda i: widest[i]):
+            give = min(widest[i] - width[i], share)
+            width[i] += give
+            left -= give
+        flexible = [i for i in flexible if width[i] < widest[i]]
+    width[0] += max(0, min(widest[0] - width[0], left))
+    if sum(width) <= room:
+        for column, w in zip(columns, width, strict=True):
+            column.width = max(w, 1)
+    caption, t.caption = t.caption, None  # a line of its own, not wrapped to the table's width
+    console.print(t)
+    if caption:
+        console.print(caption)

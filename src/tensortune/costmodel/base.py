@@ -2,8 +2,9 @@
 
 Settings go to ``__init__`` and are kept as given; ``fit`` learns from scratch, ``update`` adds
 new measurements to what was learned; learned state lives in attributes ending in ``_``.
-``save`` writes one zip file (``meta.json`` + the model's own state bytes) that ``load_model``
-checks before trusting: format version, feature schema and model kind.
+``save`` writes one zip file (``meta.json`` + the model's own state bytes) that
+``registry.load_cost_model`` checks before trusting: format version, feature schema and model
+kind.
 """
 
 from __future__ import annotations
@@ -71,7 +72,7 @@ class CostModel(abc.ABC):
     def save(self, path: str | Path) -> None:
         from importlib.metadata import version
 
-        from tensortune.datasets.features import schema_hash
+        from tensortune.features import schema_hash
 
         if not self.fitted:
             raise TensortuneError("save: the model has not been fitted")
@@ -82,37 +83,6 @@ class CostModel(abc.ABC):
         with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as z:
             z.writestr("meta.json", json.dumps(meta))
             z.writestr("state.bin", self._state())
-
-
-def load_model(path: str | Path) -> CostModel:
-    """Read a model file written by :meth:`CostModel.save`, refusing foreign or stale ones."""
-    from tensortune.costmodel.registry import model_class
-    from tensortune.datasets.features import schema_hash
-
-    try:
-        with zipfile.ZipFile(path) as z:
-            meta = json.loads(z.read("meta.json"))
-            state = z.read("state.bin")
-    except (OSError, zipfile.BadZipFile, KeyError, ValueError) as e:
-        raise TensortuneError(f"{path} is not a tensortune cost model file ({e})") from None
-    if meta.get("format") != FORMAT:
-        raise TensortuneError(f"{path} is not a tensortune cost model file")
-    if meta.get("format_version") != FORMAT_VERSION:
-        raise TensortuneError(f"{path} has model format v{meta.get('format_version')}; this "
-                              f"tensortune reads v{FORMAT_VERSION}")  # fmt: skip
-    if meta.get("feature_schema") != schema_hash():
-        raise TensortuneError(
-            f"{path} was trained on feature schema {meta.get('feature_schema')}, "
-            f"this tensortune computes {schema_hash()}: retrain it"
-        )
-    model = model_class(meta["kind"])(**meta["params"])
-    try:
-        model._restore(state)
-    except Exception as e:
-        raise TensortuneError(f"{path}: cannot restore the {meta['kind']} model ({e})") from None
-    if meta.get("provenance"):
-        model.provenance_ = meta["provenance"]
-    return model
 
 
 def _concat(a: ProgramSet, b: ProgramSet) -> ProgramSet:

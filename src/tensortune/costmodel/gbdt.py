@@ -10,6 +10,7 @@ import numpy as np
 
 from tensortune.costmodel.base import CostModel
 from tensortune.costmodel.data import ProgramSet
+from tensortune.costmodel.progress import report
 
 
 def _pack_sum_objective(program_of_row: np.ndarray, labels: np.ndarray):
@@ -53,12 +54,19 @@ class XGBoostModel(CostModel):
         params = {"max_depth": self.max_depth, "eta": self.eta, "gamma": self.gamma,
                   "min_child_weight": self.min_child_weight, "seed": self.seed,
                   "nthread": self.threads or None, "verbosity": 0}  # fmt: skip
+
+        class Reported(xgb.callback.TrainingCallback):
+            def after_iteration(self, model, epoch: int, evals_log) -> bool:
+                report(epoch + 1, rounds)
+                return False  # keep going
+
         self.booster_ = xgb.train(
             {k: v for k, v in params.items() if v is not None},
             xgb.DMatrix(rows),
             num_boost_round=rounds,
             obj=lambda pred, _: objective(pred),
             xgb_model=start,
+            callbacks=[Reported()],
         )
         return self
 
@@ -113,8 +121,12 @@ class LightGBMModel(CostModel):
         params = {"objective": lambda pred, _: objective(pred), "num_leaves": self.num_leaves,
                   "learning_rate": self.learning_rate, "min_data_in_leaf": self.min_data_in_leaf,
                   "seed": self.seed, "num_threads": self.threads, "verbosity": -1}  # fmt: skip
+
+        def reported(env) -> None:
+            report(env.iteration - env.begin_iteration + 1, rounds)
+
         self.booster_ = lgb.train(params, lgb.Dataset(rows), num_boost_round=rounds,
-                                  init_model=start)  # fmt: skip
+                                  init_model=start, callbacks=[reported])  # fmt: skip
         return self
 
     def predict(self, data: ProgramSet) -> np.ndarray:

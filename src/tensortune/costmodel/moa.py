@@ -13,10 +13,16 @@ import copy
 
 import numpy as np
 
-from tensortune.costmodel.base import CostModel, _concat, load_model
+from tensortune.costmodel.base import CostModel, _concat
 from tensortune.costmodel.data import ProgramSet
 from tensortune.costmodel.nn import _RankModel
+from tensortune.costmodel.registry import load_cost_model
 from tensortune.errors import TensortuneError
+
+
+def can_adapt(model: object) -> bool:
+    """Whether MoA can adapt ``model``: a fitted neural cost model."""
+    return isinstance(model, _RankModel) and model.fitted
 
 
 class MomentumAdapted(CostModel):
@@ -29,8 +35,8 @@ class MomentumAdapted(CostModel):
 
     def __init__(self, model: _RankModel | str, momentum: float = 0.99, every: int = 4,
                  epochs: int = 10) -> None:  # fmt: skip
-        self.model = load_model(model) if isinstance(model, str) else model
-        if not isinstance(self.model, _RankModel) or not self.model.fitted:
+        self.model = load_cost_model(model) if isinstance(model, str) else model
+        if not can_adapt(self.model):
             raise TensortuneError("MoA adapts a fitted neural cost model (mlp, tlp or pacm)")
         if not 0 <= momentum < 1:
             raise TensortuneError("momentum must be in [0, 1)")

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 
+from tensortune import features as F
 from tensortune.compat import PyCostModel, derived_object, ms, structural_hash
-from tensortune.costmodel.base import CostModel, load_model
+from tensortune.costmodel.base import CostModel
 from tensortune.costmodel.data import ProgramSet
-from tensortune.datasets import features as F
-from tensortune.hardware import Hardware, current_hardware
+from tensortune.costmodel.registry import load_cost_model
+from tensortune.hardware import Platform, resolve_platform
 from tensortune.measure.status import run_seconds
 from tensortune.records.convert import to_plain
 
@@ -37,21 +36,21 @@ def candidate_features(context, candidates, *, workload: np.ndarray, hardware: n
 class LearnedCostModel(PyCostModel):
     """Scores MetaSchedule candidates with one of our cost models.
 
-    Frozen by default; with ``online=True`` every measured batch refines the model (more trees
-    for the GBDTs, a few epochs for the networks), with labels recomputed per task from all
-    measurements seen so far.
+    ``platform`` (a ``Platform``, or a target for this machine) gives the hardware vector the
+    model reads.  Frozen by default; with ``online=True`` every measured batch refines the model
+    (more trees for the GBDTs, a few epochs for the networks), with labels recomputed per task
+    from all measurements seen so far.
     """
 
-    def __init__(self, model: CostModel | str, *, target: dict, online: bool = False,
-                 hardware: Hardware | None = None) -> None:  # fmt: skip
+    def __init__(self, model: CostModel | str, platform: Platform | dict | str | None = None, *,
+                 online: bool = False) -> None:  # fmt: skip
         super().__init__()
-        self.model = load_model(model) if isinstance(model, str) else model
-        self.target = target
+        self.model = load_cost_model(model) if isinstance(model, str) else model
+        self.platform = resolve_platform(platform, measurable=False)
         self.online = online
-        self.hardware = hardware or current_hardware()
         self._measured: dict[str, list[tuple[ProgramSet, np.ndarray]]] = {}
         self._workload: dict[str, np.ndarray] = {}
-        self._hardware = F.hardware_vector(target, self.hardware)
+        self._hardware = F.hardware_vector(self.platform)
         self._memo: dict[str, tuple[np.ndarray, np.ndarray]] = {}
 
     def _features(self, context, candidates) -> ProgramSet:
@@ -102,8 +101,4 @@ class LearnedCostModel(PyCostModel):
         self.model.save(path)
 
     def load(self, path: str) -> None:
-        self.model = load_model(path)
-
-
-def describe(model: CostModel) -> str:
-    return json.dumps({"kind": model.kind, **(getattr(model, "provenance_", None) or {})})
+        self.model = load_cost_model(path)

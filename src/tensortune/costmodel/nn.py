@@ -20,6 +20,7 @@ import numpy as np
 
 from tensortune.costmodel.base import CostModel, to_bytes
 from tensortune.costmodel.data import ProgramSet
+from tensortune.costmodel.progress import report
 from tensortune.errors import TensortuneError
 
 if TYPE_CHECKING:
@@ -120,34 +121,45 @@ class _RankModel(CostModel):
         # Each member sees the programs in its own order (a shared one made the members agree
         # more and help less); member 0 draws the order a single network always drew, the others
         # streams of their own (seed + k would repeat the order of the model with seed + k).
-        for k, net in enumerate(self._nets()):
+        nets = self._nets()
+        for k, net in enumerate(nets):
             rng = np.random.default_rng(self.seed if k == 0 else [self.seed, k])
-            self._train_one(net, data, epochs, rng)
+            self._train_one(net, data, epochs, rng, (k * epochs, len(nets) * epochs))
         return self
 
     def _train_one(self, net: nn.Module, data: ProgramSet, epochs: int,
-                   rng: np.random.Generator) -> None:  # fmt: skip
+                   rng: np.random.Generator, steps: tuple[int, int]) -> None:  # fmt: skip
+        """``epochs`` of ``net``; ``steps``: the epochs before these and all epochs to train,
+        for progress reports."""
         import torch
 
         opt = torch.optim.Adam(net.parameters(), lr=self.lr, weight_decay=self.weight_decay)
-        for _ in range(epochs):
-            chunks = []
-            for g in np.unique(data.groups):
-                rows = rng.permutation(np.flatnonzero(data.groups == g))
-                chunks += [rows[i : i + self.chunk] for i in range(0, len(rows), self.chunk)]
-            order = rng.permutation(len(chunks))
-            for k in range(0, len(order), self.batch_chunks):
-                picked = [chunks[i] for i in order[k : k + self.batch_chunks]]
-                batch = data.subset(np.concatenate(picked))
-                labels = torch.from_numpy(batch.require_labels().astype(np.float32))
-                loss = lambda_rank_loss(net(*self._inputs(batch)), labels,
-                                        torch.from_numpy(batch.groups))  # fmt: skip
-                if not loss.requires_grad:
-                    continue
-                opt.zero_grad()
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(net.parameters(), 0.5)
-                opt.step()
+        before, total = steps
+        for epoch in range(epochs):
+            self._epoch(net, opt, data, rng)
+            report(before + epoch + 1, total)
+
+    def _epoch(self, net: nn.Module, opt, data: ProgramSet, rng: np.random.Generator) -> None:
+        """One pass over the programs, in steps of a few single-task chunks."""
+        import torch
+
+        chunks = []
+        for g in np.unique(data.groups):
+            rows = rng.permutation(np.flatnonzero(data.groups == g))
+            chunks += [rows[i : i + self.chunk] for i in range(0, len(rows), self.chunk)]
+        order = rng.permutation(len(chunks))
+        for k in range(0, len(order), self.batch_chunks):
+            picked = [chunks[i] for i in order[k : k + self.batch_chunks]]
+            batch = data.subset(np.concatenate(picked))
+            labels = torch.from_numpy(batch.require_labels().astype(np.float32))
+            loss = lambda_rank_loss(net(*self._inputs(batch)), labels,
+                                    torch.from_numpy(batch.groups))  # fmt: skip
+            if not loss.requires_grad:
+                continue
+            opt.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(net.parameters(), 0.5)
+            opt.step()
 
     def predict(self, data: ProgramSet) -> np.ndarray:
         import torch

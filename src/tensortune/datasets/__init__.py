@@ -1,1 +1,2 @@
-"""Datasets of measured programs: collection into the records store, and (later) Parquet files."""
+"""Datasets of measured programs: Parquet tables with labels and cached features, built from
+records, each with a card saying how it was made."""

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import numpy as np
 
-from tensortune.datasets import features as F
-from tensortune.datasets.hwconfig import CONFIGS
+from tensortune import features as F
 from tensortune.errors import TensortuneError
-from tensortune.records.storage import RecordStore, open_records
+from tensortune.hardware import Platform, config_of
+from tensortune.records import RecordStore, open_records
 
 TABLE = "programs.parquet"
 WORKLOADS = "workloads.parquet"  # task_id -> the workload module, to replay traces on
@@ -39,9 +39,9 @@ class Card:
 def hardware_label(target: str, hardware_id: str) -> str:
     """A readable hardware name: the configuration's name when the target is one of ours."""
     t = json.loads(target)
-    for name, config in CONFIGS.items():
-        if all(t.get(k) == v for k, v in config.target.items()):
-            return f"{name}@{hardware_id[:8]}"
+    name = config_of(t)
+    if name is not None:
+        return f"{name}@{hardware_id[:8]}"
     return f"{t.get('mcpu', t.get('kind'))}-{t.get('num-cores', '?')}c@{hardware_id[:8]}"
 
 
@@ -79,12 +79,12 @@ def build_dataset(
             groups[(r.hardware_id, r.target)].append(r)
         for (hw_id, target), group in groups.items():
             label = hardware_label(target, hw_id)
-            hw_vec = F.hardware_vector(json.loads(target), hardware[hw_id])
+            platform = Platform(json.loads(target), hardware[hw_id])  # as measured: no checks
+            hw_vec = F.hardware_vector(platform)
             hw_seen[label] = {"fingerprint": json.loads(hardware[hw_id].to_json()),
                               "target": json.loads(target), "vector": hw_vec.tolist()}  # fmt: skip
             best = min((r.cost for r in group if r.ok), default=None)
-            per_store = F.per_store_features(mod, json.loads(target),
-                                             [r.trace_json() for r in group])  # fmt: skip
+            per_store = F.per_store_features(mod, platform, [r.trace_json() for r in group])
             for r, feats in zip(group, per_store, strict=True):
                 columns["program_id"].append(r.id)
                 columns["task_id"].append(w.id)

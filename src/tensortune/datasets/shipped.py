@@ -1,7 +1,15 @@
-"""The dataset shipped with the package (collected with ``tensortune dataset collect``)."""
+"""The datasets shipped with the package (collected with ``tensortune dataset collect``)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-DATASET_DIR = Path(__file__).resolve().parent.parent / "data" / "ttset-cpu-v2"
+_DATA = Path(__file__).resolve().parent.parent / "data"
+DATASET_DIR = _DATA / "ttset-cpu-v2"
+# Names a user may give instead of a directory.
+SHIPPED_DATASETS = {"default": DATASET_DIR}
+
+
+def dataset_path(dataset: str | Path) -> Path:
+    """The directory of ``dataset``: a shipped dataset's name (``default``) or a directory."""
+    return SHIPPED_DATASETS.get(str(dataset), Path(dataset))

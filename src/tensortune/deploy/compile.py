@@ -11,10 +11,10 @@ from pathlib import Path
 
 import numpy as np
 
-from tensortune.errors import TensortuneError
-from tensortune.hardware import current_hardware, parse_target, runtime_threads
+from tensortune.errors import TensortuneError, about
+from tensortune.hardware import Platform, resolve_platform
 from tensortune.measure.pool import WorkerPool
-from tensortune.records.storage import DEFAULT_URL, RecordStore, open_records
+from tensortune.records import DEFAULT_URL, RecordStore, open_records
 
 
 @dataclass
@@ -62,7 +62,7 @@ def compile_model(
     model: object,
     *,
     records: str | RecordStore = DEFAULT_URL,
-    target: dict | str | None = None,
+    target: dict | str | Platform | None = None,
     repeat: int = 10,
     rounds: int = 3,
     retime: int = 0,
@@ -80,22 +80,29 @@ def compile_model(
     ``retime`` > 1 times each task's ``retime`` best records again, side by side, and builds
     with the fastest of them (see ``tensortune.deploy.retime``) instead of the stored best.
     """
-    if rounds < 1 or repeat < 1 or retime < 0:
-        raise TensortuneError("repeat and rounds must be at least 1, retime at least 0")
+    for name, value, least in (("repeat", repeat, 1), ("rounds", rounds, 1), ("retime", retime, 0)):
+        if value < least:
+            raise TensortuneError(f"must be at least {least}, not {value}", param=name)
     from tensortune.compat import ms, tvm
     from tensortune.records.ms_database import StoreDatabase
     from tensortune.workloads.models import Model, load_model
 
-    target = parse_target(target)
-    tvm_target = tvm.target.Target(target)
-    m = model if isinstance(model, Model) else load_model(model, target=tvm_target)
-    store = open_records(records, create=False) if isinstance(records, str) else records
-    db = StoreDatabase(store, hardware=current_hardware(), target=target)
+    with about("target"):
+        platform = resolve_platform(target)
+    tvm_target = platform.tvm_target
+    with about("model"):
+        m = model if isinstance(model, Model) else load_model(model, target=tvm_target)
+    if isinstance(records, str):
+        with about("records"):
+            store = open_records(records, create=False)
+    else:
+        store = records
+    db = StoreDatabase(store, target=platform)
     retimed = {}
     if retime > 1:
         from tensortune.deploy.retime import retime_best
 
-        retimed = retime_best(store, m.tasks, target, db.hardware_id, retime)
+        retimed = retime_best(store, m.tasks, platform, retime)
     statuses = []
     for task in m.tasks:
         rec = db.query_tuning_record(task.mod, tvm_target, task.name)
@@ -107,7 +114,7 @@ def compile_model(
         statuses.append(status)
     db.pinned = {wid: r.chosen for wid, r in retimed.items()}
 
-    threads = runtime_threads(target)
+    threads = platform.threads
     builds = {
         "untuned": tvm.compile(m.mod, target=tvm_target),
         "tuned": ms.relax_integration.compile_relax(db, m.mod, tvm_target, None),
@@ -128,7 +135,7 @@ def compile_model(
     error = max(float(np.abs(a - b).max()) for a, b in zip(out_tuned, out_untuned, strict=True))
     tuned_rounds = [t for _, t, _ in timed[1:]]
     return CompileReport(
-        m.name, target, store.url, statistics.median(tuned_rounds), t_untuned,
+        m.name, platform.target, store.url, statistics.median(tuned_rounds), t_untuned,
         statistics.median(torch_rounds) if torch_rounds else None, error, statuses, tvm_threads,
         tuned_rounds if torch_rounds else [], torch_rounds,
     )  # fmt: skip
@@ -167,34 +174,6 @@ def _time_in_worker(
                 results.append(o.value)
             between_rounds()
     return results
-
-
-def _outputs(value) -> list[np.ndarray]:
-    if hasattr(value, "numpy"):
-        return [value.numpy()]
-    return [a for v in value for a in _outputs(v)]
-
-
-_TIMING_BUDGET_S = 30.0  # per build: an untuned BERT-base runs for over a minute per call
-
-
-def time_vm(vm, inputs: list, repeat: int) -> tuple[list[np.ndarray], float]:
-    """Outputs and median latency of ``vm["main"]``; a build too slow for ``repeat`` timings
-    within the budget gets fewer (at least one after the first call, which pays one-off
-    initialisation)."""
-    from tensortune.compat import tvm
-
-    dev = tvm.cpu()
-    start = time.perf_counter()
-    out = _outputs(vm["main"](*inputs))
-    repeat = timing_repeats(time.perf_counter() - start, repeat)
-    timer = vm.time_evaluator("main", dev, number=1, repeat=repeat, min_repeat_ms=50)
-    return out, float(timer(*inputs).median)
-
-
-def timing_repeats(first_call_s: float, repeat: int, budget_s: float = _TIMING_BUDGET_S) -> int:
-    """How many timings fit the budget, judged by the first call; at least one."""
-    return max(1, min(repeat, int(budget_s / max(first_call_s, 1e-9))))
 
 
 def _time_torch(m, repeat: int, threads: int) -> float | None:

@@ -11,9 +11,8 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-from tensortune.hardware import runtime_threads, target_key
-from tensortune.records.schema import Record
-from tensortune.records.storage import RecordStore
+from tensortune.hardware import Platform
+from tensortune.records import Record, RecordStore
 from tensortune.workloads.task import Task
 
 
@@ -31,40 +30,31 @@ class Retimed:
 def retime_best(
     store: RecordStore,
     tasks: list[Task],
-    target: dict,
-    hardware_id: str,
+    platform: Platform,
     top_k: int,
     *,
     builder: object | None = None,
     runner: object | None = None,
 ) -> dict[int, Retimed]:
-    """Re-time the ``top_k`` best successful records of every task that has two or more, in one
-    batch per task; returns the fastest of each, by workload id."""
-    from tensortune.measure.batch import measure_batch
-    from tensortune.measure.builder import PersistentBuilder
-    from tensortune.measure.runner import PersistentRunner
+    """Re-time the ``top_k`` best successful records (on the platform's hardware and target) of
+    every task that has two or more, in one batch per task; returns the fastest of each, by
+    workload id."""
+    from tensortune.measure.session import MeasureSession
     from tensortune.records.convert import candidate_from_trace
 
-    tkey = target_key(target)
-    own = []
-    if builder is None:
-        builder = PersistentBuilder()
-        own.append(builder)
-    if runner is None:
-        runner = PersistentRunner(num_threads=runtime_threads(target))
-        own.append(runner)
     chosen: dict[int, Retimed] = {}
-    try:
+    where = {"hardware_id": platform.hardware.id, "target": platform.key}
+    with MeasureSession(platform, builder=builder, runner=runner) as session:
         for task in tasks:
             wid = store.workload_id(task.mod, task.name, create=False)
             if wid is None:
                 continue
-            records = list(store.query(workload_id=wid, hardware_id=hardware_id, target=tkey,
-                                       ok_only=True, best_first=True, limit=top_k))  # fmt: skip
+            records = list(store.query(workload_id=wid, **where, ok_only=True, best_first=True,
+                                       limit=top_k))  # fmt: skip
             if len(records) < 2:
                 continue
             cands = [candidate_from_trace(task.mod, r.trace) for r in records]
-            _, ran = measure_batch(builder, runner, cands, target)
+            _, ran = session.measure(cands)
             secs = [statistics.median(float(s) for s in r.run_secs) if r.run_secs else None
                     for r in ran]  # fmt: skip
             timed = [(s, i) for i, s in enumerate(secs) if s is not None]
@@ -72,7 +62,4 @@ def retime_best(
                 continue
             seconds, rank = min(timed)
             chosen[wid] = Retimed(records[rank], rank, seconds, secs[0], len(records))
-    finally:
-        for worker in own:
-            worker.close()
     return chosen

@@ -190,7 +190,7 @@ def time_model(path: str, inputs: list, repeat: int) -> tuple[list, float, int]:
     (see ``tensortune.deploy.compile``), timed here so that TVM's pool has the worker's size."""
     import tvm
 
-    from tensortune.deploy.compile import time_vm
+    from tensortune.measure.executable import time_vm
 
     dev = tvm.cpu()
     vm = tvm.relax.VirtualMachine(_load(path), dev)

@@ -2,12 +2,14 @@
 
 A JSON database has no notion of hardware.  Exported files hold one hardware's records; imported
 records are tagged with the hardware the user vouches for, or with a stand-in id that keeps them
-out of tuning on this machine.
+out of tuning on this machine.  Nor does it name workloads: an export writes their names beside
+it (``NAMES_FILE``, which TVM ignores), and an import (or ``tune --workloads-from``) reads them.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +20,7 @@ from tensortune.measure.status import FAILED_COST
 from tensortune.records.convert import args_info_text, to_tuning_record, trace_text
 from tensortune.records.schema import Record
 from tensortune.records.storage import RecordStore
+from tensortune.workloads.sources import NAMES_FILE, workload_names
 
 _FILES = ("database_workload.json", "database_tuning_record.json")
 
@@ -36,25 +39,39 @@ def export_records(
     *,
     top_k: int | None = None,
     hardware_id: str | None = None,
+    target: str | None = None,
 ) -> Transfer:
-    """Write one hardware's records (default: this machine's) as a MetaSchedule JSON database.
+    """Write one hardware's records (default: this machine's) as a MetaSchedule JSON database,
+    with the workloads' names beside it.
 
-    With ``top_k``, only the k fastest successful records of each workload and target.
+    With ``top_k``, only the k fastest successful records of each workload and target; with
+    ``target`` (a target's canonical text, ``Platform.key``), only that target's records.
     """
     from tensortune.compat import Workload, ms
 
     if top_k is not None and top_k < 1:
-        raise RecordsError("top_k must be at least 1")
-    hw = hardware_id or store.register_hardware(current_hardware())
+        raise RecordsError("must be at least 1", param="top_k")
+    hw = hardware_id or current_hardware().id
+    known = store.hardware()
+    if hw not in known:
+        raise RecordsError(f"no records of hardware {hw} in {store.url} (it has: "
+                           f"{', '.join(known) or 'none'})", param="hardware_id")  # fmt: skip
     out = Path(directory)
-    out.mkdir(parents=True, exist_ok=True)
+    if out.exists() and not out.is_dir():
+        raise RecordsError(f"{out} exists and is not a directory", param="directory")
     if any((out / f).exists() for f in _FILES):
-        raise RecordsError(f"{out} already holds a MetaSchedule database; choose a new directory")
+        raise RecordsError(f"{out} already holds a MetaSchedule database; choose a new directory",
+                           param="directory")  # fmt: skip
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise RecordsError(f"cannot create {out}: {e.strerror}", param="directory") from None
     db = ms.database.JSONDatabase(work_dir=str(out))
     n_workloads = n_records = 0
+    names: dict[str, str] = {}
     for w in store.workloads():
-        records = list(store.query(workload_id=w.id, hardware_id=hw, ok_only=top_k is not None,
-                                   best_first=True))  # fmt: skip
+        records = list(store.query(workload_id=w.id, hardware_id=hw, target=target,
+                                   ok_only=top_k is not None, best_first=True))  # fmt: skip
         if top_k is not None:
             per_target: dict[str, int] = {}
             kept = []
@@ -66,10 +83,12 @@ def export_records(
         if not records:
             continue
         workload = db.commit_workload(w.mod())
+        names[w.shash] = w.name
         n_workloads += 1
         for r in records:
             db.commit_tuning_record(to_tuning_record(r, Workload(workload.mod)))
             n_records += 1
+    (out / NAMES_FILE).write_text(json.dumps({"names": names}, indent=1))
     return Transfer(n_workloads, n_records, hardware_id=hw)
 
 
@@ -83,27 +102,32 @@ def import_records(
     """Add a MetaSchedule JSON database's records to the store, skipping ones already there.
 
     Without ``measured_here`` the records get a stand-in hardware id derived from the files, so
-    they are kept and exported but never taken as this machine's measurements.
+    they are kept and exported but never taken as this machine's measurements.  Workloads keep
+    the names an export wrote beside the database (else ``DIRNAME.w``).
     """
-    from tensortune.compat import TVM_VERSION, ms
+    from tensortune.compat import TVM_VERSION, ms, structural_hash
 
     src = Path(directory)
     missing = [f for f in _FILES if not (src / f).is_file()]
     if missing:
-        raise RecordsError(f"{src} is not a MetaSchedule database (missing {', '.join(missing)})")
+        raise RecordsError(f"{src} is not a MetaSchedule database (missing {', '.join(missing)})",
+                           param="directory")  # fmt: skip
     try:
         db = ms.database.JSONDatabase(work_dir=str(src), allow_missing=False)
         tuning_records = db.get_all_tuning_records()
     except Exception as e:
-        raise RecordsError(f"cannot read MetaSchedule database {src}: {last_line(e)}") from None
+        raise RecordsError(f"cannot read MetaSchedule database {src}: {last_line(e)}",
+                           param="directory") from None  # fmt: skip
     hw_id = _import_hardware(store, src, measured_here)
+    names = workload_names(src)
     seen: dict[int, set[tuple[str, str]]] = {}
     batch: list[Record] = []
     skipped = 0
     workload_ids: set[int] = set()
     now = time.time()
     for tr in tuning_records:
-        wid = store.workload_id(tr.workload.mod, f"{src.name}.w")
+        mod = tr.workload.mod
+        wid = store.workload_id(mod, names.get(structural_hash(mod), f"{src.name}.w"))
         if wid not in seen:
             seen[wid] = {(r.trace, r.target) for r in store.query(workload_id=wid,
                                                                   hardware_id=hw_id)}  # fmt: skip

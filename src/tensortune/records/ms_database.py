@@ -17,7 +17,7 @@ from tensortune.compat import (
     derived_object,
     tvm,
 )
-from tensortune.hardware import Hardware, current_hardware, target_key
+from tensortune.hardware import Hardware, Platform, current_hardware, target_key
 from tensortune.measure.status import FAILED_COST
 from tensortune.records.convert import args_info_text, to_tuning_record, trace_text
 from tensortune.records.schema import Record
@@ -28,6 +28,7 @@ from tensortune.records.storage import RecordStore
 class StoreDatabase(PyDatabase):
     """A ``PyDatabase`` view of ``store`` for one hardware (and, optionally, one target).
 
+    ``target`` is a target dict or a ``Platform`` (whose hardware is then the default);
     ``pinned`` (workload id → record) overrides the stored best that a workload's query
     returns, e.g. with the record that was fastest when its best few were timed again.
     """
@@ -37,14 +38,18 @@ class StoreDatabase(PyDatabase):
         store: RecordStore,
         *,
         hardware: Hardware | None = None,
-        target: dict | None = None,
+        target: dict | Platform | None = None,
         run_id: str = "",
         pinned: dict[int, Record] | None = None,
     ) -> None:
         super().__init__()
+        if isinstance(target, Platform):
+            hardware = hardware or target.hardware
+            self.target: str | None = target.key
+        else:
+            self.target = target_key(target) if target is not None else None
         self.store = store
         self.hardware_id = store.register_hardware(hardware or current_hardware())
-        self.target = target_key(target) if target is not None else None
         self.run_id = run_id
         self.pinned = dict(pinned or {})
 

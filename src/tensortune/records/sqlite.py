@@ -88,7 +88,7 @@ class SQLiteStore(RecordStore):
         except sqlite3.Error as e:
             raise RecordsError(f"records store {path} is not usable: {e}") from None
         try:
-            self._check_or_create(memory)
+            self._check_or_create(memory, create)
         except sqlite3.DatabaseError as e:
             self._db.close()
             raise RecordsError(f"records store {path} is not usable: {e}") from None
@@ -98,11 +98,13 @@ class SQLiteStore(RecordStore):
 
     # -- opening -----------------------------------------------------------------------------
 
-    def _check_or_create(self, memory: bool) -> None:
+    def _check_or_create(self, memory: bool, create: bool) -> None:
         db = self._db
         tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         if tables and "meta" not in tables:
             raise RecordsError(f"{self.path} is a SQLite file but not a tensortune records store")
+        if not tables and not create:  # an empty file: reading it must not write a schema
+            raise RecordsError(f"{self.path} is empty, not a tensortune records store")
         if tables:
             self._check_version()
         if not memory:

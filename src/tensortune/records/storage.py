@@ -1,4 +1,4 @@
-"""The storage interface behind every records store, chosen by URL.
+"""The storage interface behind every records store (``open_records`` picks one by URL).
 
 Algorithms keep no durable state: everything a tuning run must not lose lives behind this
 interface, so resuming is simply opening the same URL again.
@@ -9,7 +9,6 @@ from __future__ import annotations
 import abc
 from collections.abc import Iterable, Iterator
 
-from tensortune.errors import RecordsError
 from tensortune.hardware import Hardware
 from tensortune.records.schema import Record, StoredWorkload, TaskSource
 
@@ -84,22 +83,3 @@ class RecordStore(abc.ABC):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def open_records(url: str = DEFAULT_URL, *, create: bool = True) -> RecordStore:
-    """Open the records store named by ``url``, creating it unless ``create`` is False.
-
-    ``sqlite:///relative/path.db`` and ``sqlite:////absolute/path.db`` are supported; a plain
-    file path is taken as a SQLite file.
-    """
-    scheme, sep, rest = url.partition("://")
-    if not sep:
-        scheme, rest = "sqlite", "/" + url
-    if scheme == "sqlite":
-        from tensortune.records.sqlite import SQLiteStore
-
-        path = rest[1:] if rest.startswith("/") else rest
-        if not path:
-            raise RecordsError(f"records URL {url!r} names no file (try sqlite:///records.db)")
-        return SQLiteStore(path, url=url, create=create)
-    raise RecordsError(f"unsupported records URL scheme '{scheme}' in {url!r} (supported: sqlite)")

@@ -1,4 +1,4 @@
-"""Whom to believe when the draft model and the verifier disagree: the one that has ranked this
+"""Whom to believe when the analyzer and the verifier disagree: the one that has ranked this
 task's measured programs better so far.
 
 A verifier pre-trained on other hardware (MoA's starting point), or one still learning online,

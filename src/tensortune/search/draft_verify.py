@@ -30,6 +30,7 @@ cores that build and run, so the population is smaller and more is measured per 
 from __future__ import annotations
 
 import contextlib
+import inspect
 import json
 import math
 import time
@@ -37,84 +38,65 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from tensortune.compat import (
-    ArgInfo,
-    MeasureCandidate,
-    PyCostModel,
-    derived_object,
-    ms,
-    structural_hash,
-    tvm,
-)
-from tensortune.draft.analyzer import DraftModel
-from tensortune.draft.machine import machine_for
+from tensortune.compat import ArgInfo, MeasureCandidate, derived_object, ms, structural_hash, tvm
+from tensortune.costmodel.timed import TimedCostModel
 from tensortune.errors import TensortuneError
-from tensortune.hardware import target_key
+from tensortune.hardware import Platform, current_hardware, target_key
 from tensortune.measure.status import run_seconds
+from tensortune.search.analyzer.cost_model import AnalyzerCostModel
+from tensortune.search.analyzer.machine import machine_for
+from tensortune.search.analyzer.roofline import Analyzer
 from tensortune.search.blend import TrustBlend
 from tensortune.search.build_cost import BuildCosts, cost_aware_order, unroll_step
-from tensortune.tuning.timed import TimedCostModel
 
 PySearchStrategy = ms.search_strategy.PySearchStrategy
 
-# DraftThenVerify's settings a user may change by name (the CLI's ``--draft-option k=v``):
-# type, default, smallest and largest value.
-OPTIONS: dict[str, tuple[type, float, float, float]] = {
-    "population": (int, 512, 2, math.inf), "draft_generations": (int, 2, 0, math.inf),
-    "first_draft_generations": (int, 0, 0, math.inf),
-    "draft_size": (int, 256, 1, math.inf), "redraft_every": (int, 2, 1, math.inf),
-    "verify_mutants": (int, 32, 0, math.inf), "per_round": (int, 16, 1, math.inf),
-    "eps": (float, 0.1, 0.0, 1.0), "init_measured_ratio": (float, 0.1, 0.0, 1.0),
-    "build_cost_weight": (float, 0.0, 0.0, math.inf), "blend": (int, 0, 0, 1),
+# The settings of DraftThenVerify a user may change by name (the CLI's ``--draft-option k=v``),
+# with their smallest and largest values; type and default are the constructor's.
+OPTION_RANGES: dict[str, tuple[float, float]] = {
+    "population": (2, math.inf), "draft_generations": (0, math.inf),
+    "first_draft_generations": (0, math.inf), "draft_size": (1, math.inf),
+    "redraft_every": (1, math.inf), "verify_mutants": (0, math.inf), "per_round": (1, math.inf),
+    "eps": (0.0, 1.0), "init_measured_ratio": (0.0, 1.0), "build_cost_weight": (0.0, math.inf),
+    "blend": (0, 1),
 }  # fmt: skip
+
+
+def option_defaults() -> dict[str, object]:
+    """Each setting's default, as the constructor declares it."""
+    params = inspect.signature(DraftThenVerify).parameters
+    return {name: params[name].default for name in OPTION_RANGES}
 
 
 def check_options(options: Mapping[str, object]) -> dict[str, float]:
     """``options`` as numbers of their setting's type, those equal to the default dropped (so
     equal settings compare equal); a one-line error for an unknown name or a bad value."""
-    unknown = sorted(set(options) - set(OPTIONS))
+    unknown = sorted(set(options) - set(OPTION_RANGES))
     if unknown:
-        raise TensortuneError(f"unknown draft-then-verify option(s) {unknown}; "
-                              f"known: {', '.join(OPTIONS)}")  # fmt: skip
+        known = ", ".join(OPTION_RANGES)
+        raise TensortuneError(f"unknown draft-then-verify option(s) {unknown}; known: {known}",
+                              param="draft_options")  # fmt: skip
+    defaults = option_defaults()
     out: dict[str, float] = {}
     for key, raw in options.items():
-        kind, default, low, high = OPTIONS[key]
+        default = defaults[key]
+        kind = type(default)
+        low, high = OPTION_RANGES[key]
         try:
             value = float(raw)  # type: ignore[arg-type]
         except (TypeError, ValueError):
-            raise TensortuneError(f"draft-then-verify option {key}={raw!r}: not a number") from None
+            raise TensortuneError(f"{key}={raw!r}: not a number", param="draft_options") from None
         if (
             not low <= value <= high
             or not math.isfinite(value)
             or (kind is int and not value.is_integer())
         ):
             kind_name = "a whole number" if kind is int else "a number"
-            raise TensortuneError(f"draft-then-verify option {key}={raw!r}: expected {kind_name} "
-                                  f"from {low:g} to {high:g}")  # fmt: skip
+            raise TensortuneError(f"{key}={raw!r}: expected {kind_name} from {low:g} to "
+                                  f"{high:g}", param="draft_options")  # fmt: skip
         if value != default:
             out[key] = kind(value)
     return out
-
-
-@derived_object
-class AnalyzerCostModel(PyCostModel):
-    """The draft model as a MetaSchedule cost model (never learns)."""
-
-    def __init__(self, draft: DraftModel) -> None:
-        super().__init__()
-        self.draft = draft
-
-    def predict(self, context, candidates) -> np.ndarray:
-        return self.draft.scores([c.sch.mod for c in candidates])
-
-    def update(self, context, candidates, results) -> None:
-        pass
-
-    def save(self, path: str) -> None:
-        pass
-
-    def load(self, path: str) -> None:
-        pass
 
 
 @derived_object
@@ -127,7 +109,8 @@ class DraftThenVerify(PySearchStrategy):
     measurement by seconds); ``draft_size``: the
     evolution's best programs kept as the cache; ``redraft_every``: rounds between drafts;
     ``verify_mutants``: how many of the verified best get one mutation each;
-    ``per_round``: programs measured per round (None: the tuner's per-round count);
+    ``per_round``: programs measured per round (None: the tuner's per-round count, which also
+    bounds it);
     ``eps``: share of them picked at random from the cache.  ``timings`` (seconds spent
     drafting, in the analyzer and verifying) is shared by every clone, i.e. summed over tasks.
     ``build_cost_weight``: the exponent on a candidate's expected build cost ratio in its
@@ -160,12 +143,13 @@ class DraftThenVerify(PySearchStrategy):
         self.build_cost_weight = build_cost_weight
         self.blend = blend
 
+    def settings(self) -> dict[str, object]:
+        """The settings (``OPTION_RANGES``' names) this strategy was made with."""
+        return {name: getattr(self, name) for name in OPTION_RANGES}
+
     def clone(self) -> DraftThenVerify:
-        return DraftThenVerify(self.population, self.draft_generations, self.draft_size,
-                               self.redraft_every, self.verify_mutants, self.per_round, self.eps,
-                               self.init_measured_ratio, self.timings, self.build_times,
-                               self.build_cost_weight, self.first_draft_generations,
-                               self.blend)  # fmt: skip
+        return DraftThenVerify(**self.settings(), timings=self.timings,
+                               build_times=self.build_times)  # fmt: skip
 
     def watch_builder(self, builder: object) -> None:
         """Learn what builds cost from ``builder``'s timings when they weigh in the picks
@@ -176,8 +160,8 @@ class DraftThenVerify(PySearchStrategy):
     def _initialize_with_tune_context(self, context) -> None:
         self.context = context
         self.rng = np.random.default_rng(max(int(context.rand_state), 0))
-        target = json.loads(target_key(context.target))
-        self.analyzer = TimedCostModel(AnalyzerCostModel(DraftModel(machine_for(target))))
+        platform = Platform(json.loads(target_key(context.target)), current_hardware())
+        self.analyzer = TimedCostModel(AnalyzerCostModel(Analyzer(machine_for(platform))))
         self.drafter = self._evolution(context, self.draft_generations)
         self.first_drafter = None
         gen = context.space_generator
@@ -199,7 +183,8 @@ class DraftThenVerify(PySearchStrategy):
     def pre_tuning(self, max_trials: int, num_trials_per_iter: int, design_spaces, database=None,
                    cost_model=None) -> None:  # fmt: skip
         self.max_trials = max_trials
-        self.n_round = self.per_round or num_trials_per_iter
+        # The tuner's round size bounds ours: it splits a small budget between its tasks.
+        self.n_round = min(self.per_round or num_trials_per_iter, num_trials_per_iter)
         self.verifier = cost_model
         self.trials = 0
         self.rounds = 0

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from tensortune.compat import MeasureCandidate, TuneContext, ms, tvm
+
+if TYPE_CHECKING:
+    from tensortune.hardware import Platform
 
 
 def tune_context(
     mod: tvm.IRModule,
-    target: dict,
+    platform: Platform,
     *,
     seed: int = 0,
     task_name: str = "main",
@@ -17,7 +22,7 @@ def tune_context(
     """A TuneContext with the target's default schedule rules, postprocessors and mutators."""
     return TuneContext(
         mod,
-        target=tvm.target.Target(target),
+        target=platform.tvm_target,
         space_generator="post-order-apply",
         search_strategy=strategy,
         task_name=task_name,
@@ -28,10 +33,10 @@ def tune_context(
 
 
 def sample_candidates(
-    mod: tvm.IRModule, target: dict, count: int, *, seed: int = 0
+    mod: tvm.IRModule, platform: Platform, count: int, *, seed: int = 0
 ) -> list[MeasureCandidate]:
     """``count`` distinct random schedules of ``mod`` drawn from its design space."""
-    ctx = tune_context(mod, target, seed=seed, strategy=ms.search_strategy.ReplayTrace())
+    ctx = tune_context(mod, platform, seed=seed, strategy=ms.search_strategy.ReplayTrace())
     spaces = ctx.space_generator.generate_design_space(ctx.mod)
     strategy = ctx.search_strategy
     strategy.pre_tuning(count, count, spaces, None, None)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from tensortune.records.convert import trace_text
 from tensortune.search.space import sample_candidates
+
+if TYPE_CHECKING:
+    from tensortune.hardware import Platform
 
 
 class Sampler(Protocol):
@@ -13,7 +16,9 @@ class Sampler(Protocol):
 
     name: str
 
-    def sample(self, mod, target: dict, count: int, *, seed: int, exclude: set[str]) -> list: ...
+    def sample(
+        self, mod, platform: Platform, count: int, *, seed: int, exclude: set[str]
+    ) -> list: ...
 
 
 class RandomSampler:
@@ -28,13 +33,13 @@ class RandomSampler:
     def __init__(self, patience: int = 3) -> None:
         self.patience = patience
 
-    def sample(self, mod, target: dict, count: int, *, seed: int, exclude: set[str]) -> list:
+    def sample(self, mod, platform: Platform, count: int, *, seed: int, exclude: set[str]) -> list:
         chosen: dict[str, object] = {}
         misses = 0
         attempt = 0
         while len(chosen) < count and misses < self.patience:
             fresh = 0
-            for cand in sample_candidates(mod, target, count - len(chosen),
+            for cand in sample_candidates(mod, platform, count - len(chosen),
                                           seed=seed * 1000 + attempt):  # fmt: skip
                 key = trace_text(cand.sch.trace)
                 if key not in exclude and key not in chosen:
@@ -43,6 +48,3 @@ class RandomSampler:
             misses = 0 if fresh else misses + 1
             attempt += 1
         return list(chosen.values())
-
-
-SAMPLERS: dict[str, type] = {"random": RandomSampler}

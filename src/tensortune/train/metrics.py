@@ -260,7 +260,7 @@ METRIC_KEYS = (
 )  # fmt: skip
 
 
-def evaluate(
+def score_predictions(
     test_rows: Any,
     predictions: ArrayLike,
     *,

@@ -3,21 +3,22 @@ TenSet's metrics."""
 
 from __future__ import annotations
 
-import json
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from tensortune.costmodel.base import CostModel, load_model
+from tensortune.costmodel.base import CostModel
 from tensortune.costmodel.data import ProgramSet
-from tensortune.costmodel.registry import model_class
-from tensortune.errors import TensortuneError
+from tensortune.costmodel.registry import load_cost_model, model_class
+from tensortune.errors import TensortuneError, about
 from tensortune.train import metrics, splits
 
 SPLITS = ("within-task", "by-task", "by-network:NET[,NET...]", "by-hardware:HW[,HW...]")
+Progress = Callable[[str, int, int], None]  # stage, done, total
 
 
 @dataclass
@@ -50,10 +51,14 @@ def split_masks(columns: dict, spec: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _columns(dataset: str | Path) -> tuple[dict, dict]:
+    """The table's columns and the card of a dataset directory or shipped dataset's name."""
     from tensortune.datasets.build import load_table, read_card
+    from tensortune.datasets.shipped import dataset_path
 
-    card = read_card(dataset).data
-    return load_table(dataset).to_pydict(), card
+    with about("dataset"):
+        directory = dataset_path(dataset)
+        card = read_card(directory).data
+        return load_table(directory).to_pydict(), card
 
 
 def _networks(card: dict) -> dict[str, dict[int, int]] | None:
@@ -84,28 +89,45 @@ def _score(model: CostModel, columns: dict, test: np.ndarray, card: dict,
         from tensortune.train.plots import plot_predictions
 
         plot_predictions(rows["task_id"], rows["label"], pred, plot, title=model.kind)
-    return metrics.evaluate(rows, pred, networks=networks), per_second
+    return metrics.score_predictions(rows, pred, networks=networks), per_second
 
 
 def train(
     dataset: str | Path,
     *,
-    model: str | CostModel = "xgb",
+    cost_model: str | CostModel = "xgb",
     split: str = "within-task",
     out: str | Path | None = None,
     params: dict | None = None,
+    progress: Progress | None = None,
 ) -> TrainResult:
-    """Fit ``model`` (a kind or an unfitted model) on the split's training rows, score it on
-    its test rows, and save it to ``out`` when given."""
+    """Fit ``cost_model`` (a kind, see ``costmodel.registry``, or an unfitted model) on the
+    split's training rows of ``dataset`` (a directory, or ``default`` for the shipped one),
+    score it on its test rows, and save it to ``out`` when given.
+
+    ``progress(stage, done, total)`` hears the stages (``read``, ``fit``, ``score``) and the
+    training steps of the fit.
+    """
+    from tensortune.costmodel.progress import training_progress
+
+    tell = progress or (lambda stage, done, total: None)
+    with about("cost_model"):
+        if isinstance(cost_model, str):
+            estimator = model_class(cost_model)(**(params or {}))
+        else:
+            estimator = cost_model
+    tell("read", 0, 1)
     columns, card = _columns(dataset)
-    train_mask, test_mask = split_masks(columns, split)
-    estimator = model_class(model)(**(params or {})) if isinstance(model, str) else model
+    with about("split"):
+        train_mask, test_mask = split_masks(columns, split)
     train_set = ProgramSet.from_columns(columns, train_mask)
     start = time.perf_counter()
-    estimator.fit(train_set)
+    with training_progress(lambda done, total: tell("fit", done, total)):
+        estimator.fit(train_set)
     fit_seconds = time.perf_counter() - start
     estimator.provenance_ = {"dataset": card.get("name"), "split": split,
                              "train_programs": len(train_set)}  # fmt: skip
+    tell("score", 0, 1)
     scores, per_second = _score(estimator, columns, test_mask, card)
     if out is not None:
         estimator.save(out)
@@ -114,33 +136,55 @@ def train(
 
 
 def evaluate(
-    model: str | Path | CostModel,
+    cost_model: str | Path | CostModel,
     *,
     dataset: str | Path | None = None,
     split: str | None = None,
     test_records: str | Path | None = None,
     plot: str | Path | None = None,
+    target: dict | str | None = None,
 ) -> dict:
     """TenSet's metrics of a model on a dataset split's test rows (default: the split it was
-    trained with) or on a MetaSchedule JSON database measured elsewhere."""
-    estimator = load_model(model) if not isinstance(model, CostModel) else model
+    trained with) or on a MetaSchedule JSON database measured elsewhere (``test_records``).
+
+    ``cost_model`` is a model file, a ``CostModel`` or ``default``: the model shipped for
+    ``target`` (default: this CPU), as ``tune --cost-model default`` picks it.
+    """
+    with about("cost_model"):
+        estimator = _model(cost_model, target)
     if test_records is not None:
-        return _evaluate_records(estimator, test_records, plot)
+        with about("test_records"):
+            return _evaluate_records(estimator, test_records, plot)
     if dataset is None:
-        raise TensortuneError("evaluate needs --dataset (with --split) or --test-records")
+        raise TensortuneError("give a dataset (with its split) or test records", param="dataset")
     columns, card = _columns(dataset)
-    split = split or getattr(estimator, "provenance_", {}).get("split")
+    split = split or (getattr(estimator, "provenance_", None) or {}).get("split")
     if split is None:
-        raise TensortuneError("give --split: the model file does not say how it was trained")
-    _, test = split_masks(columns, split)
+        raise TensortuneError("the model file does not say how it was trained: give the split",
+                              param="split")  # fmt: skip
+    with about("split"):
+        _, test = split_masks(columns, split)
     scores, _ = _score(estimator, columns, test, card, plot)
     return scores
 
 
+def _model(cost_model: str | Path | CostModel, target: dict | str | None) -> CostModel:
+    if isinstance(cost_model, CostModel):
+        return cost_model
+    if str(cost_model) == "default":
+        from tensortune.costmodel.shipped import shipped_model
+        from tensortune.hardware import resolve_platform
+
+        with about("target"):
+            platform = resolve_platform(target, measurable=False)
+        return load_cost_model(shipped_model(platform))
+    return load_cost_model(cost_model)
+
+
 def _evaluate_records(estimator: CostModel, directory: str | Path, plot=None) -> dict:
     from tensortune.datasets.build import build_dataset
+    from tensortune.records import open_records
     from tensortune.records.interop import import_records
-    from tensortune.records.storage import open_records
 
     with tempfile.TemporaryDirectory() as tmp:
         url = f"sqlite:///{Path(tmp) / 'records.db'}"
@@ -151,7 +195,3 @@ def _evaluate_records(estimator: CostModel, directory: str | Path, plot=None) ->
         everything = np.ones(len(columns["task_id"]), bool)
         scores, _ = _score(estimator, columns, everything, card, plot)
     return scores
-
-
-def format_metrics(scores: dict) -> str:
-    return json.dumps({k: (round(v, 4) if isinstance(v, float) else v) for k, v in scores.items()})

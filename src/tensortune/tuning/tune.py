@@ -1,26 +1,34 @@
-"""``tensortune.tune``: tune workloads or a model with MetaSchedule, through our measurement and
-records store.  Resuming is the default: records already in the store count toward the budget.
+"""``tensortune.tune``: tune workloads or a model, through our measurement and records store.
+
+Resuming is the default: records already in the store count toward the budget.  Everything the
+user names is checked first (``plan_tune``), before the store is opened or anything measured.
 """
 
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tensortune.errors import TensortuneError
-from tensortune.hardware import current_hardware, parse_target, runtime_threads, target_key
-from tensortune.records.schema import Record
-from tensortune.records.storage import DEFAULT_URL, RecordStore, open_records
+from tensortune.errors import TensortuneError, about
+from tensortune.hardware import Platform, resolve_platform
+from tensortune.records import DEFAULT_URL, Record, RecordStore, open_records
+from tensortune.workloads.resolve import resolve_tasks
 from tensortune.workloads.task import Task
 
 if TYPE_CHECKING:
     from tensortune.measure.runner import TimingConfig
+    from tensortune.measure.session import MeasureSession
+
+# Our search is the default: on the search benchmark (benchmarks/RESULTS.md, "pretrained" arm U)
+# draft-then-verify with the model shipped for the target, adapted online, reached MetaSchedule's
+# final latency 5.38x sooner than MetaSchedule's default (evolutionary + XGBModel) over nine runs.
+DEFAULT_STRATEGY = "draft-verify"
 
 
 @dataclass
@@ -53,38 +61,76 @@ class TuneResult:
     def trials_total(self) -> int:
         return sum(t.trials for t in self.tasks)
 
+    def to_dict(self) -> dict:
+        tasks = [{**asdict(t), "gflops": t.gflops} for t in self.tasks]
+        return {**asdict(self), "tasks": tasks, "trials_total": self.trials_total}
 
-ProgressFn = Callable[[int, Task, list[Record], "TaskResult"], None]
+
+class TuneProgress:
+    """What ``tune`` reports while it works; override the methods you need."""
+
+    def start(self, tasks: list[Task], trials: int, done: int) -> None:
+        """Before measuring: the tasks, the budget and the trials the store already holds."""
+
+    def batch(self, index: int, task: Task, records: list[Record], result: TaskResult) -> None:
+        """After each measured batch: the task's index and its summary so far."""
 
 
-def resolve_tasks(
+class _BatchCallback(TuneProgress):
+    def __init__(self, fn: Callable[[int, Task, list[Record], TaskResult], None]) -> None:
+        self.fn = fn
+
+    def batch(self, index: int, task: Task, records: list[Record], result: TaskResult) -> None:
+        self.fn(index, task, records, result)
+
+
+@dataclass
+class TunePlan:
+    """What ``tune`` will do, every input resolved and checked: the platform, the tasks, the
+    strategy (a prototype each task clones) and the cost model."""
+
+    platform: Platform
+    tasks: list[Task]
+    trials: int
+    strategy: object
+    cost_model: object
+    max_trials_per_task: int | None = None
+    trials_per_round: int | None = None
+
+
+def plan_tune(
     workloads: Sequence[str | Task] | None = None,
     *,
     model: object | None = None,
     workloads_from: str | os.PathLike | None = None,
-    target: dict | None = None,
-) -> list[Task]:
-    """The tasks named by operator specs / TVMScript files, a model, or a MetaSchedule database."""
-    from tensortune.workloads.sources import task_from_spec, tasks_from_database
+    trials: int,
+    target: dict | str | Platform | None = None,
+    strategy: object = DEFAULT_STRATEGY,
+    cost_model: object = "auto",
+    online_cost_model: bool | str = "auto",
+    trials_per_round: int | None = None,
+    max_trials_per_task: int | None = None,
+) -> TunePlan:
+    """Resolve and check what ``tune`` is given, cheapest first; touches no records store."""
+    from tensortune.costmodel.factory import cost_model_from
+    from tensortune.search.factory import default_verifier, strategy_from
 
-    given = sum(x is not None and x != [] for x in (workloads, model, workloads_from))
-    if given != 1:
-        raise TensortuneError("give exactly one of: workloads, a model, or a workloads directory")
-    if workloads:
-        return [w if isinstance(w, Task) else task_from_spec(w) for w in workloads]
-    if workloads_from is not None:
-        return tasks_from_database(workloads_from)
-    from tensortune.workloads.models import Model, load_model
-
-    if isinstance(model, Model):
-        return model.tasks
-    return load_model(model, target=_tvm_target(target or parse_target(None))).tasks
-
-
-def _tvm_target(target: dict):
-    from tensortune.compat import tvm
-
-    return tvm.target.Target(target)
+    for name, value in (("trials", trials), ("trials_per_round", trials_per_round),
+                        ("max_trials_per_task", max_trials_per_task)):  # fmt: skip
+        if value is not None and value <= 0:
+            raise TensortuneError(f"must be positive, not {value}", param=name)
+    with about("target"):
+        platform = resolve_platform(target)
+    prototype = strategy_from(strategy)
+    online = online_cost_model
+    if cost_model == "auto":
+        cost_model, online_default = default_verifier(prototype, platform)
+        online = online_default if online == "auto" else online
+    verifier = cost_model_from(cost_model, platform, online=online)
+    tasks = resolve_tasks(workloads, model=model, workloads_from=workloads_from,
+                          platform=platform)  # fmt: skip
+    return TunePlan(platform, tasks, trials, prototype, verifier, max_trials_per_task,
+                    trials_per_round)  # fmt: skip
 
 
 def tune(
@@ -95,9 +141,10 @@ def tune(
     trials: int,
     records: str | RecordStore = DEFAULT_URL,
     work_dir: str | os.PathLike = "tensortune-work",
-    target: dict | str | None = None,
-    strategy: object = "evolutionary",
-    cost_model: object = "xgb",
+    target: dict | str | Platform | None = None,
+    strategy: object = DEFAULT_STRATEGY,
+    cost_model: object = "auto",
+    online_cost_model: bool | str = "auto",
     task_scheduler: object = "gradient",
     trials_per_round: int | None = None,
     max_trials_per_task: int | None = None,
@@ -106,127 +153,76 @@ def tune(
     timing: TimingConfig | None = None,
     check_correctness: bool = True,
     seed: int = 0,
-    progress: ProgressFn | None = None,
-    online_cost_model: bool | str = False,
+    progress: TuneProgress | Callable | None = None,
 ) -> TuneResult:
     """Tune until the store holds ``trials`` measurements of these tasks on this hardware/target.
 
-    ``strategy``, ``cost_model`` and ``task_scheduler`` take MetaSchedule's names or objects
-    (ours or TVM's); ``strategy="draft-verify"`` is our draft-then-verify search.
-    ``cost_model`` also takes one of our model files, ``"default"`` (the pre-trained model
-    shipped for this target) or a fitted ``CostModel``, frozen unless ``online_cost_model``
-    (``True``: refined with every measured batch; ``"moa"``: momentum online adaptation of a
-    neural model pre-trained on other hardware).  ``builder``/``runner`` default to
-    tensortune's persistent-worker ones.
+    ``strategy`` takes MetaSchedule's names (``evolutionary``, ``replay-trace``,
+    ``replay-func``), ``draft-verify`` (ours, the default) or a strategy object.
+    ``cost_model`` takes MetaSchedule's names (``xgb``, ``random``, ``mlp``), ``default`` (the
+    pre-trained model shipped for the target), one of our model files, a fitted ``CostModel``
+    or any MetaSchedule cost model; ``auto`` gives each strategy the verifier it works best
+    with (``search.factory.default_verifier``).  ``online_cost_model``: how one of our models
+    learns while it tunes (``True``: refined after every batch; ``"moa"``: momentum online
+    adaptation of a neural model; ``False``: frozen; ``"auto"``: MoA for a neural model,
+    refined otherwise).  ``builder``/``runner`` default to tensortune's persistent-worker ones.
     ``trials_per_round`` defaults to 64, lowered (down to 8) so that each task gets a round.
     """
-    if trials <= 0:
-        raise TensortuneError("trials must be positive")
-    target = parse_target(target)
-    if cost_model == "default":  # fail before any work when nothing is shipped for the target
-        from tensortune.costmodel.shipped import shipped_model
-
-        cost_model = shipped_model(target)
-    tasks = resolve_tasks(workloads, model=model, workloads_from=workloads_from, target=target)
+    plan = plan_tune(workloads, model=model, workloads_from=workloads_from, trials=trials,
+                     target=target, strategy=strategy, cost_model=cost_model,
+                     online_cost_model=online_cost_model, trials_per_round=trials_per_round,
+                     max_trials_per_task=max_trials_per_task)  # fmt: skip
+    if progress is not None and not isinstance(progress, TuneProgress):
+        progress = _BatchCallback(progress)
     with contextlib.ExitStack() as cleanup:
         if isinstance(records, str):
-            store = open_records(records)
+            with about("records"):
+                store = open_records(records)
             cleanup.callback(store.close)
         else:
             store = records
-        opts = _Options(strategy, cost_model, task_scheduler, trials_per_round,
-                        max_trials_per_task, builder, runner, timing, check_correctness, seed,
-                        progress, online_cost_model)  # fmt: skip
-        return _search(store, tasks, target, trials, Path(work_dir), opts, cleanup)
+        from tensortune.measure.session import MeasureSession
+
+        session = partial(MeasureSession, plan.platform, log_dir=Path(work_dir) / "logs",
+                          timing=timing, check_correctness=check_correctness, builder=builder,
+                          runner=runner)  # fmt: skip
+        return _search(store, plan, session, Path(work_dir), task_scheduler, seed, progress)
 
 
-@dataclass(frozen=True)
-class _Options:
-    strategy: object
-    cost_model: object
-    task_scheduler: object
-    trials_per_round: int | None
-    max_trials_per_task: int | None
-    builder: object | None
-    runner: object | None
-    timing: TimingConfig | None
-    check_correctness: bool
-    seed: int
-    progress: ProgressFn | None
-    online: bool | str
-
-
-def _search(store: RecordStore, tasks: list[Task], target: dict, trials: int, work: Path,
-            opts: _Options, cleanup: contextlib.ExitStack) -> TuneResult:  # fmt: skip
+def _search(store: RecordStore, plan: TunePlan, session: Callable[[], MeasureSession],
+            work: Path, task_scheduler: object, seed: int,
+            progress: TuneProgress | None) -> TuneResult:  # fmt: skip
     """Measure what the budget still allows, then summarise every task from the store."""
-    from tensortune.compat import ms
-    from tensortune.measure.builder import PersistentBuilder
-    from tensortune.measure.runner import PersistentRunner, signature_of
-    from tensortune.records.ms_database import StoreDatabase
-    from tensortune.search.space import tune_context
-    from tensortune.tuning.callback import RecordToStore
+    from tensortune.search.run import run_search
 
-    hardware = current_hardware()
-    hw_id = store.register_hardware(hardware)
-    tkey = target_key(target)
+    tasks, platform, trials = plan.tasks, plan.platform, plan.trials
+    hw_id = store.register_hardware(platform.hardware)
     run_id = uuid.uuid4().hex[:12]
     wids = [store.workload_id(t.mod, t.name) for t in tasks]
-    done = [store.count(workload_id=w, hardware_id=hw_id, target=tkey) for w in wids]
-    result = TuneResult(run_id, store.url, target, hw_id, trials, sum(done))
-
-    cap = opts.max_trials_per_task or trials
+    where = [{"workload_id": w, "hardware_id": hw_id, "target": platform.key} for w in wids]
+    done = [store.count(**w) for w in where]
+    result = TuneResult(run_id, store.url, platform.target, hw_id, trials, sum(done))
+    if progress is not None:
+        progress.start(tasks, trials, sum(done))
+    cap = plan.max_trials_per_task or trials
     remaining = trials - sum(done)
     todo = [i for i, d in enumerate(done) if d < cap]
     if remaining > 0 and todo:
-        logs = work / "logs"
-        work.mkdir(parents=True, exist_ok=True)
-        loggers = _task_loggers(work, [tasks[i].name for i in todo])
-        builder, runner = opts.builder, opts.runner
-        if builder is None:
-            builder = PersistentBuilder(log_path=str(logs / "builder-workers.log"))
-            cleanup.callback(builder.close)
-        contexts = [
-            tune_context(tasks[i].mod, target, seed=opts.seed + i, task_name=tasks[i].name,
-                         strategy=_strategy(opts.strategy, builder), logger=lg)
-            for i, lg in zip(todo, loggers, strict=True)
-        ]  # fmt: skip
-        if runner is None:
-            runner = PersistentRunner(opts.timing, num_threads=runtime_threads(target),
-                                      check_correctness=opts.check_correctness,
-                                      log_path=str(logs / "runner-worker.log"))  # fmt: skip
-            cleanup.callback(runner.close)
-            if opts.check_correctness:
-                _add_references(builder, runner, [tasks[i] for i in todo], target, signature_of)
 
         def on_batch(k: int, batch: list[Record]) -> None:
-            if opts.progress is not None:
+            if progress is not None:
                 i = todo[k]
-                opts.progress(i, tasks[i], batch,
-                              _task_result(store, tasks[i], wids[i], hw_id, tkey))  # fmt: skip
+                progress.batch(i, tasks[i], batch, _task_result(store, tasks[i], where[i]))
 
-        callbacks = [
-            RecordToStore(store, workload_ids=[wids[i] for i in todo], hardware_id=hw_id,
-                          target=tkey, run_id=run_id, on_batch=on_batch),
-            ms.measure_callback.RemoveBuildArtifact(),
-            ms.measure_callback.UpdateCostModel(),
-        ]  # fmt: skip
-        ms.tune_tasks(
-            tasks=contexts,
-            task_weights=[float(tasks[i].weight) for i in todo],
-            work_dir=str(work),
-            max_trials_global=remaining,
-            max_trials_per_task=cap,
-            num_trials_per_iter=_per_round(opts.trials_per_round, remaining, len(todo)),
-            builder=builder,
-            runner=runner,
-            database=StoreDatabase(store, hardware=hardware, target=target, run_id=run_id),
-            cost_model=_cost_model(opts.cost_model, target, opts.online),
-            measure_callbacks=callbacks,
-            task_scheduler=opts.task_scheduler,
-        )
-    result.tasks = [
-        _task_result(store, t, w, hw_id, tkey) for t, w in zip(tasks, wids, strict=True)
-    ]
+        with session() as measure:
+            measure.add_references([tasks[i] for i in todo])
+            run_search(store, [tasks[i] for i in todo], [wids[i] for i in todo], platform,
+                       measure, trials=remaining, max_trials_per_task=min(cap, remaining),
+                       strategy=plan.strategy, cost_model=plan.cost_model, work_dir=work,
+                       trials_per_round=_per_round(plan.trials_per_round, remaining, len(todo)),
+                       task_scheduler=task_scheduler, seed=seed, run_id=run_id,
+                       on_batch=on_batch)  # fmt: skip
+    result.tasks = [_task_result(store, t, w) for t, w in zip(tasks, where, strict=True)]
     return result
 
 
@@ -237,89 +233,7 @@ def _per_round(requested: int | None, remaining: int, n_tasks: int) -> int:
     return max(1, min(per_round, remaining))
 
 
-def _task_result(store: RecordStore, task: Task, wid: int, hw_id: str, tkey: str) -> TaskResult:
-    where = {"workload_id": wid, "hardware_id": hw_id, "target": tkey}
+def _task_result(store: RecordStore, task: Task, where: dict) -> TaskResult:
     best = next(store.query(**where, ok_only=True, best_first=True, limit=1), None)
     return TaskResult(task.name, task.weight, task.flop, store.count(**where),
                       store.count(**where, ok_only=True), best.cost if best else None)  # fmt: skip
-
-
-def _task_loggers(work: Path, names: list[str]) -> list[logging.Logger]:
-    """MetaSchedule's per-task file loggers under ``work/logs``.
-
-    Console copies are turned down to warnings: our own progress lines say the same.
-    """
-    from tensortune.compat import ms, tvm_logging_guard
-
-    logging.getLogger("tvm.s_tir.meta_schedule").addFilter(_not_log_dir_notice)
-    with tvm_logging_guard():
-        loggers = ms.logging.get_loggers_from_work_dir(str(work), names)
-    _quiet_console()
-    return loggers
-
-
-def _not_log_dir_notice(record: logging.LogRecord) -> bool:
-    return not record.getMessage().startswith("Logging directory")
-
-
-def _quiet_console() -> None:
-    """MetaSchedule logs every round to stdout as well as to the work dir; keep only the files
-    (and warnings) so our own progress lines stay readable."""
-    for name, lg in [("", logging.getLogger()), *logging.Logger.manager.loggerDict.items()]:
-        if not name.startswith("tvm") or not isinstance(lg, logging.Logger):
-            continue
-        for h in lg.handlers:
-            if type(h) is logging.StreamHandler:
-                h.setLevel(logging.WARNING)
-
-
-def _strategy(strategy: object, builder: object = None) -> object:
-    """A fresh strategy for one task; ours may watch what ``builder``'s builds take."""
-    from tensortune.compat import ms
-
-    if strategy == "draft-verify":
-        from tensortune.search.draft_verify import DraftThenVerify
-
-        return DraftThenVerify()
-    if isinstance(strategy, str):
-        return ms.search_strategy.SearchStrategy.create(strategy)
-    if hasattr(strategy, "watch_builder"):
-        strategy.watch_builder(builder)
-    return strategy.clone() if hasattr(strategy, "clone") else strategy
-
-
-def _cost_model(cost_model: object, target: dict, online: bool | str) -> object:
-    """MetaSchedule's models by name; ours from a model file, ``default`` (the one shipped for
-    this target) or a fitted ``CostModel`` object."""
-    from tensortune.compat import ms
-    from tensortune.costmodel.base import CostModel
-
-    if isinstance(cost_model, CostModel) or (
-        isinstance(cost_model, str) and (cost_model == "default" or Path(cost_model).is_file())
-    ):
-        from tensortune.costmodel.ms_adapter import LearnedCostModel
-        from tensortune.costmodel.shipped import shipped_model
-
-        model = shipped_model(target) if cost_model == "default" else cost_model
-        if online == "moa":
-            from tensortune.costmodel.moa import MomentumAdapted
-
-            return LearnedCostModel(MomentumAdapted(model), target=target, online=True)
-        return LearnedCostModel(model, target=target, online=bool(online))
-    if isinstance(cost_model, str):
-        if cost_model == "xgb":
-            return ms.cost_model.XGBModel(num_tuning_cores=len(os.sched_getaffinity(0)))
-        return ms.cost_model.CostModel.create(cost_model)
-    return cost_model
-
-
-def _add_references(builder, runner, tasks: list[Task], target: dict, signature_of) -> None:
-    """Build each workload unscheduled once, so the runner can check candidates' outputs."""
-    from tensortune.compat import ArgInfo, BuilderInput
-
-    tvm_target = _tvm_target(target)
-    built = builder.build([BuilderInput(t.mod, tvm_target) for t in tasks])
-    for task, b in zip(tasks, built, strict=True):
-        if b.artifact_path:
-            runner.add_reference(signature_of(ArgInfo.from_prim_func(task.mod["main"])),
-                                 b.artifact_path)  # fmt: skip

@@ -9,6 +9,10 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tensortune.hardware import Platform
 
 
 def _cache_file() -> Path:
@@ -16,26 +20,36 @@ def _cache_file() -> Path:
     return Path(base) / "tensortune" / "task-counts.json"
 
 
-def task_counts(names: list[str], target: dict | None = None) -> dict[str, tuple[int, int]]:
-    """``name -> (number of tasks, total occurrences)`` for each zoo network."""
+def cache_exists() -> bool:
+    """Whether any count has been cached (looking it up needs TVM; this does not)."""
+    return _cache_file().is_file()
+
+
+def task_counts(
+    names: list[str], platform: Platform | None = None, *, cached_only: bool = False
+) -> dict[str, tuple[int, int]]:
+    """``name -> (number of tasks, total occurrences)`` for each zoo network (default: for
+    this CPU); with ``cached_only``, only the networks already counted, importing none."""
     from importlib.metadata import version
 
-    from tensortune.compat import TVM_VERSION, tvm
-    from tensortune.hardware import parse_target, target_key
+    from tensortune.compat import TVM_VERSION
+    from tensortune.hardware import resolve_platform
     from tensortune.workloads.inference import REWRITES_VERSION
     from tensortune.workloads.models import load_model
 
-    target = parse_target(target)
-    key = f"{TVM_VERSION}|{version('tensortune')}|r{REWRITES_VERSION}|{target_key(target)}"
+    platform = platform or resolve_platform()
+    key = f"{TVM_VERSION}|{version('tensortune')}|r{REWRITES_VERSION}|{platform.key}"
     path = _cache_file()
     try:
         cache = json.loads(path.read_text())
     except (OSError, ValueError):
         cache = {}
     entries = cache.setdefault(key, {})
+    if cached_only:
+        return {n: (int(entries[n][0]), int(entries[n][1])) for n in names if n in entries}
     for name in names:
         if name not in entries:
-            m = load_model(name, target=tvm.target.Target(target))
+            m = load_model(name, target=platform.tvm_target)
             entries[name] = [len(m.tasks), sum(t.weight for t in m.tasks)]
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

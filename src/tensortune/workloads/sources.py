@@ -58,24 +58,43 @@ def _with_main(mod, path: Path):
     return tvm.IRModule({"main": func.with_attr("global_symbol", "main")})
 
 
+# Workload names that ``records export`` writes beside a MetaSchedule database (TVM ignores the
+# file): {"names": {structural hash: name}}.
+NAMES_FILE = "tensortune-workload-names.json"
+
+
+def workload_names(directory: str | Path) -> dict[str, str]:
+    """The names written beside a MetaSchedule database (structural hash → name); none when
+    there is no such file or it cannot be read."""
+    try:
+        names = json.loads((Path(directory) / NAMES_FILE).read_text()).get("names", {})
+    except (OSError, ValueError, AttributeError):
+        return {}
+    return {str(k): str(v) for k, v in names.items()} if isinstance(names, dict) else {}
+
+
 def tasks_from_database(directory: str | Path) -> list[Task]:
-    """Every workload of a MetaSchedule JSON database directory, as a task."""
+    """Every workload of a MetaSchedule JSON database directory, as a task (named as the export
+    that wrote it named it, else ``DIRNAME.wN``)."""
     from tensortune.compat import ms
 
     path = Path(directory) / "database_workload.json"
     if not path.is_file():
         raise WorkloadError(f"{directory} is not a MetaSchedule database: no {path.name}")
+    names = workload_names(directory)
     tasks = []
     for lineno, line in enumerate(path.read_text().splitlines(), 1):
         if not line.strip():
             continue
         try:
-            workload = ms.database.Workload.from_json(json.loads(line))
+            entry = json.loads(line)
+            workload = ms.database.Workload.from_json(entry)
         except Exception as e:
             raise WorkloadError(f"{path}:{lineno}: unreadable workload: {last_line(e)}") from None
+        default = f"{Path(directory).name}.w{len(tasks)}"
         tasks.append(
             Task(
-                name=f"{Path(directory).name}.w{len(tasks)}",
+                name=names.get(str(entry[0]), default),
                 mod=workload.mod,
                 flop=estimate_flop(workload.mod),
                 source=str(directory),

@@ -15,6 +15,8 @@ class Task:
 
     ``weight`` is the number of times the workload occurs in its model (1 for a lone operator);
     ``flop`` is the floating-point operation count of one execution, used for GFLOP/s reports.
+    ``exact`` is the workload before approximations (fast math) replaced some of its functions,
+    when they did: candidates' outputs are checked against it.
     """
 
     name: str
@@ -22,3 +24,9 @@ class Task:
     weight: int = 1
     flop: float = 0.0
     source: str = ""
+    exact: tvm.IRModule | None = None
+
+    @property
+    def reference(self) -> tvm.IRModule:
+        """The module whose unscheduled build is the reference for checking outputs."""
+        return self.mod if self.exact is None else self.exact

@@ -1,4 +1,4 @@
-"""How well the draft model recalls good programs: Pruner's draft-quality check on a dataset.
+"""How well the analyzer's drafts recall good programs: Pruner's draft-quality check.
 
 For every (task, hardware) group, the analyzer ranks the group's programs and keeps its top
 ``share``; we report what fraction of the truly fastest 1 / 5 / 20 programs that drafted set
@@ -42,8 +42,9 @@ def draft_quality(dataset: str, *, share: float = 0.25, min_programs: int = 48,
     """Recall of each group's true best programs inside the analyzer's top ``share``."""
     from tensortune.compat import tvm
     from tensortune.datasets.build import load_table, load_workloads
-    from tensortune.draft.analyzer import DraftModel
-    from tensortune.draft.machine import machine_for
+    from tensortune.hardware import Platform, current_hardware
+    from tensortune.search.analyzer.machine import machine_for
+    from tensortune.search.analyzer.roofline import Analyzer
 
     if not 0 < share <= 1:
         raise TensortuneError("share must be in (0, 1]")
@@ -63,9 +64,9 @@ def draft_quality(dataset: str, *, share: float = 0.25, min_programs: int = 48,
         if len(rows) < min_programs or not (labels > 0).any():
             continue
         target = cols["target"][rows[0]]
-        if target not in machines:
-            machines[target] = machine_for(json.loads(target))
-        draft = DraftModel(machines[target])  # one per task: it caches the task's structure
+        if target not in machines:  # the dataset's targets, as they would run on this host
+            machines[target] = machine_for(Platform(json.loads(target), current_hardware()))
+        draft = Analyzer(machines[target])  # one per task: it caches the task's structure
         lat = np.full(len(rows), math.inf)
         for k, i in enumerate(rows):
             sch = tvm.s_tir.Schedule(modules[task])

@@ -1,4 +1,4 @@
-"""The draft model: a roofline latency estimate from a program's symbols (Pruner's PSA, for CPUs).
+"""The analyzer: a roofline latency estimate from a program's symbols (Pruner's PSA, for CPUs).
 
 Per block, compute time is its work over the throughput its schedule can reach: FMA units x the
 SIMD lanes its vectorized loop fills x the cores its parallel loops keep busy (a parallel extent
@@ -18,8 +18,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from tensortune.draft.machine import Machine
-from tensortune.draft.symbols import BlockSymbols, StructureCache, program_symbols
+from tensortune.search.analyzer.machine import Machine
+from tensortune.search.analyzer.symbols import BlockSymbols, StructureCache, program_symbols
 
 _LAUNCH_SECONDS = 2e-6  # one wake-up of TVM's thread pool
 _CACHE_USE = 0.75  # share of a cache a tile may fill before it spills
@@ -55,7 +55,7 @@ def estimate_latency(symbols: Sequence[BlockSymbols], machine: Machine) -> float
     return sum(block_latency(b, machine) for b in symbols)
 
 
-class DraftModel:
+class Analyzer:
     """Scores scheduled programs of one task by their estimated latency: higher is faster.
 
     Use one per task: it caches the access structure of the task's blocks.

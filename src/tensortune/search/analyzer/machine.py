@@ -1,4 +1,4 @@
-"""The machine parameters the draft model's roofline needs, for a target on this host.
+"""The machine parameters the analyzer's roofline needs, for a platform.
 
 Cores and SIMD width come from the target (what the generated code may use); frequency and cache
 sizes from the host; memory and L2 bandwidth are measured once per process with a NumPy copy
@@ -13,7 +13,7 @@ from functools import cache
 
 import numpy as np
 
-from tensortune.hardware import Hardware, _cpuinfo, current_hardware
+from tensortune.hardware import Platform, cpuinfo
 
 
 @dataclass(frozen=True)
@@ -31,21 +31,14 @@ class Machine:
         return max(self.vector_bits // max(dtype_bits, 8), 1)
 
 
-def machine_for(target: dict, hardware: Hardware | None = None) -> Machine:
-    """The machine ``target``'s code runs on: its ISA and core count on this host's caches."""
-    from tensortune.compat import tvm
-
-    hw = hardware or current_hardware()
-    t = tvm.target.Target(target)
-
-    def has(feature: str) -> bool:
-        return bool(tvm.target.codegen.llvm_cpu_has_features(feature, t))
-
-    bits = 512 if has("avx512f") else 256 if has("avx") else 128
+def machine_for(platform: Platform) -> Machine:
+    """The machine the platform's code runs on: its target's ISA and core count, on the
+    platform hardware's caches."""
+    hw = platform.hardware
     l2, mem = bandwidth_gbps()
     return Machine(
-        cores=int(target.get("num-cores", hw.cores)),
-        vector_bits=bits,
+        cores=platform.threads,
+        vector_bits=platform.simd_bits,
         ghz=_ghz(),
         l1_bytes=float(hw.caches.get("L1d", 32 * 1024)),
         l2_bytes=float(hw.caches.get("L2", 1024 * 1024)),
@@ -56,7 +49,7 @@ def machine_for(target: dict, hardware: Hardware | None = None) -> Machine:
 
 def _ghz() -> float:
     try:
-        return float(_cpuinfo().get("cpu MHz", "")) / 1000.0
+        return float(cpuinfo().get("cpu MHz", "")) / 1000.0
     except ValueError:
         return 2.5
 

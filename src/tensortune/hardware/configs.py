@@ -1,4 +1,4 @@
-"""Named hardware configurations for cross-hardware datasets.
+"""Named hardware configurations for cross-hardware datasets and the models trained on them.
 
 One machine can stand in for several "hardware": the target's ISA (``mcpu``/``mattr``) changes
 code generation and the search space, and ``num-cores`` with the runner's ``TVM_NUM_THREADS``
@@ -7,9 +7,11 @@ changes parallelism.  Each configuration is its own target in the records store.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from tensortune.errors import TensortuneError
+from tensortune.hardware.target import simd_bits
 
 
 @dataclass(frozen=True)
@@ -56,3 +58,32 @@ def get_config(name: str) -> HardwareConfig:
             f"unknown hardware configuration '{name}'; known: {', '.join(CONFIGS)}"
         )
     return CONFIGS[name]
+
+
+def config_of(target: dict) -> str | None:
+    """The name of the configuration ``target`` is, if it is one of ours."""
+    for name, config in CONFIGS.items():
+        if all(target.get(k) == v for k, v in config.target.items()):
+            return name
+    return None
+
+
+def nearest_config(target: dict, among: Iterable[str] | None = None) -> str | None:
+    """Our configuration (of ``among``, default all) closest to ``target`` (same SIMD width
+    first, then core count), for targets that are none of them, e.g. this machine's default
+    ``mcpu``; ``None`` when none has the target's SIMD width."""
+    wanted = CONFIGS.keys() if among is None else set(among)
+    configs = {n: c for n, c in CONFIGS.items() if n in wanted}
+    if not configs:
+        return None
+    try:
+        width, cores = simd_bits(target), target.get("num-cores")
+    except Exception:
+        return None
+
+    def distance(item: tuple[str, HardwareConfig]) -> tuple[bool, bool]:
+        t = item[1].target
+        return simd_bits(t) != width, t["num-cores"] != cores
+
+    name, config = min(configs.items(), key=distance)
+    return name if simd_bits(config.target) == width else None

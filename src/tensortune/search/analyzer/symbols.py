@@ -1,4 +1,4 @@
-"""Symbols of a scheduled program, read from its TIR loop nests: the draft model's only input.
+"""Symbols of a scheduled program, read from its TIR loop nests: the analyzer's only input.
 
 One :class:`BlockSymbols` per block that computes something: how much work it does, how that
 work is spread over cores (parallel loops) and SIMD lanes (vectorized loop), how much is

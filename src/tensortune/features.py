@@ -13,8 +13,12 @@ import hashlib
 import json
 import math
 import re
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from tensortune.hardware import Platform
 
 # ---- trace tokens ------------------------------------------------------------------------------
 
@@ -127,17 +131,17 @@ _ISA_FEATURES = ("sse4.2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512v
 HARDWARE_WIDTH = len(_ISA_FEATURES) + 6
 
 
-def hardware_vector(target: dict, hardware) -> np.ndarray:
-    """ISA features LLVM will use for ``target`` (not the host's), f32 SIMD lanes, threads and
-    log2 cache sizes of the machine, float32."""
+def hardware_vector(platform: Platform) -> np.ndarray:
+    """ISA features LLVM will use for the platform's target (not the host's), f32 SIMD lanes,
+    threads and log2 cache sizes of the machine, float32."""
     from tensortune.compat import tvm
 
-    t = tvm.target.Target(target)
+    t = platform.tvm_target
     have = [bool(tvm.target.codegen.llvm_cpu_has_features(f, t)) for f in _ISA_FEATURES]
-    lanes = 16 if have[4] else 8 if have[1] else 4
+    hardware = platform.hardware
     caches = hardware.caches
     return np.array(
-        [*map(float, have), lanes, int(target.get("num-cores", hardware.cores)), hardware.cores,
+        [*map(float, have), platform.simd_bits // 32, platform.threads, hardware.cores,
          *(_log(caches.get(k, 0)) for k in ("L1d", "L2", "L3"))],
         dtype=np.float32,
     )  # fmt: skip
@@ -148,12 +152,12 @@ def hardware_vector(target: dict, hardware) -> np.ndarray:
 PER_STORE_WIDTH = 164
 
 
-def per_store_features(mod, target: dict, traces: list[list]) -> list[np.ndarray | None]:
+def per_store_features(mod, platform: Platform, traces: list[list]) -> list[np.ndarray | None]:
     """PerStoreFeature rows of each trace replayed on ``mod`` (None where replay fails)."""
-    from tensortune.compat import TuneContext, ms, tvm
+    from tensortune.compat import TuneContext, ms
     from tensortune.records.convert import candidate_from_trace
 
-    ctx = TuneContext(mod, target=tvm.target.Target(target), num_threads=1)
+    ctx = TuneContext(mod, target=platform.tvm_target, num_threads=1)
     extractor = ms.feature_extractor.PerStoreFeature()
     cands: list = []
     where: list[int] = []

@@ -1,4 +1,4 @@
-"""The measure callback that writes every measured candidate to the records store."""
+"""MetaSchedule's measure callback that writes every measured candidate to the records store."""
 
 from __future__ import annotations
 

@@ -1,0 +1,164 @@
+"""``tensortune bench``: methods compared on the same footing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from tensortune.cli.display import console, fmt_ratio, fmt_seconds, print_table, table
+from tensortune.cli.options import (
+    JsonOpt,
+    ModelOpt,
+    TargetOpt,
+    WorkloadOpt,
+    WorkloadsFromOpt,
+    key_values,
+)
+from tensortune.cli.progress import Reporter
+
+app = typer.Typer(help="Benchmarks of tensortune's methods against MetaSchedule's.",
+                  no_args_is_help=True)  # fmt: skip
+
+
+@app.command("tune")
+def tune(
+    workload: WorkloadOpt = None,
+    model: ModelOpt = None,
+    workloads_from: WorkloadsFromOpt = None,
+    trials_per_task: Annotated[
+        int,
+        typer.Option(
+            "--trials-per-task", metavar="N", help="Trials every method measures of each task."
+        ),
+    ] = 64,
+    work_dir: Annotated[
+        Path,
+        typer.Option(
+            "--work-dir",
+            metavar="DIR",
+            help="Each method's records store and logs, and results.json.",
+        ),
+    ] = Path("tensortune-bench"),
+    target: TargetOpt = None,
+    method: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--method",
+            metavar="NAME",
+            help="default (MetaSchedule's) | draft | pretrained | moa; repeatable "
+            "(default: all four).",
+        ),
+    ] = None,
+    max_tasks: Annotated[
+        int | None,
+        typer.Option("--max-tasks", metavar="N", help="Keep the N heaviest tasks of a model."),
+    ] = None,
+    plot: Annotated[
+        Path | None, typer.Option("--plot", metavar="PNG", help="Draw the curves into PNG.")
+    ] = None,
+    as_json: JsonOpt = False,
+    seed: Annotated[
+        list[int] | None,
+        typer.Option(
+            metavar="N",
+            help="Random seed of the searches; repeatable: each seed runs in "
+            "WORK_DIR/seed-N and the medians over seeds are reported.",
+        ),
+    ] = None,
+    draft_option: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--draft-option",
+            metavar="KEY=VALUE",
+            help="A setting of draft-then-verify, e.g. population=256 (also "
+            "draft_size, redraft_every, per_round, eps, build_cost_weight, ...); "
+            "repeatable.",
+        ),
+    ] = None,
+    pretrained: Annotated[
+        Path | None,
+        typer.Option(
+            "--pretrained",
+            metavar="FILE",
+            help="Verifier of 'pretrained' (default: the model shipped for the target).",
+        ),
+    ] = None,
+    moa_source: Annotated[
+        Path | None,
+        typer.Option(
+            "--moa-source",
+            metavar="FILE",
+            help="Neural model MoA adapts (default: the shipped one trained on the "
+            "most other configurations).",
+        ),
+    ] = None,
+) -> None:
+    """Compare search methods on the same tasks, budget per task, builder and runner.
+
+    Reports each method's final latency, the search-time speedup over MetaSchedule's default
+    (time to reach the default's final latency) and where the time went.
+
+    Example: tensortune bench tune --model resnet50 --max-tasks 2 --trials-per-task 128 --seed
+    0 --seed 1 --plot b.png
+    """
+    from tensortune.compare.search_methods import METHODS
+    from tensortune.compare.seeds import bench_seeds, seed_plot, summarize_seeds
+
+    seeds = seed or [0]
+    methods = method or list(METHODS)
+    with Reporter(console, quiet=as_json) as reporter:
+        bars: dict[str, object] = {}
+
+        def progress(name: str, run, total: int) -> None:
+            if name not in bars:
+                bars[name] = reporter.bar(name, total=total)
+            lat = run.curve[-1][2] if run.curve else None
+            reporter.line(f"[{name}] {run.trials} trials, {run.curve[-1][0]:.0f} s, "
+                          f"latency {fmt_seconds(lat)}")  # fmt: skip
+            reporter.update(bars[name], completed=run.trials)  # type: ignore[arg-type]
+
+        results = bench_seeds(workload, model=model, workloads_from=workloads_from,
+                              trials_per_task=trials_per_task, work_dir=work_dir, target=target,
+                              methods=methods, max_tasks=max_tasks, seeds=seeds, plot=plot,
+                              draft_options=key_values(draft_option or [], "draft_options"),
+                              pretrained=pretrained and str(pretrained),
+                              moa_source=moa_source and str(moa_source),
+                              progress=progress)  # fmt: skip
+    if as_json:
+        if len(results) == 1:
+            print(json.dumps(results[0].to_dict()))
+        else:
+            print(json.dumps({"runs": [r.to_dict() for r in results],
+                              "summary": summarize_seeds(results)}))  # fmt: skip
+        return
+    for result in results:
+        _print_bench(result)
+        if plot is not None:
+            console.print(f"curves: {plot if len(seeds) == 1 else seed_plot(plot, result.seed)}")
+    if len(results) > 1:
+        summary = summarize_seeds(results)
+        for m, v in summary["speedup"].items():
+            each = ", ".join(fmt_ratio(x) for x in v["seeds"])
+            console.print(f"{m}: median speedup {fmt_ratio(v['median'])} over seeds "
+                          f"{seeds} ({each})")  # fmt: skip
+
+
+def _print_bench(result) -> None:
+    t = table(f"{len(result.tasks)} task(s) x {result.trials_per_task} trials, seed "
+              f"{result.seed}", {"method": "left", **dict.fromkeys(
+                  ("final latency", "wall", "speedup", "trial ratio", "build", "run", "model",
+                   "analyzer"), "right")})  # fmt: skip
+    speedup, ratio = result.speedup, result.trial_ratio
+    for name, run in result.runs.items():
+        b = run.breakdown
+        t.add_row(
+            name, fmt_seconds(run.final_latency), fmt_seconds(run.wall_s),
+            fmt_ratio(speedup.get(name)), fmt_ratio(ratio.get(name)),
+            fmt_seconds(b.get("build", 0)), fmt_seconds(b.get("run", 0)),
+            fmt_seconds(b.get("model_predict", 0) + b.get("model_update", 0)),
+            fmt_seconds(b.get("analyzer", 0)),
+        )  # fmt: skip
+    print_table(t)

@@ -1,0 +1,86 @@
+"""Options several commands share, and how an API error names the option the user typed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from tensortune.errors import TensortuneError
+
+RecordsOpt = Annotated[
+    str,
+    typer.Option("--records", metavar="URL",
+                 help="Records store URL, e.g. sqlite:///records.db (sqlite:////abs/path.db)."),
+]  # fmt: skip
+TargetOpt = Annotated[
+    str | None,
+    typer.Option("--target", metavar="JSON",
+                 help='TVM target as a JSON object, e.g. \'{"kind":"llvm","mcpu":"znver4"}\' '
+                 "(num-cores defaults to this machine's usable cores). Default: this CPU with "
+                 "its real mcpu."),
+]  # fmt: skip
+WorkDirOpt = Annotated[
+    Path,
+    typer.Option("--work-dir", metavar="DIR",
+                 help="Logs (MetaSchedule's per task, the workers') go to DIR/logs."),
+]  # fmt: skip
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables.")]
+WorkloadOpt = Annotated[
+    list[str] | None,
+    typer.Option("--workload", "-w", metavar="SPEC",
+                 help="Operator spec, e.g. matmul:512,512,512 (see `tensortune workloads`), or "
+                 "a TVMScript .py file; repeatable."),
+]  # fmt: skip
+ModelOpt = Annotated[
+    str | None,
+    typer.Option("--model", "-m", metavar="NET",
+                 help="Zoo network, e.g. resnet18 (see `tensortune workloads`), or an .onnx "
+                 "file."),
+]  # fmt: skip
+WorkloadsFromOpt = Annotated[
+    Path | None,
+    typer.Option("--workloads-from", metavar="DIR",
+                 help="Every workload of a MetaSchedule JSON database directory."),
+]  # fmt: skip
+
+# API parameters whose option is not ``--`` + the name with dashes.
+_OPTION_NAMES = {
+    "workloads": "--workload",
+    "methods": "--method",
+    "seeds": "--seed",
+    "draft_options": "--draft-option",
+    "params": "--param",
+    "online": "--online/--frozen/--moa",
+    "online_cost_model": "--online/--frozen/--moa",
+    "configs": "--config",
+    "networks": "--network",
+    "programs_per_task": "--trials-per-task",
+    "hardware_id": "--hardware",
+}
+
+
+# What the running command calls some parameters (e.g. a positional argument's name).
+_renamed: dict[str, str] = {}
+
+
+def rename_options(names: dict[str, str]) -> None:
+    """Name these API parameters so in errors of the running command."""
+    _renamed.update(names)
+
+
+def option_name(param: str) -> str:
+    """The command-line name of an API parameter (``cost_model`` → ``--cost-model``)."""
+    for names in (_renamed, _OPTION_NAMES):
+        if param in names:
+            return names[param]
+    return "--" + param.replace("_", "-")
+
+
+def key_values(pairs: list[str], option: str) -> dict[str, str]:
+    """``["k=v", ...]`` as a dict; a clear error for a pair without ``=``."""
+    bad = [p for p in pairs if "=" not in p or p.startswith("=")]
+    if bad:
+        raise TensortuneError(f"expected KEY=VALUE, got {bad[0]!r}", param=option)
+    return dict(p.split("=", 1) for p in pairs)

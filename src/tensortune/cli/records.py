@@ -1,0 +1,184 @@
+"""``tensortune records``: inspect, import and export measurement records."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from tensortune.cli.display import console, fmt_gflops, fmt_seconds, print_table, table
+from tensortune.cli.options import JsonOpt, RecordsOpt, TargetOpt, rename_options
+from tensortune.errors import about
+from tensortune.records import DEFAULT_URL, RecordStore, open_records
+
+app = typer.Typer(help="Inspect, import and export measurement records.", no_args_is_help=True)
+
+HardwareOpt = Annotated[
+    str | None,
+    typer.Option("--hardware", metavar="ID",
+                 help="Hardware id, as `records stats` lists them (default: this machine)."),
+]  # fmt: skip
+
+
+def _target_key(target: str | None) -> str | None:
+    """The canonical text of ``--target`` (records are keyed by it), or None."""
+    if target is None:
+        return None
+    from tensortune.hardware import resolve_platform
+
+    with about("target"):
+        return resolve_platform(target, measurable=False).key
+
+
+def _opened(records: str, *, create: bool = False) -> RecordStore:
+    """The store ``--records`` names (errors opening it are about that option)."""
+    with about("records"):
+        return open_records(records, create=create)
+
+
+def _short_target(key: str) -> str:
+    return " ".join(f"{k}={v}" for k, v in json.loads(key).items() if k not in ("keys", "tag"))
+
+
+@app.command("stats")
+def stats(records: RecordsOpt = DEFAULT_URL, as_json: JsonOpt = False) -> None:
+    """Records per workload, hardware and target, with the best latency.
+
+    Example: tensortune records stats --records sqlite:///r.db
+    """
+    from tensortune.hardware import current_hardware
+
+    with _opened(records) as store:
+        here = current_hardware().id
+        hardware = store.hardware()
+        rows = store.summary()
+        n_workloads = len(store.workloads())
+    if as_json:
+        print(json.dumps({
+            "records_url": records,
+            "rows": [{"workload": name, "workload_id": wid, "hardware_id": hw,
+                      "this_machine": hw == here, "target": json.loads(tgt), "records": n,
+                      "ok": ok, "best_seconds": best} for name, wid, hw, tgt, n, ok, best in rows],
+            "records": sum(r[4] for r in rows), "workloads": n_workloads,
+            "hardware": {h: json.loads(d.to_json()) for h, d in hardware.items()},
+        }))  # fmt: skip
+        return
+    columns = {"workload": "left", "hardware": "left", "target": "left", "records": "right",
+               "ok": "right", "best": "right"}  # fmt: skip
+    t = table(f"records in {records}", columns)
+    for name, wid, hw, tgt, n, ok, best in rows:
+        hw_text = f"{hw} (this machine)" if hw == here else f"{hw} {hardware[hw].cpu_model}"
+        t.add_row(f"{wid}: {name}", hw_text, _short_target(tgt), str(n), str(ok),
+                  fmt_seconds(best))  # fmt: skip
+    print_table(t)
+    console.print(f"{sum(r[4] for r in rows)} records, {n_workloads} workloads, "
+                  f"{len(hardware)} hardware")  # fmt: skip
+
+
+@app.command("show")
+def show(
+    records: RecordsOpt = DEFAULT_URL,
+    workload: Annotated[
+        str | None,
+        typer.Option(
+            "--workload",
+            "-w",
+            metavar="TEXT",
+            help="Only workloads whose name contains TEXT, e.g. conv2d.",
+        ),
+    ] = None,
+    hardware: HardwareOpt = None,
+    target: TargetOpt = None,
+    tir: Annotated[
+        bool, typer.Option("--tir", help="Print the scheduled TIR of each best program too.")
+    ] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """The best program of each workload: latency, GFLOP/s and trials.
+
+    Example: tensortune records show --records sqlite:///r.db --workload matmul --tir
+    """
+    from tensortune.hardware import current_hardware
+    from tensortune.tuning.best import best_programs
+
+    best = best_programs(records, hardware_id=hardware or current_hardware().id,
+                         target=_target_key(target), workload=workload, tir=tir)  # fmt: skip
+    if as_json:
+        print(json.dumps([b.to_dict() for b in best]))
+        return
+    columns = {"workload": "left", "target": "left", "trials": "right", "ok": "right",
+               "best latency": "right", "GFLOP/s": "right"}  # fmt: skip
+    t = table(f"best programs in {records}", columns)
+    for b in best:
+        t.add_row(f"{b.workload_id}: {b.workload}", _short_target(b.target), str(b.trials),
+                  str(b.ok), fmt_seconds(b.best_seconds), fmt_gflops(b.gflops))  # fmt: skip
+    print_table(t)
+    if not best:
+        console.print("no records of this hardware (see `tensortune records stats`)")
+    for b in best if tir else []:
+        console.print(f"\n# {b.workload_id}: {b.workload}, best {fmt_seconds(b.best_seconds)}")
+        console.print(b.tir or "(no successful record)")
+
+
+@app.command("export")
+def export(
+    directory: Annotated[
+        Path, typer.Argument(metavar="DIR", help="New directory for the JSON database.")
+    ],
+    records: RecordsOpt = DEFAULT_URL,
+    top_k: Annotated[
+        int | None,
+        typer.Option(
+            "--top-k",
+            metavar="K",
+            help="Only the K fastest successful records of each workload and target.",
+        ),
+    ] = None,
+    hardware: HardwareOpt = None,
+    target: TargetOpt = None,
+) -> None:
+    """Write records as a MetaSchedule JSON database (TVM's JSONDatabase loads it), with the
+    workloads' names beside it.
+
+    Example: tensortune records export best-db --records sqlite:///r.db --top-k 1
+    """
+    from tensortune.records.interop import export_records
+
+    rename_options({"directory": "DIR"})
+    key = _target_key(target)
+    with _opened(records) as store:
+        done = export_records(store, directory, top_k=top_k, hardware_id=hardware, target=key)
+    console.print(f"exported {done.records} records of {done.workloads} workloads "
+                  f"(hardware {done.hardware_id}) to {directory}")  # fmt: skip
+
+
+@app.command("import")
+def import_(
+    directory: Annotated[
+        Path, typer.Argument(metavar="DIR", help="A MetaSchedule JSON database directory.")
+    ],
+    records: RecordsOpt = DEFAULT_URL,
+    measured_here: Annotated[
+        bool,
+        typer.Option(
+            "--measured-here",
+            help="The records were measured on this machine: use them when tuning here.",
+        ),
+    ] = False,
+) -> None:
+    """Add a MetaSchedule JSON database's records to the store.
+
+    Example: tensortune records import best-db --records sqlite:///r.db --measured-here
+    """
+    from tensortune.records.interop import import_records
+
+    rename_options({"directory": "DIR"})
+    with _opened(records, create=True) as store:
+        done = import_records(store, directory, measured_here=measured_here)
+    console.print(f"imported {done.records} records of {done.workloads} workloads "
+                  f"({done.skipped} already present) as hardware {done.hardware_id}")  # fmt: skip
+    if not measured_here:
+        console.print("they are not used when tuning on this machine; pass --measured-here "
+                      "if they were measured here")  # fmt: skip

@@ -1,0 +1,157 @@
+"""``tensortune train`` and ``tensortune evaluate``: cost models on datasets."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from tensortune.cli.display import console, print_table, table
+from tensortune.cli.options import JsonOpt, TargetOpt, key_values
+from tensortune.cli.progress import Reporter
+from tensortune.errors import TensortuneError
+
+DatasetOpt = Annotated[
+    str | None,
+    typer.Option("--dataset", metavar="DIR",
+                 help="Dataset directory (from `tensortune dataset build`), or default (the "
+                 "dataset shipped with tensortune)."),
+]  # fmt: skip
+SplitOpt = Annotated[
+    str | None,
+    typer.Option(metavar="SPLIT",
+                 help="within-task | by-task | by-network:NET[,NET] | by-hardware:HW[,HW], "
+                 "e.g. by-network:bert-base."),
+]  # fmt: skip
+# Before --cost-model, train and evaluate called the cost model --model; still accepted.
+OldModelOpt = Annotated[str | None, typer.Option("--model", hidden=True)]
+
+
+def _one(cost_model: str | None, old: str | None, default: str | None = None) -> str:
+    if cost_model is not None and old is not None:
+        raise TensortuneError("give --cost-model once (--model is its old name)",
+                              param="cost_model")  # fmt: skip
+    chosen = cost_model or old or default
+    if chosen is None:
+        raise TensortuneError("missing: give a model file or default", param="cost_model")
+    return chosen
+
+
+def train(
+    dataset: DatasetOpt = None,
+    cost_model: Annotated[
+        str | None,
+        typer.Option(
+            "--cost-model",
+            metavar="KIND",
+            help="xgb (the default) | lgbm | mlp | tlp | pacm | ms-xgb (MetaSchedule's XGBModel).",
+        ),
+    ] = None,
+    split: SplitOpt = "within-task",
+    out: Annotated[
+        Path | None, typer.Option("--out", metavar="FILE", help="Write the model file, e.g. m.ttm.")
+    ] = None,
+    param: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--param",
+            metavar="KEY=VALUE",
+            help="A setting of the model, e.g. members=5 (an ensemble of mlp, tlp or "
+            "pacm) or n_rounds=100; repeatable.",
+        ),
+    ] = None,
+    as_json: JsonOpt = False,
+    model: OldModelOpt = None,
+) -> None:
+    """Fit a cost model on a dataset split and report TenSet's metrics on its test part.
+
+    Example: tensortune train --dataset default --cost-model pacm --split by-network:bert-base
+    --out pacm.ttm
+    """
+    from tensortune.costmodel.registry import model_settings
+    from tensortune.errors import about
+    from tensortune.train.trainer import train as run_train
+
+    kind = _one(cost_model, model, "xgb")
+    if dataset is None:
+        raise TensortuneError("missing: give a dataset directory or default", param="dataset")
+    with about("params"):
+        params = model_settings(kind, key_values(param or [], "params"))
+    with Reporter(console, quiet=as_json) as reporter:
+        bars: dict[str, object] = {}
+
+        def progress(stage: str, done: int, total: int) -> None:
+            if stage not in bars:
+                what = {"read": "reading the dataset", "fit": f"fitting {kind}",
+                        "score": "scoring the test split"}[stage]  # fmt: skip
+                reporter.line(what)
+                bars[stage] = reporter.bar(what, total=total)
+            reporter.update(bars[stage], completed=done, total=total)  # type: ignore[arg-type]
+
+        result = run_train(dataset, cost_model=kind, split=split or "within-task", out=out,
+                           params=params, progress=progress)  # fmt: skip
+    summary = {**result.metrics, "train_programs": result.train_programs,
+               "fit_seconds": result.fit_seconds,
+               "predict_programs_per_second": result.predict_per_second}  # fmt: skip
+    if as_json:
+        print(json.dumps(summary))
+        return
+    _metrics_table(f"{kind} on {dataset} ({split})", summary)
+    if out is not None:
+        console.print(f"model written to {out}")
+
+
+def evaluate(
+    cost_model: Annotated[
+        str | None,
+        typer.Option(
+            "--cost-model",
+            metavar="MODEL",
+            help="A model file from `tensortune train`, or default (the model shipped "
+            "for --target, as `tune --cost-model default` picks it).",
+        ),
+    ] = None,
+    dataset: DatasetOpt = None,
+    split: SplitOpt = None,
+    test_records: Annotated[
+        Path | None,
+        typer.Option(
+            "--test-records",
+            metavar="DIR",
+            help="A MetaSchedule JSON database directory to test on instead.",
+        ),
+    ] = None,
+    target: TargetOpt = None,
+    as_json: JsonOpt = False,
+    plot: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="PNG", help="Write a picture: predicted vs measured, and the top-k curve."
+        ),
+    ] = None,
+    model: OldModelOpt = None,
+) -> None:
+    """Score a cost model with TenSet's metrics on a dataset split or on records measured
+    elsewhere (the split defaults to the one the model was trained with).
+
+    Example: tensortune evaluate --cost-model default --test-records my_db --json
+    """
+    from tensortune.train.trainer import evaluate as run_evaluate
+
+    chosen = _one(cost_model, model)
+    with console.status("scoring..."):
+        scores = run_evaluate(chosen, dataset=dataset, split=split, test_records=test_records,
+                              plot=plot, target=target)  # fmt: skip
+    if as_json:
+        print(json.dumps(scores))
+        return
+    _metrics_table(chosen, scores)
+
+
+def _metrics_table(title: str, values: dict) -> None:
+    t = table(title, {"metric": "left", "value": "right"})
+    for k, v in values.items():
+        t.add_row(k, f"{v:.4f}" if isinstance(v, float) else str(v))
+    print_table(t)

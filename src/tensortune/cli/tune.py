@@ -1,0 +1,221 @@
+"""``tensortune tune``: a thin layer over ``tensortune.tune``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from tensortune.cli.display import console, fmt_gflops, fmt_seconds, print_table, table
+from tensortune.cli.options import (
+    JsonOpt,
+    ModelOpt,
+    RecordsOpt,
+    TargetOpt,
+    WorkDirOpt,
+    WorkloadOpt,
+    WorkloadsFromOpt,
+    rename_options,
+)
+from tensortune.cli.progress import Reporter
+from tensortune.records import DEFAULT_URL
+from tensortune.tuning.tune import DEFAULT_STRATEGY, TuneProgress, TuneResult
+
+
+def tune(
+    workload: WorkloadOpt = None,
+    model: ModelOpt = None,
+    workloads_from: WorkloadsFromOpt = None,
+    trials: Annotated[
+        int,
+        typer.Option(
+            "--trials",
+            "-n",
+            metavar="N",
+            help="Total budget of measured candidates over all tasks (trials already "
+            "in the store for them count).",
+        ),
+    ] = 64,
+    trials_per_task: Annotated[
+        int | None,
+        typer.Option(
+            "--trials-per-task",
+            metavar="N",
+            help="At most N trials for any one task (default: no limit).",
+        ),
+    ] = None,
+    records: RecordsOpt = DEFAULT_URL,
+    work_dir: WorkDirOpt = Path("tensortune-work"),
+    target: TargetOpt = None,
+    strategy: Annotated[
+        str,
+        typer.Option(
+            metavar="NAME",
+            help="draft-verify (ours: the analyzer drafts, the cost model verifies) | "
+            "evolutionary (MetaSchedule's; with --cost-model left out, with its "
+            "XGBModel) | replay-trace | replay-func.",
+        ),
+    ] = DEFAULT_STRATEGY,
+    cost_model: Annotated[
+        str,
+        typer.Option(
+            "--cost-model",
+            metavar="MODEL",
+            help="default (the pre-trained model shipped for the target) | a .ttm file "
+            "from `tensortune train` | MetaSchedule's xgb, random, mlp | auto (default "
+            "for draft-verify, xgb for MetaSchedule's strategies).",
+        ),
+    ] = "auto",
+    online: Annotated[
+        bool | None,
+        typer.Option(
+            "--online/--frozen",
+            help="Refine a tensortune cost model after every measured batch, or keep "
+            "it as it is (default: MoA for a neural model, refined otherwise).",
+        ),
+    ] = None,
+    moa: Annotated[
+        bool,
+        typer.Option(
+            "--moa",
+            help="Adapt a neural pre-trained cost model with momentum online "
+            "adaptation (MoA), e.g. with a .ttm trained on other hardware.",
+        ),
+    ] = False,
+    trials_per_round: Annotated[
+        int | None,
+        typer.Option(
+            metavar="N",
+            help="Candidates measured per round (default: 64, fewer so that each "
+            "task gets a round).",
+        ),
+    ] = None,
+    check: Annotated[
+        bool,
+        typer.Option(
+            "--check/--no-check", help="Compare each candidate's output with an unscheduled build."
+        ),
+    ] = True,
+    seed: Annotated[int, typer.Option(metavar="N", help="Random seed of the search.")] = 0,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run", help="Check everything and show the tasks and search, measure nothing."
+        ),
+    ] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Tune operators, a TVMScript workload, a model or a database's workloads.
+
+    Records go to the store as they are measured; running the same command again resumes and
+    stops when the store holds --trials measurements of these tasks on this hardware and
+    target.
+
+    Example: tensortune tune -w matmul:512,512,512 --trials 64 --records sqlite:///r.db
+    """
+    from tensortune.tuning.tune import plan_tune, tune
+
+    online_mode: bool | str = "moa" if moa else "auto" if online is None else online
+    rename_options({"online": "--moa" if moa else "--online/--frozen"})
+    api = {"model": model, "workloads_from": workloads_from, "trials": trials,
+           "target": target, "strategy": strategy, "cost_model": cost_model,
+           "online_cost_model": online_mode, "trials_per_round": trials_per_round,
+           "max_trials_per_task": trials_per_task}  # fmt: skip
+    if dry_run:
+        plan = plan_tune(workload, **api)  # type: ignore[arg-type]
+        _print_plan(plan, as_json)
+        return
+    with Reporter(console, quiet=as_json) as reporter:
+        result = tune(
+            workload,
+            records=records,
+            work_dir=work_dir,
+            check_correctness=check,
+            seed=seed,
+            progress=_Progress(reporter),
+            **api,
+        )  # type: ignore[arg-type]
+    if as_json:
+        print(json.dumps(result.to_dict()))
+        return
+    if result.trials_before >= trials:
+        console.print(f"the store already holds {result.trials_before} trials of these tasks "
+                      f"(budget {trials}): nothing to do")  # fmt: skip
+    print_table(result_table(result))
+    console.print(f"logs per task: {work_dir / 'logs'}")
+
+
+class _Progress(TuneProgress):
+    def __init__(self, reporter: Reporter) -> None:
+        self.reporter = reporter
+        self.bar = None
+        self.n_tasks = 0
+
+    def start(self, tasks, trials: int, done: int) -> None:
+        self.n_tasks = len(tasks)
+        self.reporter.line(f"tuning {len(tasks)} task(s), {trials} trials "
+                           f"({done} already in the store)")  # fmt: skip
+        self.bar = self.reporter.bar("measuring", total=max(trials - done, 0))
+
+    def batch(self, index: int, task, records, result) -> None:
+        failed = sum(not r.ok for r in records)
+        fail = f", {failed} failed" if failed else ""
+        self.reporter.line(
+            f"[{index + 1}/{self.n_tasks}] {result.name}: {result.trials} trials "
+            f"(+{len(records)}{fail}), best {fmt_seconds(result.best_seconds)}, "
+            f"{fmt_gflops(result.gflops)} GFLOP/s"
+        )
+        self.reporter.update(self.bar, advance=len(records), description=result.name)
+
+
+def result_table(result: TuneResult):
+    columns = {"task": "left", "weight": "right", "trials": "right", "ok": "right",
+               "best latency": "right", "GFLOP/s": "right"}  # fmt: skip
+    caption = f"target {json.dumps(result.target)} · hardware {result.hardware_id}"
+    t = table(f"tensortune: {result.trials_total} trials in {result.records_url}", columns,
+              caption=caption)  # fmt: skip
+    total = 0.0
+    complete = True
+    for r in result.tasks:
+        t.add_row(r.name, str(r.weight), str(r.trials), str(r.ok), fmt_seconds(r.best_seconds),
+                  fmt_gflops(r.gflops))  # fmt: skip
+        if r.best_seconds is None:
+            complete = False
+        else:
+            total += r.weight * r.best_seconds
+    if len(result.tasks) > 1:
+        t.add_section()
+        t.add_row("weighted total", "", str(result.trials_total), "",
+                  fmt_seconds(total) + ("" if complete else " (partial)"), "")  # fmt: skip
+    return t
+
+
+def _print_plan(plan, as_json: bool) -> None:
+    tasks = [{"name": t.name, "weight": t.weight, "gflop": t.flop / 1e9} for t in plan.tasks]
+    described = {"target": plan.platform.target, "hardware": plan.platform.hardware.id,
+                 "strategy": _name(plan.strategy), "cost_model": _name(plan.cost_model),
+                 "trials": plan.trials, "tasks": tasks}  # fmt: skip
+    if as_json:
+        print(json.dumps(described))
+        return
+    t = table(f"would tune {len(tasks)} task(s), {plan.trials} trials",
+              {"task": "left", "weight": "right", "GFLOP": "right"},
+              caption=f"target {json.dumps(plan.platform.target)}")  # fmt: skip
+    for task in tasks:
+        t.add_row(task["name"], str(task["weight"]), f"{task['gflop']:.3f}")
+    print_table(t)
+    console.print(f"search: {described['strategy']} with {described['cost_model']}; "
+                  "nothing measured (--dry-run)")  # fmt: skip
+
+
+def _name(obj: object) -> str:
+    """A short description of a strategy or cost model object."""
+    inner = getattr(obj, "model", None)
+    if inner is not None:  # our LearnedCostModel: the model it wraps, and how it learns
+        kind = getattr(getattr(inner, "model", inner), "kind", type(inner).__name__)
+        how = "MoA" if type(inner).__name__ == "MomentumAdapted" else (
+            "online" if getattr(obj, "online", False) else "frozen")  # fmt: skip
+        return f"{kind} ({how})"
+    return type(obj).__name__

@@ -1,0 +1,205 @@
+"""``tensortune dataset collect``: measure programs of every task of a set of networks, on each
+hardware configuration, into the records store (resumable: it tops up what is there).
+
+Like TenSet, each task gets a share of random programs from its design space (the sampler) and
+the rest from MetaSchedule's evolutionary search, which starts from the best programs measured
+so far.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+
+from tensortune.errors import TensortuneError, about
+from tensortune.hardware import (
+    HardwareConfig,
+    Platform,
+    current_hardware,
+    get_config,
+    resolve_platform,
+)
+from tensortune.records import DEFAULT_URL, RecordStore, open_records
+from tensortune.records.schema import TaskSource
+from tensortune.workloads.task import Task
+
+DEFAULT_CONFIGS = ("avx512-2c", "avx2-1c")
+BATCH = 16
+
+
+@dataclass
+class CollectResult:
+    records_url: str
+    configs: list[str]
+    tasks: int
+    measured: int = 0
+    per_config: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CollectStep:
+    """Where a collection stands: reported before each task and after each measured batch."""
+
+    config: str
+    index: int  # of the task, among ``tasks``
+    tasks: int
+    task: Task
+    have: int  # the task's programs in the store on this configuration
+    want: int
+
+
+Progress = Callable[[CollectStep], None]
+
+
+def network_tasks(networks: Sequence[object], platform: Platform) -> dict[str, list[Task]]:
+    """Each network's tasks (a zoo name, an .onnx path or a loaded ``Model``)."""
+    from tensortune.workloads.models import Model, load_model
+
+    out = {}
+    for net in networks:
+        m = net if isinstance(net, Model) else load_model(net, target=platform.tvm_target)
+        out[m.name] = m.tasks
+    return out
+
+
+def _evolution() -> object:
+    """MetaSchedule's evolutionary search with a smaller population: collection needs evolved
+    programs, not the best possible ones, and a default round costs 10-35 s on 2 cores."""
+    from tensortune.compat import ms
+
+    return ms.search_strategy.EvolutionarySearch(population_size=128)
+
+
+def collect(
+    networks: Sequence[object] | None = None,
+    *,
+    configs: Sequence[str | HardwareConfig] = DEFAULT_CONFIGS,
+    programs_per_task: int = 64,
+    evolved_share: float = 0.5,
+    sampler: object | None = None,
+    records: str | RecordStore = DEFAULT_URL,
+    work_dir: str | os.PathLike = "tensortune-work",
+    seed: int = 0,
+    timing: object | None = None,
+    progress: Progress | None = None,
+) -> CollectResult:
+    """Measure ``programs_per_task`` programs of each distinct task, on every configuration.
+
+    ``timing`` (a ``TimingConfig``) defaults to 3 repeats of at least 10 ms: random programs of
+    large tasks run for tens of milliseconds each, and the dataset needs many of them.
+    """
+    from tensortune.measure.runner import TimingConfig
+    from tensortune.measure.session import MeasureSession
+    from tensortune.select.samplers import RandomSampler
+    from tensortune.workloads.networks import NETWORKS
+
+    if programs_per_task < 1:
+        raise TensortuneError(f"must be positive, not {programs_per_task}",
+                              param="programs_per_task")  # fmt: skip
+    if not 0 <= evolved_share <= 1:
+        raise TensortuneError(f"must be from 0 to 1, not {evolved_share}", param="evolved_share")
+    sampler = sampler or RandomSampler()
+    with about("configs"):
+        hw_configs = [c if isinstance(c, HardwareConfig) else get_config(c) for c in configs]
+        platforms = [resolve_platform(c.target) for c in hw_configs]
+    with about("networks"):
+        by_network = network_tasks(list(networks or NETWORKS), platforms[0])
+    if isinstance(records, str):
+        with about("records"):
+            store = open_records(records)
+    else:
+        store = records
+    try:
+        store.register_hardware(current_hardware())
+        tasks: dict[int, Task] = {}
+        sources = []
+        for net, net_tasks in by_network.items():
+            for t in net_tasks:
+                wid = store.workload_id(t.mod, t.name)
+                tasks.setdefault(wid, t)
+                sources.append(TaskSource(net, wid, t.name, t.weight))
+        store.add_task_sources(sources)
+        result = CollectResult(store.url, [c.name for c in hw_configs], len(tasks))
+        for config, platform in zip(hw_configs, platforms, strict=True):
+            with MeasureSession(platform, log_dir=Path(work_dir) / "logs",
+                                timing=timing or TimingConfig(repeat=3)) as session:  # fmt: skip
+                filler = _Filler(store, session, sampler, programs_per_task,
+                                 round(programs_per_task * (1 - evolved_share)),
+                                 Path(work_dir) / config.name, seed)  # fmt: skip
+                measured = 0
+                for i, (wid, task) in enumerate(tasks.items()):
+                    step = partial(CollectStep, config.name, i, len(tasks), task,
+                                   want=programs_per_task)  # fmt: skip
+                    measured += filler.fill(wid, task, partial(_report, progress, step))
+            result.per_config[config.name] = measured
+            result.measured += measured
+    finally:
+        if isinstance(records, str):
+            store.close()
+    return result
+
+
+def _report(progress: Progress | None, step: Callable[..., CollectStep], have: int) -> None:
+    if progress is not None:
+        progress(step(have=have))
+
+
+class _Filler:
+    """Tops tasks up to ``want`` programs on one configuration: ``n_random`` random ones first
+    (so that a resume knows which phase a task is in), then evolved ones."""
+
+    def __init__(self, store: RecordStore, session, sampler, want: int, n_random: int,
+                 work: Path, seed: int) -> None:  # fmt: skip
+        self.store, self.session, self.sampler = store, session, sampler
+        self.want, self.n_random, self.work, self.seed = want, n_random, work, seed
+        self.platform: Platform = session.platform
+        self.run_id = f"collect-{uuid.uuid4().hex[:8]}"
+
+    def fill(self, wid: int, task: Task, report: Callable[[int], object]) -> int:
+        """Measure what the task lacks; ``report(have)`` after each batch.  Returns how many
+        programs it measured."""
+        from tensortune.records.convert import measured_records
+
+        platform, store = self.platform, self.store
+        where = {"workload_id": wid, "hardware_id": platform.hardware.id, "target": platform.key}
+        start = have = store.count(**where)
+        report(have)
+        dry = False  # the design space has no new program left to draw
+        if have < self.n_random:
+            seen = {r.trace for r in store.query(**where)}
+            cands = self.sampler.sample(task.mod, platform, self.n_random - have,
+                                        seed=self.seed + have, exclude=seen)  # fmt: skip
+            dry = len(cands) < self.n_random - have
+            for k in range(0, len(cands), BATCH):
+                batch = cands[k : k + BATCH]
+                built, ran = self.session.measure(batch)
+                store.add(measured_records(batch, built, ran, workload_id=wid,
+                                           hardware_id=platform.hardware.id,
+                                           target=platform.key, run_id=self.run_id))  # fmt: skip
+                report(have + k + len(batch))
+            have = store.count(**where)
+        if have < self.want and not dry:  # evolution cannot beat a dry space
+            self._evolve(task, wid, have, lambda n: report(have + n))
+        return store.count(**where) - start
+
+    def _evolve(self, task: Task, wid: int, have: int, measured: Callable[[int], object]) -> None:
+        """Evolutionary search up to ``want`` programs; ``measured(n)`` after each batch."""
+        from tensortune.costmodel.factory import cost_model_from
+        from tensortune.search.run import run_search
+
+        remaining = self.want - have
+        count = [0]
+
+        def on_batch(_: int, batch: list) -> None:
+            count[0] += len(batch)
+            measured(count[0])
+
+        run_search(self.store, [task], [wid], self.platform, self.session, trials=remaining,
+                   max_trials_per_task=self.want, strategy=_evolution(),
+                   cost_model=cost_model_from("xgb", self.platform), work_dir=self.work,
+                   trials_per_round=min(BATCH, remaining), seed=self.seed, run_id=self.run_id,
+                   on_batch=on_batch)  # fmt: skip

@@ -1,0 +1,37 @@
+"""What programs run on: the machine's fingerprint, targets resolved into a ``Platform``, and
+the named hardware configurations datasets are collected for."""
+
+from tensortune.hardware.configs import (
+    CONFIGS,
+    HardwareConfig,
+    config_of,
+    get_config,
+    nearest_config,
+)
+from tensortune.hardware.fingerprint import Hardware, cpuinfo, current_hardware, usable_cores
+from tensortune.hardware.target import (
+    Platform,
+    default_target,
+    parse_target,
+    resolve_platform,
+    simd_bits,
+    target_key,
+)
+
+__all__ = [
+    "CONFIGS",
+    "Hardware",
+    "HardwareConfig",
+    "Platform",
+    "config_of",
+    "cpuinfo",
+    "current_hardware",
+    "default_target",
+    "get_config",
+    "nearest_config",
+    "parse_target",
+    "resolve_platform",
+    "simd_bits",
+    "target_key",
+    "usable_cores",
+]

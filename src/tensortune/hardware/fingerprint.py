@@ -1,0 +1,98 @@
+"""This machine's hardware fingerprint.
+
+Records are only comparable on the hardware they were measured on, so every record carries a
+fingerprint of the CPU it ran on: model, ISA flags that change code generation, cores usable by
+this process and cache sizes.  The fingerprint id is a short hash of that description.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+from dataclasses import asdict, dataclass, field
+from functools import cache
+from pathlib import Path
+
+# Flags that change what LLVM may emit or how fast it runs; the rest of /proc/cpuinfo's flags
+# (virtualisation quirks, mitigations) would only split identical hardware into many ids.
+_ISA_FLAGS = (
+    "sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512dq", "avx512vl",
+    "avx512_vnni", "avx512_bf16", "avx512_fp16", "avx_vnni", "amx_tile", "amx_int8", "amx_bf16",
+    "asimd", "sve", "sve2",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """What a measurement's speed depends on, besides the program itself."""
+
+    cpu_model: str
+    arch: str
+    cores: int
+    isa: tuple[str, ...]
+    caches: dict[str, int] = field(default_factory=dict)  # "L1d" -> bytes
+
+    @property
+    def id(self) -> str:
+        """Short stable id: the first 16 hex digits of the description's sha256."""
+        return hashlib.sha256(self.to_json().encode()).hexdigest()[:16]
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> Hardware:
+        d = json.loads(text)
+        return cls(d["cpu_model"], d["arch"], d["cores"], tuple(d["isa"]), dict(d["caches"]))
+
+
+def cpuinfo() -> dict[str, str]:
+    """The first value of each key of ``/proc/cpuinfo`` (empty where there is none)."""
+    info: dict[str, str] = {}
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            key = key.strip()
+            if key and key not in info:
+                info[key] = value.strip()
+    except OSError:
+        pass
+    return info
+
+
+def _caches() -> dict[str, int]:
+    out: dict[str, int] = {}
+    base = Path("/sys/devices/system/cpu/cpu0/cache")
+    for idx in sorted(base.glob("index*")):
+        try:
+            level = (idx / "level").read_text().strip()
+            kind = (idx / "type").read_text().strip()
+            size = (idx / "size").read_text().strip()
+        except OSError:
+            continue
+        suffix = {"Data": "d", "Instruction": "i"}.get(kind, "")
+        mult = {"K": 1024, "M": 1024**2, "G": 1024**3}.get(size[-1:], 1)
+        out[f"L{level}{suffix}"] = int(size.rstrip("KMG")) * mult
+    return out
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (its CPU affinity), not the machine's total."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return int(cores or 1)
+
+
+@cache
+def current_hardware() -> Hardware:
+    """The fingerprint of the machine this process runs on."""
+    info = cpuinfo()
+    flags = set((info.get("flags") or info.get("Features") or "").split())
+    return Hardware(
+        cpu_model=info.get("model name") or platform.processor() or "unknown",
+        arch=platform.machine(),
+        cores=usable_cores(),
+        isa=tuple(f for f in _ISA_FLAGS if f in flags),
+        caches=_caches(),
+    )

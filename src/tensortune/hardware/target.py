@@ -1,0 +1,215 @@
+"""Targets, resolved once into the ``Platform`` every layer below an entry point is handed.
+
+A target is the JSON object TVM takes (``{"kind": "llvm", "mcpu": "znver4", "num-cores": 2}``);
+the platform pairs it with the hardware that measures it.  Resolving validates the target the
+way a user would want before any work starts: TVM must accept it, an ``mcpu`` must be one LLVM
+knows (LLVM would otherwise fall back to generic code and only log it), and ``num-cores`` is
+filled in with this machine's usable cores when it is left out (MetaSchedule requires it).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import cached_property
+from typing import TYPE_CHECKING
+
+from tensortune.errors import TargetError, last_line
+from tensortune.hardware.fingerprint import Hardware, current_hardware, usable_cores
+
+if TYPE_CHECKING:
+    from tensortune.compat import tvm
+
+# Kinds whose candidates can be measured here: the runner times kernels on this machine's CPU.
+MEASURABLE_KINDS = ("llvm",)
+
+
+def default_target() -> dict:
+    """This machine's CPU with its real ``mcpu`` and all usable cores.
+
+    TVM's bare ``{"kind": "llvm"}`` targets generic x86-64 (SSE only), ~3.5x slower code.
+    """
+    from tensortune.compat import tvm
+
+    return {
+        "kind": "llvm",
+        "mcpu": tvm.target.codegen.llvm_get_system_cpu(),
+        "num-cores": current_hardware().cores,
+    }
+
+
+def parse_target(target: str | dict | None) -> dict:
+    """A target given as a dict or JSON object text, checked; ``None`` means the default.
+
+    An ``llvm`` target without ``num-cores`` gets this machine's usable cores.
+    """
+    if target is None:
+        return default_target()
+    target = _as_dict(target)
+    _check_kind(target)
+    if target["kind"] == "llvm":
+        _check_llvm(target)
+    from tensortune.compat import tvm
+
+    try:
+        tvm.target.Target(target)
+    except Exception as e:
+        raise TargetError(f"TVM rejects target {json.dumps(target)}: {last_line(e)}") from None
+    return target
+
+
+def _as_dict(target: str | dict) -> dict:
+    """A copy of the target as a dict with a ``kind``; JSON text is parsed."""
+    if isinstance(target, str):
+        text = target.strip()
+        if not text.startswith("{"):
+            raise TargetError(
+                f'target must be a JSON object such as \'{{"kind": "llvm", "mcpu": '
+                f'"skylake-avx512"}}\', not the string {target!r}'
+            )
+        try:
+            target = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise TargetError(f"target is not valid JSON: {e}") from None
+    if not isinstance(target, dict) or not isinstance(target.get("kind"), str):
+        raise TargetError("target must be a JSON object with a 'kind' string")
+    return dict(target)
+
+
+def _check_kind(target: dict) -> None:
+    from tensortune.compat import tvm
+
+    kinds = tvm.target.Target.list_kinds()
+    if target["kind"] not in kinds:
+        raise TargetError(f"TVM rejects target {json.dumps(target)}: unknown target kind "
+                          f"{target['kind']!r} (TVM knows {', '.join(sorted(kinds))})")  # fmt: skip
+
+
+def _check_llvm(target: dict) -> None:
+    """Fill in ``num-cores``; refuse a core count that is not a positive integer and an
+    ``mcpu`` LLVM does not know."""
+    cores = target.setdefault("num-cores", usable_cores())
+    if isinstance(cores, bool) or not isinstance(cores, int) or cores < 1:
+        raise TargetError(f"target num-cores must be a positive integer, not {cores!r}")
+    mcpu = target.get("mcpu")
+    if mcpu is None:
+        return
+    from tensortune.compat import tvm
+
+    triple = target.get("mtriple")
+    try:
+        known = tvm.target.codegen.llvm_get_cpu_archlist(
+            tvm.target.Target({"kind": "llvm", **({"mtriple": triple} if triple else {})})
+        )
+    except Exception as e:
+        raise TargetError(f"TVM rejects target {json.dumps(target)}: {last_line(e)}") from None
+    if not isinstance(mcpu, str) or mcpu not in set(known):
+        system = tvm.target.codegen.llvm_get_system_cpu()
+        examples = [c for c in ("haswell", "skylake-avx512", "znver4", "neoverse-v1") if c in known]
+        raise TargetError(f"LLVM does not know mcpu {mcpu!r} (this machine's is {system!r}; it "
+                          f"knows {len(known)} others, e.g. {', '.join(examples)})")  # fmt: skip
+
+
+def target_key(target: dict | object) -> str:
+    """Canonical text of a target (a dict or a ``tvm.target.Target``): records are keyed by it.
+
+    TVM fills in defaults (``keys``, ``tag``...), so both a user's short dict and the Target
+    MetaSchedule hands back map to the same text.
+    """
+    from tensortune.compat import tvm
+
+    exported = tvm.target.Target(target).export() if isinstance(target, dict) else target.export()
+    return json.dumps(_plain(exported), sort_keys=True)
+
+
+def _plain(value: object) -> object:
+    if isinstance(value, dict) or hasattr(value, "items"):
+        return {str(k): _plain(v) for k, v in value.items()}  # type: ignore[union-attr]
+    if isinstance(value, list | tuple) or type(value).__name__ in ("Array", "List"):
+        return [_plain(v) for v in value]  # type: ignore[union-attr]
+    if isinstance(value, bool | int | float | str) or value is None:
+        return value
+    return str(value)
+
+
+def simd_bits(target: dict | object) -> int:
+    """Width of the SIMD registers code for ``target`` may use: 512 (AVX-512), 256 (AVX),
+    128 otherwise; 0 for a target that is not a CPU (LLVM) one."""
+    from tensortune.compat import tvm
+
+    t = tvm.target.Target(target) if isinstance(target, dict) else target
+    if t.kind.name != "llvm":
+        return 0
+    has = tvm.target.codegen.llvm_cpu_has_features
+    return 512 if has("avx512f", t) else 256 if has("avx", t) else 128
+
+
+@dataclass(frozen=True)
+class Platform:
+    """Where programs run: a checked target and the hardware that measures it.
+
+    Entry points resolve one (``resolve_platform``) and hand it down, so the target is parsed,
+    validated and turned into TVM's ``Target`` once.
+    """
+
+    target: dict
+    hardware: Hardware
+
+    @property
+    def kind(self) -> str:
+        return str(self.target["kind"])
+
+    @cached_property
+    def tvm_target(self) -> tvm.target.Target:
+        from tensortune.compat import tvm
+
+        return tvm.target.Target(self.target)
+
+    @cached_property
+    def key(self) -> str:
+        """The target's canonical text (see ``target_key``)."""
+        return target_key(self.tvm_target)
+
+    @property
+    def threads(self) -> int:
+        """Threads the measuring process must run: the target's ``num-cores``.
+
+        ``num-cores`` only shapes the search space; the TVM runtime's thread pool follows
+        ``TVM_NUM_THREADS`` read at process start, so the runner sets that from this.
+        """
+        return int(self.target.get("num-cores") or self.hardware.cores)
+
+    @cached_property
+    def simd_bits(self) -> int:
+        return simd_bits(self.tvm_target)
+
+    def check_measurable(self) -> None:
+        """Refuse targets whose programs cannot be timed on this machine."""
+        if self.kind not in MEASURABLE_KINDS:
+            raise TargetError(
+                f"target kind {self.kind!r} cannot be measured here yet: tensortune times "
+                f'candidates on this machine\'s CPU (give {{"kind": "llvm", ...}})'
+            )
+
+
+def resolve_platform(
+    target: str | dict | Platform | None = None,
+    *,
+    hardware: Hardware | None = None,
+    measurable: bool = True,
+) -> Platform:
+    """The platform of ``target`` (dict, JSON text, ``None`` for this CPU) on ``hardware``
+    (default: this machine).  With ``measurable``, a target this machine cannot time is refused
+    before TVM sees it (TVM logs warnings while it fills in a GPU target's defaults)."""
+    if isinstance(target, Platform):
+        platform = target
+    else:
+        spec = None if target is None else _as_dict(target)
+        hw = hardware or current_hardware()
+        if measurable and spec is not None:
+            _check_kind(spec)
+            Platform({"kind": spec["kind"]}, hw).check_measurable()
+        platform = Platform(parse_target(spec), hw)
+    if measurable:
+        platform.check_measurable()
+    return platform

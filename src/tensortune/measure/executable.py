@@ -1,0 +1,38 @@
+"""Timing a compiled whole model (a Relax executable's ``main``) in the process that runs it.
+
+The measurement worker calls this with TVM's thread pool sized by ``TVM_NUM_THREADS``, which
+TVM reads once per process (see ``tensortune.deploy.compile``).
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+_TIMING_BUDGET_S = 30.0  # per build: an untuned BERT-base runs for over a minute per call
+
+
+def _outputs(value) -> list[np.ndarray]:
+    if hasattr(value, "numpy"):
+        return [value.numpy()]
+    return [a for v in value for a in _outputs(v)]
+
+
+def time_vm(vm, inputs: list, repeat: int) -> tuple[list[np.ndarray], float]:
+    """Outputs and median latency of ``vm["main"]``; a build too slow for ``repeat`` timings
+    within the budget gets fewer (at least one after the first call, which pays one-off
+    initialisation)."""
+    from tensortune.compat import tvm
+
+    dev = tvm.cpu()
+    start = time.perf_counter()
+    out = _outputs(vm["main"](*inputs))
+    repeat = timing_repeats(time.perf_counter() - start, repeat)
+    timer = vm.time_evaluator("main", dev, number=1, repeat=repeat, min_repeat_ms=50)
+    return out, float(timer(*inputs).median)
+
+
+def timing_repeats(first_call_s: float, repeat: int, budget_s: float = _TIMING_BUDGET_S) -> int:
+    """How many timings fit the budget, judged by the first call; at least one."""
+    return max(1, min(repeat, int(budget_s / max(first_call_s, 1e-9))))

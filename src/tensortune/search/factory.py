@@ -1,0 +1,64 @@
+"""The one place a search strategy is made from what a user names, and the verifier each
+strategy gets when the user names none."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from tensortune.errors import TensortuneError
+
+if TYPE_CHECKING:
+    from tensortune.hardware import Platform
+
+# MetaSchedule's own strategies, by the names its TuneContext takes.
+MS_STRATEGIES = ("evolutionary", "replay-trace", "replay-func")
+STRATEGIES = ("draft-verify", *MS_STRATEGIES)
+
+
+def strategy_from(spec: object) -> object:
+    """A search strategy from its name (``STRATEGIES``) or a strategy object (ours or
+    MetaSchedule's).  It is a prototype: every task searches with a clone of it."""
+    from tensortune.compat import ms
+
+    if spec == "draft-verify":
+        from tensortune.search.draft_verify import DraftThenVerify
+
+        return DraftThenVerify()
+    if isinstance(spec, str):
+        if spec not in MS_STRATEGIES:
+            raise TensortuneError(f"'{spec}' is not a search strategy; known: "
+                                  f"{', '.join(STRATEGIES)}", param="strategy")  # fmt: skip
+        return ms.search_strategy.SearchStrategy.create(spec)
+    if not hasattr(spec, "generate_measure_candidates"):
+        raise TensortuneError(f"{type(spec).__name__} is not a search strategy", param="strategy")
+    return spec
+
+
+def strategy_for_task(prototype: object, builder: object) -> object:
+    """A fresh copy of ``prototype`` for one task; ours may watch what ``builder``'s builds
+    take (``DraftThenVerify.watch_builder``)."""
+    if hasattr(prototype, "watch_builder"):
+        prototype.watch_builder(builder)
+    return prototype.clone() if hasattr(prototype, "clone") else prototype
+
+
+def default_verifier(strategy: object, platform: Platform) -> tuple[object, bool | str]:
+    """The cost model (and how it learns online) that ``strategy`` gets when none is named.
+
+    MetaSchedule's strategies get MetaSchedule's ``XGBModel``, as its ``tune_tasks`` gives them.
+    Draft-then-verify gets the model shipped for the platform, adapted as the search benchmark
+    found best (``costmodel.factory``), or, when none is shipped for its ISA, our XGBoost model
+    learned online from scratch.
+    """
+    from tensortune.search.draft_verify import DraftThenVerify
+
+    if not isinstance(strategy, DraftThenVerify):
+        return "xgb", "auto"
+    from tensortune.costmodel.shipped import shipped_model
+
+    try:
+        return shipped_model(platform), "auto"
+    except TensortuneError:
+        from tensortune.costmodel.gbdt import XGBoostModel
+
+        return XGBoostModel(), True

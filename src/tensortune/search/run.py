@@ -1,0 +1,117 @@
+"""One search over a set of tasks: MetaSchedule's task scheduler drives the strategy, the
+session's builder and runner measure, and every measured batch goes to the records store.
+
+Tuning and dataset collection both search this way; what differs is which tasks, budget,
+strategy and cost model they hand over.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from tensortune.records.schema import Record
+from tensortune.search.factory import strategy_for_task
+
+if TYPE_CHECKING:
+    from tensortune.hardware import Platform
+    from tensortune.measure.session import MeasureSession
+    from tensortune.records.storage import RecordStore
+    from tensortune.workloads.task import Task
+
+# (index of the task in the list handed over, the batch's records)
+OnBatch = Callable[[int, list[Record]], None]
+
+
+def run_search(
+    store: RecordStore,
+    tasks: list[Task],
+    workload_ids: list[int],
+    platform: Platform,
+    session: MeasureSession,
+    *,
+    trials: int,
+    max_trials_per_task: int,
+    strategy: object,
+    cost_model: object,
+    work_dir: Path,
+    trials_per_round: int,
+    task_scheduler: object = "gradient",
+    seed: int = 0,
+    run_id: str = "",
+    on_batch: OnBatch | None = None,
+) -> None:
+    """Measure up to ``trials`` candidates of ``tasks`` (at most ``max_trials_per_task`` each)
+    into ``store``; ``strategy`` is a prototype each task gets a clone of, ``cost_model`` a
+    MetaSchedule cost model shared by all.  MetaSchedule's logs go to ``work_dir/logs``."""
+    from tensortune.compat import ms
+    from tensortune.records.ms_callback import RecordToStore
+    from tensortune.records.ms_database import StoreDatabase
+    from tensortune.search.space import tune_context
+
+    loggers = _task_loggers(work_dir, [t.name for t in tasks])
+    contexts = [
+        tune_context(t.mod, platform, seed=seed + i, task_name=t.name, logger=lg,
+                     strategy=strategy_for_task(strategy, session.builder))
+        for i, (t, lg) in enumerate(zip(tasks, loggers, strict=True))
+    ]  # fmt: skip
+    callbacks = [
+        RecordToStore(store, workload_ids=workload_ids, hardware_id=platform.hardware.id,
+                      target=platform.key, run_id=run_id, on_batch=on_batch),
+        ms.measure_callback.RemoveBuildArtifact(),
+        ms.measure_callback.UpdateCostModel(),
+    ]  # fmt: skip
+    ms.tune_tasks(
+        tasks=contexts,
+        task_weights=[float(t.weight) for t in tasks],
+        work_dir=str(work_dir),
+        max_trials_global=trials,
+        max_trials_per_task=max_trials_per_task,
+        num_trials_per_iter=trials_per_round,
+        builder=session.builder,
+        runner=session.runner,
+        database=StoreDatabase(store, target=platform, run_id=run_id),
+        cost_model=cost_model,
+        measure_callbacks=callbacks,
+        task_scheduler=task_scheduler,
+    )
+
+
+def _task_loggers(work: Path, names: list[str]) -> list[logging.Logger]:
+    """MetaSchedule's per-task file loggers under ``work/logs``, their files named from the
+    task names with only letters, digits, ``.``, ``-`` and ``_``.
+
+    Console copies are turned down to warnings: our own progress lines say the same.
+    """
+    from tensortune.compat import ms, tvm_logging_guard
+
+    work.mkdir(parents=True, exist_ok=True)
+    logging.getLogger("tvm.s_tir.meta_schedule").addFilter(_not_log_dir_notice)
+    with tvm_logging_guard():
+        loggers = ms.logging.get_loggers_from_work_dir(str(work), [file_safe(n) for n in names])
+    _quiet_console()
+    return loggers
+
+
+def file_safe(name: str) -> str:
+    """``name`` with every character but letters, digits, ``.``, ``-`` and ``_`` replaced by
+    ``_`` (``matmul:64,64,64`` → ``matmul_64_64_64``)."""
+    return re.sub(r"[^A-Za-z0-9._-]", "_", name)
+
+
+def _not_log_dir_notice(record: logging.LogRecord) -> bool:
+    return not record.getMessage().startswith("Logging directory")
+
+
+def _quiet_console() -> None:
+    """MetaSchedule logs every round to stdout as well as to the work dir; keep only the files
+    (and warnings) so our own progress lines stay readable."""
+    for name, lg in [("", logging.getLogger()), *logging.Logger.manager.loggerDict.items()]:
+        if not name.startswith("tvm") or not isinstance(lg, logging.Logger):
+            continue
+        for h in lg.handlers:
+            if type(h) is logging.StreamHandler:
+                h.setLevel(logging.WARNING)

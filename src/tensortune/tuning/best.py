@@ -1,0 +1,74 @@
+"""What tuning found: the best program of each workload in a records store."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from tensortune.errors import about
+from tensortune.records import RecordStore, open_records
+
+
+@dataclass
+class BestProgram:
+    """A workload's best successful record on one hardware and target."""
+
+    workload_id: int
+    workload: str
+    hardware_id: str
+    target: str
+    trials: int
+    ok: int
+    best_seconds: float | None
+    flop: float
+    tir: str | None = None  # the best program's scheduled TIR, when asked for
+
+    @property
+    def gflops(self) -> float | None:
+        if not self.best_seconds or not self.flop:
+            return None
+        return self.flop / self.best_seconds / 1e9
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "gflops": self.gflops}
+
+
+def best_programs(
+    records: str | RecordStore,
+    *,
+    hardware_id: str | None = None,
+    target: str | None = None,
+    workload: str | None = None,
+    tir: bool = False,
+) -> list[BestProgram]:
+    """Per workload, hardware and target of the store (optionally only ``hardware_id``, the
+    target with canonical text ``target``, and workloads whose name contains ``workload``): the
+    trials, the successful ones and the best latency, with the scheduled TIR of the best
+    program when ``tir``."""
+    from tensortune.records.convert import candidate_from_trace
+    from tensortune.workloads.sources import estimate_flop
+
+    if isinstance(records, str):
+        with about("records"):
+            store = open_records(records, create=False)
+    else:
+        store = records
+    try:
+        out = []
+        modules: dict[int, object] = {}
+        for name, wid, hw, tgt, n, ok, best in store.summary():
+            if (hardware_id and hw != hardware_id) or (target and tgt != target):
+                continue
+            if workload and workload not in name:
+                continue
+            if wid not in modules:
+                modules[wid] = store.workload(wid).mod()
+            program = BestProgram(wid, name, hw, tgt, n, ok, best, estimate_flop(modules[wid]))
+            if tir and best is not None:
+                record = next(store.query(workload_id=wid, hardware_id=hw, target=tgt,
+                                          ok_only=True, best_first=True, limit=1))  # fmt: skip
+                program.tir = candidate_from_trace(modules[wid], record.trace).sch.mod.script()
+            out.append(program)
+        return out
+    finally:
+        if isinstance(records, str):
+            store.close()

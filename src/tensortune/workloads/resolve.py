@@ -1,0 +1,45 @@
+"""From what a user names (operator specs, TVMScript files, a model, a MetaSchedule database) to
+the list of tasks a flow works on."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from tensortune.errors import TensortuneError, about
+from tensortune.workloads.task import Task
+
+if TYPE_CHECKING:
+    from tensortune.hardware import Platform
+
+
+def resolve_tasks(
+    workloads: Sequence[str | Task] | None = None,
+    *,
+    model: object | None = None,
+    workloads_from: str | os.PathLike | None = None,
+    platform: Platform,
+) -> list[Task]:
+    """The tasks of operator specs / TVMScript files, of a model (a zoo name, an ``.onnx``
+    path or a loaded ``Model``), or of a MetaSchedule database directory: exactly one of them.
+    A model is cut into tasks for ``platform``'s target."""
+    given = sum(x is not None and x != [] for x in (workloads, model, workloads_from))
+    if given != 1:
+        raise TensortuneError("give exactly one of: workloads, a model, or a workloads directory")
+    if workloads:
+        from tensortune.workloads.sources import task_from_spec
+
+        with about("workloads"):
+            return [w if isinstance(w, Task) else task_from_spec(w) for w in workloads]
+    if workloads_from is not None:
+        from tensortune.workloads.sources import tasks_from_database
+
+        with about("workloads_from"):
+            return tasks_from_database(workloads_from)
+    from tensortune.workloads.models import Model, load_model
+
+    if isinstance(model, Model):
+        return model.tasks
+    with about("model"):
+        return load_model(model, target=platform.tvm_target).tasks
