@@ -22,7 +22,7 @@ import typer
 from tensortune.cli import bench, dataset, records, train, tune, workloads
 from tensortune.cli import compile as compile_cmd
 from tensortune.cli.display import errors
-from tensortune.cli.options import option_name, rename_options
+from tensortune.cli.options import forget_renamed_options, option_name
 from tensortune.errors import TensortuneError, last_line
 
 app = typer.Typer(
@@ -127,7 +127,7 @@ def run(argv: list[str] | None = None) -> int:
     end = args.index("--") if "--" in args else len(args)
     debug = "--debug" in args[:end] or os.environ.get("TENSORTUNE_DEBUG") == "1"
     args = [a for i, a in enumerate(args) if a != "--debug" or i >= end]
-    rename_options({})
+    forget_renamed_options()
     try:
         with contextlib.nullcontext() if debug else _native_stderr_to_log():
             code = app(args, prog_name="tensortune", standalone_mode=False)

@@ -10,6 +10,7 @@ import typer
 
 from tensortune.cli.display import console, fmt_ratio, fmt_seconds, print_table, table
 from tensortune.cli.options import (
+    FastMathOpt,
     JsonOpt,
     ModelOpt,
     TargetOpt,
@@ -95,6 +96,7 @@ def tune(
             "most other configurations).",
         ),
     ] = None,
+    fast_math: FastMathOpt = True,
 ) -> None:
     """Compare search methods on the same tasks, budget per task, builder and runner.
 
@@ -126,7 +128,7 @@ def tune(
                               draft_options=key_values(draft_option or [], "draft_options"),
                               pretrained=pretrained and str(pretrained),
                               moa_source=moa_source and str(moa_source),
-                              progress=progress)  # fmt: skip
+                              fast_math=fast_math, progress=progress)  # fmt: skip
     if as_json:
         if len(results) == 1:
             print(json.dumps(results[0].to_dict()))

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from tensortune.cli.display import console, fmt_seconds, print_table, table
-from tensortune.cli.options import RecordsOpt, TargetOpt, rename_options
+from tensortune.cli.options import FastMathOpt, RecordsOpt, TargetOpt, rename_options
 from tensortune.records import DEFAULT_URL
 
 
@@ -37,6 +37,7 @@ def compile_(
             "the fastest (0: the stored best).",
         ),
     ] = 0,
+    fast_math: FastMathOpt = True,
 ) -> None:
     """Build a model with the tuned schedules and compare its latency with the untuned build
     and PyTorch eager.
@@ -48,7 +49,7 @@ def compile_(
     rename_options({"model": "NET"})
     with console.status("building and timing..."):
         report = compile_model(model, records=records, target=target, repeat=repeat,
-                               rounds=rounds, retime=retime)  # fmt: skip
+                               rounds=rounds, retime=retime, fast_math=fast_math)  # fmt: skip
     print_report(report)
 
 

@@ -44,6 +44,14 @@ WorkloadsFromOpt = Annotated[
     typer.Option("--workloads-from", metavar="DIR",
                  help="Every workload of a MetaSchedule JSON database directory."),
 ]  # fmt: skip
+FastMathOpt = Annotated[
+    bool,
+    typer.Option("--fast-math/--no-fast-math",
+                 help="Approximate float32 exp, tanh and erf with TVM's vectorizing fast_* "
+                 "polynomials (within a few float32 ulps; --check compares outputs with the "
+                 "exact workload). On by default: LLVM's scalar exp left a tuned softmax 4x "
+                 "slower than PyTorch's."),
+]  # fmt: skip
 
 # API parameters whose option is not ``--`` + the name with dashes.
 _OPTION_NAMES = {
@@ -57,6 +65,7 @@ _OPTION_NAMES = {
     "configs": "--config",
     "networks": "--network",
     "programs_per_task": "--trials-per-task",
+    "max_trials_per_task": "--trials-per-task",
     "hardware_id": "--hardware",
 }
 
@@ -68,6 +77,12 @@ _renamed: dict[str, str] = {}
 def rename_options(names: dict[str, str]) -> None:
     """Name these API parameters so in errors of the running command."""
     _renamed.update(names)
+
+
+def forget_renamed_options() -> None:
+    """Start a command line with no renames left from the previous one (``run`` may be
+    called many times in one process)."""
+    _renamed.clear()
 
 
 def option_name(param: str) -> str:

@@ -70,13 +70,15 @@ def train(
     Example: tensortune train --dataset default --cost-model pacm --split by-network:bert-base
     --out pacm.ttm
     """
-    from tensortune.costmodel.registry import model_settings
+    from tensortune.costmodel.registry import model_class, model_settings
     from tensortune.errors import about
     from tensortune.train.trainer import train as run_train
 
     kind = _one(cost_model, model, "xgb")
     if dataset is None:
         raise TensortuneError("missing: give a dataset directory or default", param="dataset")
+    with about("cost_model"):
+        model_class(kind)  # an unknown kind is the option's fault, not --param's
     with about("params"):
         params = model_settings(kind, key_values(param or [], "params"))
     with Reporter(console, quiet=as_json) as reporter:

@@ -10,6 +10,7 @@ import typer
 
 from tensortune.cli.display import console, fmt_gflops, fmt_seconds, print_table, table
 from tensortune.cli.options import (
+    FastMathOpt,
     JsonOpt,
     ModelOpt,
     RecordsOpt,
@@ -98,6 +99,7 @@ def tune(
             "--check/--no-check", help="Compare each candidate's output with an unscheduled build."
         ),
     ] = True,
+    fast_math: FastMathOpt = True,
     seed: Annotated[int, typer.Option(metavar="N", help="Random seed of the search.")] = 0,
     dry_run: Annotated[
         bool,
@@ -122,7 +124,7 @@ def tune(
     api = {"model": model, "workloads_from": workloads_from, "trials": trials,
            "target": target, "strategy": strategy, "cost_model": cost_model,
            "online_cost_model": online_mode, "trials_per_round": trials_per_round,
-           "max_trials_per_task": trials_per_task}  # fmt: skip
+           "max_trials_per_task": trials_per_task, "fast_math": fast_math}  # fmt: skip
     if dry_run:
         plan = plan_tune(workload, **api)  # type: ignore[arg-type]
         _print_plan(plan, as_json)
@@ -193,7 +195,8 @@ def result_table(result: TuneResult):
 
 
 def _print_plan(plan, as_json: bool) -> None:
-    tasks = [{"name": t.name, "weight": t.weight, "gflop": t.flop / 1e9} for t in plan.tasks]
+    tasks = [{"name": t.name, "weight": t.weight, "gflop": t.flop / 1e9,
+              "fast_math": t.exact is not None} for t in plan.tasks]  # fmt: skip
     described = {"target": plan.platform.target, "hardware": plan.platform.hardware.id,
                  "strategy": _name(plan.strategy), "cost_model": _name(plan.cost_model),
                  "trials": plan.trials, "tasks": tasks}  # fmt: skip
@@ -201,10 +204,11 @@ def _print_plan(plan, as_json: bool) -> None:
         print(json.dumps(described))
         return
     t = table(f"would tune {len(tasks)} task(s), {plan.trials} trials",
-              {"task": "left", "weight": "right", "GFLOP": "right"},
+              {"task": "left", "weight": "right", "GFLOP": "right", "fast math": "left"},
               caption=f"target {json.dumps(plan.platform.target)}")  # fmt: skip
     for task in tasks:
-        t.add_row(task["name"], str(task["weight"]), f"{task['gflop']:.3f}")
+        approximated = "yes" if task["fast_math"] else ""
+        t.add_row(task["name"], str(task["weight"]), f"{task['gflop']:.3f}", approximated)
     print_table(t)
     console.print(f"search: {described['strategy']} with {described['cost_model']}; "
                   "nothing measured (--dry-run)")  # fmt: skip

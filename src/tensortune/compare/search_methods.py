@@ -121,6 +121,7 @@ def bench_tune(
     max_tasks: int | None = None,
     seed: int = 0,
     draft_options: Mapping[str, object] | None = None,
+    fast_math: bool = True,
     progress: Callable[[str, MethodRun, int], None] | None = None,
 ) -> BenchResult:
     """Run each method on the same tasks with the same budget per task; see the module
@@ -134,6 +135,7 @@ def bench_tune(
     ``draft_options``: ``DraftThenVerify`` arguments for the draft-then-verify methods (e.g.
     ``{"build_cost_weight": 1}``); a requested method saved with other options is run again
     (the saved runs of methods not requested are kept).
+    ``fast_math``: approximate float32 ``exp``/``tanh``/``erf`` (see ``resolve_tasks``).
     ``progress(method, run, trials)`` hears each measured batch: the run so far and the trials
     it will measure in all.
     """
@@ -157,7 +159,7 @@ def bench_tune(
         with about("moa_source" if name == "moa" else "pretrained"):
             load_cost_model(path)
     tasks = resolve_tasks(workloads, model=model, workloads_from=workloads_from,
-                          platform=platform)  # fmt: skip
+                          platform=platform, fast_math=fast_math)  # fmt: skip
     tasks = [t for t in tasks if t.flop > 0] or tasks  # zero-FLOP tasks move data only
     if max_tasks:
         tasks = sorted(tasks, key=lambda t: -t.flop * t.weight)[:max_tasks]

@@ -66,6 +66,7 @@ def compile_model(
     repeat: int = 10,
     rounds: int = 3,
     retime: int = 0,
+    fast_math: bool = True,
 ) -> CompileReport:
     """Build ``model`` (a zoo name, an ``.onnx`` path or a loaded ``Model``) with this machine's
     best records for ``target``, and time it.
@@ -79,6 +80,8 @@ def compile_model(
 
     ``retime`` > 1 times each task's ``retime`` best records again, side by side, and builds
     with the fastest of them (see ``tensortune.deploy.retime``) instead of the stored best.
+    ``fast_math`` must be what the model was tuned with: it changes the tasks, and records
+    only apply to the tasks they were measured on.
     """
     for name, value, least in (("repeat", repeat, 1), ("rounds", rounds, 1), ("retime", retime, 0)):
         if value < least:
@@ -91,7 +94,10 @@ def compile_model(
         platform = resolve_platform(target)
     tvm_target = platform.tvm_target
     with about("model"):
-        m = model if isinstance(model, Model) else load_model(model, target=tvm_target)
+        if isinstance(model, Model):
+            m = model
+        else:
+            m = load_model(model, target=tvm_target, fast_math=fast_math)
     if isinstance(records, str):
         with about("records"):
             store = open_records(records, create=False)

@@ -56,6 +56,9 @@ def export_records(
     if hw not in known:
         raise RecordsError(f"no records of hardware {hw} in {store.url} (it has: "
                            f"{', '.join(known) or 'none'})", param="hardware_id")  # fmt: skip
+    if target is not None and not store.count(hardware_id=hw, target=target):
+        raise RecordsError(f"no records of this target on hardware {hw} in {store.url} (see "
+                           "`tensortune records stats`)", param="target")  # fmt: skip
     out = Path(directory)
     if out.exists() and not out.is_dir():
         raise RecordsError(f"{out} exists and is not a directory", param="directory")

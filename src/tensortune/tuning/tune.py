@@ -110,6 +110,7 @@ def plan_tune(
     online_cost_model: bool | str = "auto",
     trials_per_round: int | None = None,
     max_trials_per_task: int | None = None,
+    fast_math: bool = True,
 ) -> TunePlan:
     """Resolve and check what ``tune`` is given, cheapest first; touches no records store."""
     from tensortune.costmodel.factory import cost_model_from
@@ -128,7 +129,7 @@ def plan_tune(
         online = online_default if online == "auto" else online
     verifier = cost_model_from(cost_model, platform, online=online)
     tasks = resolve_tasks(workloads, model=model, workloads_from=workloads_from,
-                          platform=platform)  # fmt: skip
+                          platform=platform, fast_math=fast_math)  # fmt: skip
     return TunePlan(platform, tasks, trials, prototype, verifier, max_trials_per_task,
                     trials_per_round)  # fmt: skip
 
@@ -148,6 +149,7 @@ def tune(
     task_scheduler: object = "gradient",
     trials_per_round: int | None = None,
     max_trials_per_task: int | None = None,
+    fast_math: bool = True,
     builder: object | None = None,
     runner: object | None = None,
     timing: TimingConfig | None = None,
@@ -167,11 +169,13 @@ def tune(
     adaptation of a neural model; ``False``: frozen; ``"auto"``: MoA for a neural model,
     refined otherwise).  ``builder``/``runner`` default to tensortune's persistent-worker ones.
     ``trials_per_round`` defaults to 64, lowered (down to 8) so that each task gets a round.
+    ``fast_math`` approximates float32 ``exp``/``tanh``/``erf`` so they vectorize; outputs
+    are then checked against the exact workload (``tensortune.workloads.fast_math``).
     """
     plan = plan_tune(workloads, model=model, workloads_from=workloads_from, trials=trials,
                      target=target, strategy=strategy, cost_model=cost_model,
                      online_cost_model=online_cost_model, trials_per_round=trials_per_round,
-                     max_trials_per_task=max_trials_per_task)  # fmt: skip
+                     max_trials_per_task=max_trials_per_task, fast_math=fast_math)  # fmt: skip
     if progress is not None and not isinstance(progress, TuneProgress):
         progress = _BatchCallback(progress)
     with contextlib.ExitStack() as cleanup:

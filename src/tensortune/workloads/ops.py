@@ -11,6 +11,7 @@ Trailing parameters with defaults may be left out; ``str(OpSpec)`` always writes
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -19,6 +20,8 @@ from tensortune.errors import WorkloadError
 
 if TYPE_CHECKING:
     import tvm
+
+INT32_MAX = 2**31 - 1
 
 
 @dataclass(frozen=True)
@@ -51,6 +54,15 @@ class OpSpec:
         from tensortune.compat import tvm
 
         tensors = OPS[self.op].build(**self.params)
+        for t in tensors:
+            # TIR indexes buffers with int32 unless told otherwise: a larger tensor's flat
+            # index wraps around, and the kernel reads and writes out of bounds.
+            elements = math.prod(int(d) for d in t.shape)
+            if elements > INT32_MAX:
+                raise WorkloadError(
+                    f"'{self}': tensor {t.name} would hold {elements:,} elements, more than "
+                    f"int32 indexing allows ({INT32_MAX:,})"
+                )
         return tvm.IRModule({"main": tvm.te.create_prim_func(tensors)})
 
 
@@ -220,6 +232,9 @@ def parse_spec(text: str) -> OpSpec:
     bad = [n for n, v in given.items() if (v <= 0 and n != "pad") or v < 0]
     if bad:
         raise WorkloadError(f"'{text}': {', '.join(bad)} must be positive")
+    huge = [n for n, v in given.items() if v > INT32_MAX]
+    if huge:
+        raise WorkloadError(f"'{text}': {', '.join(huge)} must be at most {INT32_MAX:,} (int32)")
     spec = OpSpec(op, tuple(given[n] for n in d.params))
     if (
         "K" in given

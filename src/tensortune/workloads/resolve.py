@@ -20,10 +20,16 @@ def resolve_tasks(
     model: object | None = None,
     workloads_from: str | os.PathLike | None = None,
     platform: Platform,
+    fast_math: bool = True,
 ) -> list[Task]:
     """The tasks of operator specs / TVMScript files, of a model (a zoo name, an ``.onnx``
     path or a loaded ``Model``), or of a MetaSchedule database directory: exactly one of them.
-    A model is cut into tasks for ``platform``'s target."""
+    A model is cut into tasks for ``platform``'s target.
+
+    With ``fast_math`` (the default), float32 ``exp``/``tanh``/``erf`` are approximated so they
+    vectorize (``workloads.fast_math``; a model gets it on its graph, ``models.load_model``),
+    and each changed task keeps its exact module to check outputs against. A loaded ``Model``
+    keeps what it was loaded with."""
     given = sum(x is not None and x != [] for x in (workloads, model, workloads_from))
     if given != 1:
         raise TensortuneError("give exactly one of: workloads, a model, or a workloads directory")
@@ -31,15 +37,23 @@ def resolve_tasks(
         from tensortune.workloads.sources import task_from_spec
 
         with about("workloads"):
-            return [w if isinstance(w, Task) else task_from_spec(w) for w in workloads]
+            tasks = [w if isinstance(w, Task) else task_from_spec(w) for w in workloads]
+        return _approximated(tasks) if fast_math else tasks
     if workloads_from is not None:
         from tensortune.workloads.sources import tasks_from_database
 
         with about("workloads_from"):
-            return tasks_from_database(workloads_from)
+            tasks = tasks_from_database(workloads_from)
+        return _approximated(tasks) if fast_math else tasks
     from tensortune.workloads.models import Model, load_model
 
     if isinstance(model, Model):
         return model.tasks
     with about("model"):
-        return load_model(model, target=platform.tvm_target).tasks
+        return load_model(model, target=platform.tvm_target, fast_math=fast_math).tasks
+
+
+def _approximated(tasks: list[Task]) -> list[Task]:
+    from tensortune.workloads.fast_math import with_fast_math
+
+    return [with_fast_math(t) for t in tasks]

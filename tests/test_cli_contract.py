@@ -1,0 +1,420 @@
+"""The command line's contract, driven through ``tensortune.cli.app.run`` (what the
+``tensortune`` script calls) in this process, so hundreds of command lines stay cheap.
+
+Every bad input: exit status 2, nothing on stdout, exactly one stderr line ``error: OPTION: ...``
+naming the option the user typed, and the records store's bytes unchanged.  Operator specs and
+target JSON are also drawn by ``hypothesis``: whatever the text, the answer is a result (exit 0)
+or that one line (exit 2), never a traceback (exit 1).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import click
+import pytest
+import typer
+from conftest import TARGET, fill
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from tensortune.cli.app import app, native_log, run
+from tensortune.hardware import current_hardware
+from tensortune.records import open_records
+from tensortune.workloads.ops import OPS
+
+MM = "matmul:16,16,16"
+TJ = json.dumps(TARGET)
+# The cheapest search to plan: no cost model file to load for a dry run.
+PLAN = ["--trials", "4", "--dry-run", "--strategy", "evolutionary", "--cost-model", "random"]
+
+Cli = Callable[..., tuple[int, str, str]]
+
+
+@pytest.fixture(scope="module")
+def store_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A store with six measured schedules of MM on this machine and TARGET."""
+    path = tmp_path_factory.mktemp("store") / "r.db"
+    with open_records(f"sqlite:///{path}") as store:
+        fill(store, MM, [3e-3, 1e-3, 2e-3, 4e-3, None, 5e-3])
+    return path
+
+
+@pytest.fixture
+def cli(capfd: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Cli:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv("TENSORTUNE_DEBUG", raising=False)
+    capfd.readouterr()
+
+    def call(*args: str) -> tuple[int, str, str]:
+        code = run(list(args))
+        out, err = capfd.readouterr()
+        return code, out, err
+
+    return call
+
+
+@pytest.fixture
+def store(store_file: Path, tmp_path: Path) -> tuple[str, Callable[[], None]]:
+    """A copy of the store and a check that its directory and bytes are as they were."""
+    path = tmp_path / "r.db"
+    path.write_bytes(store_file.read_bytes())
+    before = path.read_bytes()
+
+    def unchanged() -> None:
+        assert path.read_bytes() == before
+        assert sorted(p.name for p in tmp_path.glob("r.db*")) == ["r.db"]
+
+    return f"sqlite:///{path}", unchanged
+
+
+def one_error(result: tuple[int, str, str], option: str, *fragments: str) -> str:
+    code, out, err = result
+    assert code == 2, (out, err)
+    assert out == ""  # nothing printed before the error: no banner, no work
+    lines = err.splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith(f"error: {option}"), lines[0]
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+    return lines[0]
+
+
+# ---- bad inputs, each named by the option that carried it ---------------------------------
+
+TUNE = ["tune", "-w", MM, "--target", TJ]
+
+BAD = {
+    "cuda target": (["tune", "-w", MM, "--target", '{"kind": "cuda"}'], "--target", "cuda"),
+    "unknown mcpu": (
+        ["tune", "-w", MM, "--target", '{"kind": "llvm", "mcpu": "nosuchcpu"}'],
+        "--target",
+        "LLVM does not know mcpu 'nosuchcpu'",
+    ),
+    "num-cores zero": (
+        ["tune", "-w", MM, "--target", '{"kind": "llvm", "num-cores": 0}'],
+        "--target",
+        "num-cores",
+    ),
+    "unknown strategy": ([*TUNE, "--strategy", "nosuch"], "--strategy", "'nosuch'"),
+    "unknown cost model": ([*TUNE, "--cost-model", "nosuch"], "--cost-model", "'nosuch'"),
+    "moa with xgb": ([*TUNE, "--moa", "--cost-model", "xgb"], "--moa", "xgb"),
+    "int32 parameter": (
+        ["tune", "-w", "matmul:99999999999,4,4", "--target", TJ],
+        "--workload",
+        "int32",
+    ),
+    "int32 tensor": (["tune", "-w", "matmul:99999,99999,4", "--target", TJ], "--workload", "int32"),
+    "zero trials": ([*TUNE, "--trials", "0"], "--trials", "positive"),
+    "zero trials per task": ([*TUNE, "--trials-per-task", "0"], "--trials-per-task", "positive"),
+    "two workload sources": ([*TUNE, "--model", "resnet18"], "give exactly one"),
+    "unknown network": (["tune", "-m", "nosuchnet", "--target", TJ], "--model", "nosuchnet"),
+    "unknown option": ([*TUNE, "--nosuch"], "No such option: --nosuch"),
+    "unknown command": (["nosuch"], "No such command 'nosuch'"),
+    "show unknown target": (
+        ["records", "show", "--target", '{"kind": "nosuchkind"}'],
+        "--target",
+        "nosuchkind",
+    ),
+    "evaluate unknown model": (["evaluate", "--cost-model", "nosuch"], "--cost-model"),
+    "train unknown kind": (
+        ["train", "--dataset", "default", "--cost-model", "nosuch"],
+        "--cost-model",
+        "nosuch",
+    ),
+    "train without a dataset": (["train"], "--dataset", "missing"),
+    "compile unknown network": (["compile", "nosuchnet"], "NET", "nosuchnet"),
+    "bench unknown method": (["bench", "tune", "-w", MM, "--method", "nosuch"], "--method"),
+    "bench bad draft option": (
+        ["bench", "tune", "-w", MM, "--draft-option", "population=-1"],
+        "--draft-option",
+    ),
+    "collect unknown config": (
+        ["dataset", "collect", "--network", "resnet18", "--config", "nosuch"],
+        "--config",
+        "nosuch",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_input_is_one_line_and_touches_no_store(cli: Cli, store, case: str) -> None:
+    url, unchanged = store
+    args, option, *fragments = BAD[case]
+    if args[0] in ("tune", "records", "compile", "dataset"):  # the commands that open a store
+        args = [*args, "--records", url]
+    one_error(cli(*args), option, *fragments)
+    unchanged()
+
+
+def test_a_missing_model_file_is_refused_when_the_budget_is_already_met(cli: Cli, store) -> None:
+    url, unchanged = store  # the store already holds 6 trials of MM
+    args = [*TUNE, "--records", url, "--trials", "2", "--cost-model", "missing.ttm"]
+    one_error(cli(*args), "--cost-model", "missing.ttm")
+    unchanged()
+
+
+def test_records_commands_leave_an_empty_file_alone(cli: Cli, tmp_path: Path) -> None:
+    empty = tmp_path / "empty.db"
+    empty.touch()
+    for command in (["records", "stats"], ["records", "show"], ["records", "export", "out"]):
+        one_error(cli(*command, "--records", "sqlite:///empty.db"), "--records", "empty")
+        assert empty.stat().st_size == 0
+    assert not (tmp_path / "out").exists()
+
+
+def test_export_into_an_existing_file_is_refused(cli: Cli, store, tmp_path: Path) -> None:
+    url, unchanged = store
+    (tmp_path / "taken").write_text("mine\n")
+    one_error(cli("records", "export", "taken", "--records", url), "DIR", "taken")
+    assert (tmp_path / "taken").read_text() == "mine\n"
+    unchanged()
+
+
+# ---- property-based: operator specs and target JSON ----------------------------------------
+
+_numbers = st.one_of(
+    st.integers(min_value=-3, max_value=2**40).map(str),
+    st.text(alphabet="0123456789x-+ .e", max_size=4),
+)
+_specs = st.builds(
+    lambda op, sep, numbers: f"{op}{sep}{','.join(numbers)}",
+    st.sampled_from([*sorted(OPS), "nosuchop", "", "Matmul"]),
+    st.sampled_from([":", ":", "", "::", ";"]),
+    st.lists(_numbers, max_size=9),
+)
+_HYPOTHESIS = settings(
+    max_examples=200,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+
+
+@_HYPOTHESIS
+@given(spec=_specs)
+def test_any_spec_is_planned_or_refused_in_one_line(cli: Cli, store, spec: str) -> None:
+    assume(not spec.startswith("-"))  # an option to the parser, not a spec
+    url, unchanged = store
+    result = cli("tune", "-w", spec, "--target", TJ, "--records", url, *PLAN)
+    if result[0] == 0:
+        assert json.loads(cli("tune", "-w", spec, "--target", TJ, *PLAN, "--json")[1])["tasks"]
+    else:
+        one_error(result, "--workload")
+    unchanged()
+
+
+_targets = st.fixed_dictionaries(
+    {
+        "kind": st.one_of(
+            st.sampled_from(["llvm", "cuda", "c", "nosuch", "LLVM"]), st.text(max_size=5)
+        )
+    },
+    optional={
+        "mcpu": st.one_of(
+            st.sampled_from(["znver4", "skylake-avx512", "haswell", "nosuchcpu", ""]),
+            st.text(max_size=6),
+            st.integers(),
+        ),
+        "num-cores": st.one_of(
+            st.integers(min_value=-2, max_value=4), st.booleans(), st.text(max_size=3), st.floats()
+        ),
+        "nosuch-attr": st.integers(),
+    },
+)
+_target_texts = st.one_of(
+    _targets.map(json.dumps),
+    st.text(max_size=12),
+    st.sampled_from(["llvm", "{", "[]", "null", '{"kind": 3}', "{}"]),
+)
+
+
+@_HYPOTHESIS
+@given(text=_target_texts)
+def test_any_target_is_planned_or_refused_in_one_line(cli: Cli, store, text: str) -> None:
+    assume(not text.startswith("-"))
+    url, unchanged = store
+    result = cli("tune", "-w", MM, "--target", text, "--records", url, *PLAN)
+    if result[0] == 0:
+        assert json.loads(text)["kind"] == "llvm"  # only CPU targets can be measured here
+    else:
+        one_error(result, "--target")
+    unchanged()
+
+
+# ---- what a user expects besides errors ----------------------------------------------------
+
+
+def test_version(cli: Cli) -> None:
+    from tensortune import __version__
+
+    assert cli("--version") == (0, f"tensortune {__version__}\n", "")
+
+
+def test_debug_works_after_the_subcommand(cli: Cli) -> None:
+    code, _, err = cli("tune", "-w", "nosuchop:1", "--target", TJ, "--debug")
+    assert code == 2
+    assert "Traceback (most recent call last)" in err
+    assert err.splitlines()[-1].startswith("error: --workload: unknown operator 'nosuchop'")
+
+
+def test_no_arguments_print_help(cli: Cli) -> None:
+    code, out, err = cli()
+    assert code == 0 and err == ""
+    assert "tune" in out and "records" in out
+
+
+def _commands() -> list[tuple[str, click.Command]]:
+    def walk(prefix: str, command: click.Command) -> list[tuple[str, click.Command]]:
+        found = [(prefix, command)]
+        for name, sub in getattr(command, "commands", {}).items():
+            found += walk(f"{prefix} {name}".strip(), sub)
+        return found
+
+    return walk("", typer.main.get_command(app))
+
+
+@pytest.mark.parametrize("name", [n for n, _ in _commands()])
+def test_help_has_a_description_an_example_and_a_text_per_option(cli: Cli, name: str) -> None:
+    command = dict(_commands())[name]
+    assert command.help and command.help.strip()
+    if not hasattr(command, "commands"):  # a group lists its commands instead
+        assert "Example: tensortune" in command.help, name
+    for param in command.params:
+        if isinstance(param, click.Option) and param.name != "help":
+            assert param.help and param.help.strip(), f"{name} {param.opts}"
+    code, out, _ = cli(*name.split(), "--help")
+    assert code == 0
+    assert "<bool>" not in out and "BOOLEAN" not in out
+
+
+def test_native_messages_go_to_the_log(cli: Cli) -> None:
+    from tensortune.cli.app import _native_stderr_to_log
+
+    with _native_stderr_to_log():
+        os.write(2, b"[12:00:00] some.cc:1: Warning: from C++\n")
+        print("a Python warning", file=sys.stderr)
+    _, _, err = cli("--version")
+    assert "from C++" not in err
+    assert "from C++" in native_log().read_text()
+
+
+# ---- records show, --json, export/import names ---------------------------------------------
+
+
+def test_records_show_lists_the_best_program(cli: Cli, store) -> None:
+    url, unchanged = store
+    code, out, err = cli("records", "show", "--records", url)
+    assert code == 0, err
+    row = next(line for line in out.splitlines() if MM in line)
+    assert "1.00 ms" in row and " 6 " in row and " 5 " in row  # best, trials, ok
+
+    code, out, _ = cli("records", "show", "--records", url, "--json")
+    (best,) = json.loads(out)
+    assert best["workload"] == MM and best["trials"] == 6 and best["ok"] == 5
+    assert best["best_seconds"] == pytest.approx(1e-3)
+    assert best["gflops"] == pytest.approx(2 * 16**3 / 1e-3 / 1e9)
+
+    code, out, _ = cli("records", "show", "--records", url, "--tir", "-w", "matmul")
+    assert code == 0
+    assert "T.prim_func" in out and "def main" in out  # the scheduled program itself
+    code, out, _ = cli("records", "show", "--records", url, "-w", "conv2d", "--json")
+    assert json.loads(out) == []
+    unchanged()
+
+
+def test_records_stats_json(cli: Cli, store) -> None:
+    url, _ = store
+    code, out, err = cli("records", "stats", "--records", url, "--json")
+    assert code == 0, err
+    stats = json.loads(out)
+    assert stats["records"] == 6 and stats["workloads"] == 1
+
+
+def test_export_and_import_keep_workload_names(cli: Cli, store, tmp_path: Path) -> None:
+    url, _ = store
+    assert cli("records", "export", "db", "--records", url, "--target", TJ)[0] == 0
+    assert cli("records", "import", "db", "--records", "sqlite:///new.db")[0] == 0
+    with open_records("sqlite:///new.db") as new:
+        assert [w.name for w in new.workloads()] == [MM]
+    code, out, _ = cli("tune", "--workloads-from", "db", "--target", TJ, *PLAN, "--json")
+    assert code == 0
+    assert [t["name"] for t in json.loads(out)["tasks"]] == [MM]
+    other = json.dumps({"kind": "llvm", "mcpu": "haswell", "num-cores": 2})
+    one_error(
+        cli("records", "export", "none", "--records", url, "--target", other),
+        "--target",
+    )
+
+
+def test_evaluate_the_default_model_on_records_measured_here(cli: Cli, store) -> None:
+    url, _ = store
+    assert cli("records", "export", "db", "--records", url)[0] == 0
+    code, out, err = cli("evaluate", "--cost-model", "default", "--test-records", "db", "--json")
+    assert code == 0, err
+    scores = json.loads(out)
+    assert scores["programs"] == 6  # the failed one too: its cost is inf, it must rank last
+    assert 0 <= scores["pca"] <= 1 and 0 < scores["top1_score"] <= 1
+    assert 0 < scores["top5_score"] <= 1
+
+
+# ---- fast math and TVMScript workloads -----------------------------------------------------
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "attention_softmax.py"
+
+
+def test_the_tvmscript_example_is_a_workload(cli: Cli) -> None:
+    code, out, err = cli("tune", "-w", str(EXAMPLE), "--target", TJ, *PLAN, "--json")
+    assert code == 0, err
+    (task,) = json.loads(out)["tasks"]
+    assert task["name"] == "attention_softmax.attention_softmax"
+    assert task["fast_math"] is True  # its T.exp is approximated by default
+    code, out, _ = cli("tune", "-w", str(EXAMPLE), "--target", TJ, *PLAN, "--json",
+                       "--no-fast-math")  # fmt: skip
+    assert json.loads(out)["tasks"][0]["fast_math"] is False
+
+
+# ---- a real run: --json, progress and log names --------------------------------------------
+
+
+def test_tune_json_and_log_file_names(cli: Cli, tmp_path: Path) -> None:
+    code, out, err = cli("tune", "-w", "softmax:8,64", "--trials", "4", "--target", TJ,
+                         "--strategy", "replay-trace", "--cost-model", "random", "--json",
+                         "--records", "sqlite:///t.db", "--work-dir", "w")  # fmt: skip
+    assert code == 0, err
+    result = json.loads(out)  # stdout is the JSON object alone
+    (task,) = result["tasks"]
+    assert task["name"] == "softmax:8,64" and task["trials"] == 4
+    assert task["ok"] == 4  # approximated exp within the check's tolerance of the exact build
+    logs = [p.name for p in (tmp_path / "w" / "logs").rglob("*") if p.is_file()]
+    assert logs
+    assert not [n for n in logs if set(n) & set(":,")], logs
+
+
+def test_tables_fit_100_columns(tmp_path: Path, store_file: Path) -> None:
+    env = {**os.environ, "COLUMNS": "100", "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    url = f"sqlite:///{store_file}"
+    for args in (["records", "stats", "--records", url], ["records", "show", "--records", url],
+                 ["workloads", "--no-tasks"]):  # fmt: skip
+        command = [sys.executable, "-m", "tensortune.cli.app", *args]
+        proc = subprocess.run(command, env=env, cwd=tmp_path, capture_output=True, text=True,
+                              timeout=120)  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        lines = proc.stdout.splitlines()
+        assert max(len(line) for line in lines) <= 100, args
+        if args[0] == "records":
+            assert any(MM in line and "1.00 ms" in line for line in lines), proc.stdout
+
+
+def test_this_machine_is_named_in_records_show(cli: Cli, store) -> None:
+    url, _ = store
+    here = current_hardware().id
+    code, out, _ = cli("records", "show", "--records", url, "--hardware", "nosuchid")
+    assert code == 0 and "no records of this hardware" in out
+    code, out, _ = cli("records", "show", "--records", url, "--hardware", here, "--json")
+    assert len(json.loads(out)) == 1
