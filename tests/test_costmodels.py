@@ -145,6 +145,35 @@ def test_files_from_elsewhere_are_refused(fitted, tmp_path):
         load_cost_model(tmp_path / "broken")
 
 
+class _RunsCode:
+    """A pickled object whose loading would call a function: a model file must not do it."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (type(self.marker).touch, (self.marker,))
+
+
+def test_loading_a_model_file_runs_no_code(fitted, tmp_path):
+    torch = pytest.importorskip("torch")
+    import io
+
+    path = tmp_path / "m"
+    fitted.save(path)
+    with zipfile.ZipFile(path) as z:
+        meta = json.loads(z.read("meta.json"))
+    marker = tmp_path / "code-ran"
+    payload = io.BytesIO()
+    torch.save({"net": _RunsCode(marker), "scale": _RunsCode(marker)}, payload)
+    with zipfile.ZipFile(tmp_path / "evil", "w") as z:
+        z.writestr("meta.json", json.dumps(meta))
+        z.writestr("state.bin", payload.getvalue())
+    with pytest.raises(TensortuneError, match="cannot restore"):
+        load_cost_model(tmp_path / "evil")
+    assert not marker.exists()
+
+
 def test_an_ensemble_predicts_the_mean_of_members_trained_apart(train, test):
     """Members start from different weights and see the programs in their own orders, so they
     disagree; the ensemble's score is their mean, and a single member trains as it always did."""

@@ -180,10 +180,19 @@ class _RankModel(CostModel):
     def _restore(self, state: bytes) -> None:
         import torch
 
-        saved = torch.load(io.BytesIO(state), weights_only=False)
+        # weights_only: torch's restricted unpickler builds tensors and plain containers and
+        # calls nothing else; the numpy names let it rebuild the (float) scale array that
+        # model files store beside the weights.
+        with torch.serialization.safe_globals(_NUMPY_ARRAY_GLOBALS):
+            saved = torch.load(io.BytesIO(state), weights_only=True)
         self.scale_, self.width_ = saved["scale"], saved["width"]
         self.net_ = self._new_net()
         self.net_.load_state_dict(saved["net"])
+
+
+_multiarray = np._core.multiarray if hasattr(np, "_core") else np.core.multiarray  # numpy 1.x
+_NUMPY_ARRAY_GLOBALS = [_multiarray._reconstruct, np.ndarray, np.dtype,
+                        type(np.dtype(np.float64)), type(np.dtype(np.float32))]  # fmt: skip
 
 
 class MLPModel(_RankModel):
