@@ -106,3 +106,14 @@ def test_resolved_tasks_keep_the_exact_module_to_check_against() -> None:
 
     (plain,) = resolve_tasks(["softmax:4,32"], platform=platform(), fast_math=False)
     assert plain.exact is None and structural_equal(plain.mod, exact)
+
+
+def test_stored_workloads_report_the_specs_flop_not_the_polynomials() -> None:
+    from tensortune.workloads.ops import parse_spec
+    from tensortune.workloads.sources import estimate_flop, workload_flop
+
+    (task,) = resolve_tasks(["softmax:64,128"], platform=platform())
+    spec_flop = parse_spec("softmax:64,128").flop
+    assert estimate_flop(task.mod) > 2 * spec_flop  # the polynomial's operations counted too
+    assert workload_flop(task.name, task.mod) == spec_flop
+    assert workload_flop("my_kernel.main", task.mod) == estimate_flop(task.mod)

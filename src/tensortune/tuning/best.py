@@ -45,7 +45,7 @@ def best_programs(
     trials, the successful ones and the best latency, with the scheduled TIR of the best
     program when ``tir``."""
     from tensortune.records.convert import candidate_from_trace
-    from tensortune.workloads.sources import estimate_flop
+    from tensortune.workloads.sources import workload_flop
 
     if isinstance(records, str):
         with about("records"):
@@ -62,7 +62,8 @@ def best_programs(
                 continue
             if wid not in modules:
                 modules[wid] = store.workload(wid).mod()
-            program = BestProgram(wid, name, hw, tgt, n, ok, best, estimate_flop(modules[wid]))
+            flop = workload_flop(name, modules[wid])
+            program = BestProgram(wid, name, hw, tgt, n, ok, best, flop)
             if tir and best is not None:
                 record = next(store.query(workload_id=wid, hardware_id=hw, target=tgt,
                                           ok_only=True, best_first=True, limit=1))  # fmt: skip

@@ -105,6 +105,16 @@ def tasks_from_database(directory: str | Path) -> list[Task]:
     return tasks
 
 
+def workload_flop(name: str, mod) -> float:
+    """The FLOPs of a stored workload: its operator spec's formula when its name is one (TVM's
+    estimate would also count the polynomial that fast math put in place of ``exp``), else
+    TVM's estimate."""
+    try:
+        return parse_spec(name).flop
+    except WorkloadError:
+        return estimate_flop(mod)
+
+
 def estimate_flop(mod) -> float:
     """TVM's static FLOP estimate of a TIR module (0.0 when it cannot tell)."""
     from tensortune.compat import tvm
