@@ -23,7 +23,7 @@ from tensortune.hardware import (
     get_config,
     resolve_platform,
 )
-from tensortune.records import DEFAULT_URL, RecordStore, open_records
+from tensortune.records import DEFAULT_URL, RecordStore, records_from
 from tensortune.records.schema import TaskSource
 from tensortune.workloads.task import Task
 
@@ -108,12 +108,7 @@ def collect(
         platforms = [resolve_platform(c.target) for c in hw_configs]
     with about("networks"):
         by_network = network_tasks(list(networks or NETWORKS), platforms[0])
-    if isinstance(records, str):
-        with about("records"):
-            store = open_records(records)
-    else:
-        store = records
-    try:
+    with records_from(records) as store:
         store.register_hardware(current_hardware())
         tasks: dict[int, Task] = {}
         sources = []
@@ -137,9 +132,6 @@ def collect(
                     measured += filler.fill(wid, task, partial(_report, progress, step))
             result.per_config[config.name] = measured
             result.measured += measured
-    finally:
-        if isinstance(records, str):
-            store.close()
     return result
 
 

@@ -185,11 +185,15 @@ class Platform:
 
     def check_measurable(self) -> None:
         """Refuse targets whose programs cannot be timed on this machine."""
-        if self.kind not in MEASURABLE_KINDS:
-            raise TargetError(
-                f"target kind {self.kind!r} cannot be measured here yet: tensortune times "
-                f'candidates on this machine\'s CPU (give {{"kind": "llvm", ...}})'
-            )
+        _check_measurable(self.kind)
+
+
+def _check_measurable(kind: str) -> None:
+    if kind not in MEASURABLE_KINDS:
+        raise TargetError(
+            f"target kind {kind!r} cannot be measured here yet: tensortune times candidates on "
+            f'this machine\'s CPU (give {{"kind": "llvm", ...}})'
+        )
 
 
 def resolve_platform(
@@ -202,14 +206,11 @@ def resolve_platform(
     (default: this machine).  With ``measurable``, a target this machine cannot time is refused
     before TVM sees it (TVM logs warnings while it fills in a GPU target's defaults)."""
     if isinstance(target, Platform):
-        platform = target
-    else:
-        spec = None if target is None else _as_dict(target)
-        hw = hardware or current_hardware()
-        if measurable and spec is not None:
-            _check_kind(spec)
-            Platform({"kind": spec["kind"]}, hw).check_measurable()
-        platform = Platform(parse_target(spec), hw)
-    if measurable:
-        platform.check_measurable()
-    return platform
+        if measurable:
+            target.check_measurable()
+        return target
+    spec = None if target is None else _as_dict(target)
+    if measurable and spec is not None:
+        _check_kind(spec)
+        _check_measurable(spec["kind"])
+    return Platform(parse_target(spec), hardware or current_hardware())

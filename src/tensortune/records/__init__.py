@@ -3,7 +3,10 @@ and from MetaSchedule's objects and files."""
 
 from __future__ import annotations
 
-from tensortune.errors import RecordsError
+import contextlib
+from collections.abc import Iterator
+
+from tensortune.errors import RecordsError, about
 from tensortune.records.schema import Record
 from tensortune.records.storage import DEFAULT_URL, RecordStore
 
@@ -27,4 +30,19 @@ def open_records(url: str = DEFAULT_URL, *, create: bool = True) -> RecordStore:
     raise RecordsError(f"unsupported records URL scheme '{scheme}' in {url!r} (supported: sqlite)")
 
 
-__all__ = ["DEFAULT_URL", "Record", "RecordStore", "open_records"]
+@contextlib.contextmanager
+def records_from(records: str | RecordStore, *, create: bool = True) -> Iterator[RecordStore]:
+    """The store an API call was given: a URL is opened here (errors opening it are about the
+    ``records`` parameter) and closed on the way out; a store is used as it is, left open."""
+    if not isinstance(records, str):
+        yield records
+        return
+    with about("records"):
+        store = open_records(records, create=create)
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+__all__ = ["DEFAULT_URL", "Record", "RecordStore", "open_records", "records_from"]

@@ -42,8 +42,9 @@ def strategy_for_task(prototype: object, builder: object) -> object:
     return prototype.clone() if hasattr(prototype, "clone") else prototype
 
 
-def default_verifier(strategy: object, platform: Platform) -> tuple[object, bool | str]:
-    """The cost model (and how it learns online) that ``strategy`` gets when none is named.
+def default_verifier(strategy: object, platform: Platform) -> object:
+    """The cost model that ``strategy`` gets when none is named (how it learns online is
+    ``cost_model_from``'s rule for the model it is).
 
     MetaSchedule's strategies get MetaSchedule's ``XGBModel``, as its ``tune_tasks`` gives them.
     Draft-then-verify gets the model shipped for the platform, adapted as the search benchmark
@@ -53,12 +54,12 @@ def default_verifier(strategy: object, platform: Platform) -> tuple[object, bool
     from tensortune.search.draft_verify import DraftThenVerify
 
     if not isinstance(strategy, DraftThenVerify):
-        return "xgb", "auto"
+        return "xgb"
     from tensortune.costmodel.shipped import shipped_model
 
     try:
-        return shipped_model(platform), "auto"
+        return shipped_model(platform)
     except TensortuneError:
         from tensortune.costmodel.gbdt import XGBoostModel
 
-        return XGBoostModel(), True
+        return XGBoostModel()

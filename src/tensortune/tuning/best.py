@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from tensortune.errors import about
-from tensortune.records import RecordStore, open_records
+from tensortune.records import RecordStore, records_from
 
 
 @dataclass
@@ -47,13 +46,8 @@ def best_programs(
     from tensortune.records.convert import candidate_from_trace
     from tensortune.workloads.sources import workload_flop
 
-    if isinstance(records, str):
-        with about("records"):
-            store = open_records(records, create=False)
-    else:
-        store = records
-    try:
-        out = []
+    out = []
+    with records_from(records, create=False) as store:
         modules: dict[int, object] = {}
         for name, wid, hw, tgt, n, ok, best in store.summary():
             if (hardware_id and hw != hardware_id) or (target and tgt != target):
@@ -69,7 +63,4 @@ def best_programs(
                                           ok_only=True, best_first=True, limit=1))  # fmt: skip
                 program.tir = candidate_from_trace(modules[wid], record.trace).sch.mod.script()
             out.append(program)
-        return out
-    finally:
-        if isinstance(records, str):
-            store.close()
+    return out

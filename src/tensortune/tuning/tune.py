@@ -6,7 +6,6 @@ user names is checked first (``plan_tune``), before the store is opened or anyth
 
 from __future__ import annotations
 
-import contextlib
 import os
 import uuid
 from collections.abc import Callable, Sequence
@@ -17,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from tensortune.errors import TensortuneError, about
 from tensortune.hardware import Platform, resolve_platform
-from tensortune.records import DEFAULT_URL, Record, RecordStore, open_records
+from tensortune.records import DEFAULT_URL, Record, RecordStore, records_from
 from tensortune.workloads.resolve import resolve_tasks
 from tensortune.workloads.task import Task
 
@@ -123,11 +122,9 @@ def plan_tune(
     with about("target"):
         platform = resolve_platform(target)
     prototype = strategy_from(strategy)
-    online = online_cost_model
     if cost_model == "auto":
-        cost_model, online_default = default_verifier(prototype, platform)
-        online = online_default if online == "auto" else online
-    verifier = cost_model_from(cost_model, platform, online=online)
+        cost_model = default_verifier(prototype, platform)
+    verifier = cost_model_from(cost_model, platform, online=online_cost_model)
     tasks = resolve_tasks(workloads, model=model, workloads_from=workloads_from,
                           platform=platform, fast_math=fast_math)  # fmt: skip
     return TunePlan(platform, tasks, trials, prototype, verifier, max_trials_per_task,
@@ -178,13 +175,7 @@ def tune(
                      max_trials_per_task=max_trials_per_task, fast_math=fast_math)  # fmt: skip
     if progress is not None and not isinstance(progress, TuneProgress):
         progress = _BatchCallback(progress)
-    with contextlib.ExitStack() as cleanup:
-        if isinstance(records, str):
-            with about("records"):
-                store = open_records(records)
-            cleanup.callback(store.close)
-        else:
-            store = records
+    with records_from(records) as store:
         from tensortune.measure.session import MeasureSession
 
         session = partial(MeasureSession, plan.platform, log_dir=Path(work_dir) / "logs",

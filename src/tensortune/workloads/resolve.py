@@ -33,27 +33,25 @@ def resolve_tasks(
     given = sum(x is not None and x != [] for x in (workloads, model, workloads_from))
     if given != 1:
         raise TensortuneError("give exactly one of: workloads, a model, or a workloads directory")
+    if model is not None:
+        from tensortune.workloads.models import Model, load_model
+
+        if isinstance(model, Model):
+            return model.tasks
+        with about("model"):
+            return load_model(model, target=platform.tvm_target, fast_math=fast_math).tasks
     if workloads:
         from tensortune.workloads.sources import task_from_spec
 
         with about("workloads"):
             tasks = [w if isinstance(w, Task) else task_from_spec(w) for w in workloads]
-        return _approximated(tasks) if fast_math else tasks
-    if workloads_from is not None:
+    else:
         from tensortune.workloads.sources import tasks_from_database
 
         with about("workloads_from"):
-            tasks = tasks_from_database(workloads_from)
-        return _approximated(tasks) if fast_math else tasks
-    from tensortune.workloads.models import Model, load_model
-
-    if isinstance(model, Model):
-        return model.tasks
-    with about("model"):
-        return load_model(model, target=platform.tvm_target, fast_math=fast_math).tasks
-
-
-def _approximated(tasks: list[Task]) -> list[Task]:
+            tasks = tasks_from_database(workloads_from)  # type: ignore[arg-type]
+    if not fast_math:
+        return tasks
     from tensortune.workloads.fast_math import with_fast_math
 
     return [with_fast_math(t) for t in tasks]
