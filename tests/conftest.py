@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import pytest
 
@@ -18,6 +19,29 @@ OTHER_HW_FIELDS = {
     "isa": ("sve2",),
     "caches": {"L1d": 65536},
 }
+
+
+# ``cli(*args)`` runs a command line the way the ``tensortune`` script does, in this process:
+# (exit status, stdout, stderr).
+Cli = Callable[..., tuple[int, str, str]]
+
+
+@pytest.fixture
+def cli(capfd: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Cli:
+    from tensortune.cli.app import run
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("COLUMNS", "200")  # tables whole, whatever terminal runs the tests
+    monkeypatch.delenv("TENSORTUNE_DEBUG", raising=False)
+    capfd.readouterr()
+
+    def call(*args: str) -> tuple[int, str, str]:
+        code = run(list(args))
+        out, err = capfd.readouterr()
+        return code, out, err
+
+    return call
 
 
 @pytest.fixture

@@ -19,11 +19,11 @@ from pathlib import Path
 import click
 import pytest
 import typer
-from conftest import TARGET, fill
+from conftest import TARGET, Cli, fill
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from tensortune.cli.app import app, native_log, run
+from tensortune.cli.app import app, native_log
 from tensortune.hardware import current_hardware
 from tensortune.records import open_records
 from tensortune.workloads.ops import OPS
@@ -33,8 +33,6 @@ TJ = json.dumps(TARGET)
 # The cheapest search to plan: no cost model file to load for a dry run.
 PLAN = ["--trials", "4", "--dry-run", "--strategy", "evolutionary", "--cost-model", "random"]
 
-Cli = Callable[..., tuple[int, str, str]]
-
 
 @pytest.fixture(scope="module")
 def store_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -43,21 +41,6 @@ def store_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     with open_records(f"sqlite:///{path}") as store:
         fill(store, MM, [3e-3, 1e-3, 2e-3, 4e-3, None, 5e-3])
     return path
-
-
-@pytest.fixture
-def cli(capfd: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Cli:
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    monkeypatch.delenv("TENSORTUNE_DEBUG", raising=False)
-    capfd.readouterr()
-
-    def call(*args: str) -> tuple[int, str, str]:
-        code = run(list(args))
-        out, err = capfd.readouterr()
-        return code, out, err
-
-    return call
 
 
 @pytest.fixture

@@ -84,33 +84,44 @@ def test_rounds_and_repeats_must_be_positive():
         compile_model("resnet18", rounds=0)
 
 
-def test_retime_exposes_a_best_record_that_lies_and_builds_with_the_fastest_now(model, tmp_path):
+def _add_a_liar(store, wid: int) -> tuple:
+    """Store the slowest program of a workload again with an impossible 1 ns, making it the
+    store's "best"; returns (slowest, fastest) as they were stored before."""
     import dataclasses
 
+    from tensortune.hardware import current_hardware, target_key
+
+    hw = store.register_hardware(current_hardware())
+    ranked = list(store.query(workload_id=wid, hardware_id=hw, target=target_key(TARGET),
+                              ok_only=True, best_first=True))  # fmt: skip
+    fastest, slowest = ranked[0], ranked[-1]
+    store.add([dataclasses.replace(slowest, run_secs=(1e-9,), id=None)])
+    return slowest, fastest
+
+
+def test_retime_builds_with_the_program_that_is_fastest_now_not_the_stored_best(tmp_path):
     from conftest import platform
 
     from tensortune.deploy.retime import retime_best
-    from tensortune.hardware import current_hardware, target_key
     from tensortune.records.ms_database import StoreDatabase
+    from tensortune.workloads.sources import task_from_spec
 
     url = f"sqlite:///{tmp_path / 'r.db'}"
-    n = len(model.tasks)
-    tune(model=model, trials=3 * n, records=url, work_dir=tmp_path / "w", trials_per_round=3,
+    task = task_from_spec("matmul:128,128,128")  # random schedules of it differ up to 8x here
+    tune([task.source], trials=12, records=url, work_dir=tmp_path / "w", trials_per_round=12,
          strategy="replay-trace", cost_model="random", target=TARGET)  # fmt: skip
     store = open_records(url)
-    hw = store.register_hardware(current_hardware())
-    where = {"hardware_id": hw, "target": target_key(TARGET), "ok_only": True}
-    task = model.tasks[0]
     wid = store.workload_id(task.mod, create=False)
-    slowest = max(store.query(workload_id=wid, **where), key=lambda r: r.cost)
-    # The slowest program stored again with an impossible 1 ns: now the store's "best".
-    store.add([dataclasses.replace(slowest, run_secs=(1e-9,), id=None)])
+    slowest, fastest = _add_a_liar(store, wid)
+    assert slowest.cost > 3 * fastest.cost, "the sampled schedules are too alike to tell apart"
 
-    retimed = retime_best(store, model.tasks, platform(TARGET), top_k=3)
-    again = retimed[wid]
-    assert again.candidates >= 2 and 0 <= again.rank < again.candidates
+    # The two best stored: the liar (really the slowest program) and the really fastest.
+    again = retime_best(store, [task], platform(TARGET), top_k=2)[wid]
+    assert again.candidates == 2
+    assert again.rank == 1 and again.chosen.trace == fastest.trace
     assert again.best_stored_seconds is not None and again.best_stored_seconds > 1e-7
-    assert again.seconds <= again.best_stored_seconds
+    assert again.best_stored_seconds > 2 * again.seconds  # the liar, re-timed, is found slow
+
     tvm_target = tvm.target.Target(TARGET)
 
     def served(db: StoreDatabase) -> list[float]:
@@ -118,11 +129,22 @@ def test_retime_exposes_a_best_record_that_lies_and_builds_with_the_fastest_now(
 
     assert served(StoreDatabase(store, target=TARGET)) == [1e-9]
     pinned = StoreDatabase(store, target=TARGET, pinned={wid: again.chosen})
-    assert served(pinned) == pytest.approx(list(again.chosen.run_secs))
+    assert served(pinned) == pytest.approx(list(fastest.run_secs))
     store.close()
+
+
+def test_compile_with_retime_reports_the_stored_best_and_the_retimed_one(model, tmp_path):
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    n = len(model.tasks)
+    tune(model=model, trials=3 * n, records=url, work_dir=tmp_path / "w", trials_per_round=3,
+         strategy="replay-trace", cost_model="random", target=TARGET)  # fmt: skip
+    task = model.tasks[0]
+    with open_records(url) as store:
+        _add_a_liar(store, store.workload_id(task.mod, create=False))
 
     report = compile_model(model, records=url, target=TARGET, repeat=2, rounds=1, retime=3)
     status = next(s for s in report.tasks if s.name == task.name)
     assert status.best_seconds == pytest.approx(1e-9)  # the stored best is still reported
     assert status.retimed_seconds is not None and status.retimed_seconds > 1e-7
+    assert status.retime_rank is not None and 0 <= status.retime_rank < 3
     assert report.max_abs_error < 1e-4

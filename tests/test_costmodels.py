@@ -57,7 +57,8 @@ def train():
 
 @pytest.fixture(scope="module")
 def test():
-    return synthetic(120, seed=2)
+    # 100 programs a task: random scores give a Spearman of 0 ± 0.1 on each.
+    return synthetic(400, seed=2)
 
 
 # Every kind with its fast settings, and a neural model as an ensemble of members.
@@ -75,8 +76,8 @@ def test_every_model_learns_the_ranking(fitted, test):
     pred = fitted.predict(test)
     assert pred.shape == (len(test),) and np.all(np.isfinite(pred))
     per_task = [_spearman(pred[test.groups == g], test.labels[test.groups == g]) for g in range(4)]
-    # Random scores give 0 ± 0.18 on 30 programs.
-    assert np.mean(per_task) > 0.45 and min(per_task) > 0.2, (fitted.kind, per_task)
+    # Above 0.4 on every one of the 4 tasks: four standard deviations of a random scorer, each.
+    assert min(per_task) > 0.4, (fitted.kind, per_task)
 
 
 def test_every_model_round_trips_through_its_file(fitted, test, tmp_path):

@@ -146,7 +146,8 @@ def tune(
         console.print(f"the store already holds {result.trials_before} trials of these tasks "
                       f"(budget {trials}): nothing to do")  # fmt: skip
     print_table(result_table(result))
-    console.print(f"logs per task: {work_dir / 'logs'}")
+    console.print(f"search: {result.strategy} with {result.cost_model}; "
+                  f"logs per task: {work_dir / 'logs'}")  # fmt: skip
 
 
 class _Progress(TuneProgress):
@@ -198,7 +199,7 @@ def _print_plan(plan, as_json: bool) -> None:
     tasks = [{"name": t.name, "weight": t.weight, "gflop": t.flop / 1e9,
               "fast_math": t.exact is not None} for t in plan.tasks]  # fmt: skip
     described = {"target": plan.platform.target, "hardware": plan.platform.hardware.id,
-                 "strategy": _name(plan.strategy), "cost_model": _name(plan.cost_model),
+                 "strategy": plan.strategy_name, "cost_model": plan.cost_model_name,
                  "trials": plan.trials, "tasks": tasks}  # fmt: skip
     if as_json:
         print(json.dumps(described))
@@ -212,14 +213,3 @@ def _print_plan(plan, as_json: bool) -> None:
     print_table(t)
     console.print(f"search: {described['strategy']} with {described['cost_model']}; "
                   "nothing measured (--dry-run)")  # fmt: skip
-
-
-def _name(obj: object) -> str:
-    """A short description of a strategy or cost model object."""
-    inner = getattr(obj, "model", None)
-    if inner is not None:  # our LearnedCostModel: the model it wraps, and how it learns
-        kind = getattr(getattr(inner, "model", inner), "kind", type(inner).__name__)
-        how = "MoA" if type(inner).__name__ == "MomentumAdapted" else (
-            "online" if getattr(obj, "online", False) else "frozen")  # fmt: skip
-        return f"{kind} ({how})"
-    return type(obj).__name__

@@ -1,17 +1,43 @@
 """Pre-trained cost models shipped with the package.
 
 A file's name lists the hardware configurations it was trained on: ``avx2-1c.ttm`` on one,
-``avx2-1c+avx512-1c.ttm`` on two.
+``avx2-1c+avx512-1c.ttm`` on two.  ``pretrained/card.json`` says how each was trained and holds
+its checksum: a file that does not match it (a broken install, a file swapped in place) is
+refused before it is loaded.
 """
 
 from __future__ import annotations
 
+import functools
+import json
 from pathlib import Path
 
+from tensortune.datasets.build import file_sha256
 from tensortune.errors import TensortuneError
 from tensortune.hardware import Platform, config_of, nearest_config
 
 SHIPPED_DIR = Path(__file__).parent / "pretrained"
+CARD = SHIPPED_DIR / "card.json"
+
+
+@functools.cache
+def shipped_card() -> dict:
+    """The card of the shipped models: ``files`` maps each file name to its sha256, kind,
+    configurations and training provenance."""
+    try:
+        return json.loads(CARD.read_text())
+    except (OSError, ValueError) as e:
+        raise TensortuneError(f"the shipped models' card cannot be read ({e})") from None
+
+
+def checked(path: Path) -> str:
+    """``path``, a shipped model file, after checking its bytes against the card."""
+    entry = shipped_card().get("files", {}).get(path.name)
+    if entry is None or file_sha256(path) != entry.get("sha256"):
+        raise TensortuneError(
+            f"shipped model {path.name} does not match its checksum in {CARD}: reinstall tensortune"
+        )
+    return str(path)
 
 
 def shipped_model(platform: Platform) -> str:
@@ -24,7 +50,7 @@ def shipped_model(platform: Platform) -> str:
     if name not in available and platform.kind == "llvm":
         name = nearest_config(target, among=available)
     if name in available:
-        return str(SHIPPED_DIR / f"{name}.ttm")
+        return checked(SHIPPED_DIR / f"{name}.ttm")
     raise TensortuneError(
         f"no pre-trained cost model is shipped for target {target}; shipped: "
         f"{', '.join(available) or 'none yet'} (tune with --target of one of them, or give a "
@@ -44,4 +70,4 @@ def shipped_source(platform: Platform) -> str:
     most = max(len(p.stem.split("+")) for p in others)
     widest = [p for p in others if len(p.stem.split("+")) == most]
     near = nearest_config(target, among=[p.stem for p in widest])  # ties: the nearest config
-    return str(next((p for p in widest if p.stem == near), widest[0]))
+    return checked(next((p for p in widest if p.stem == near), widest[0]))

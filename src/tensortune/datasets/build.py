@@ -126,7 +126,7 @@ def build_dataset(
         "networks": sorted(present),
         "task_weights": {n: w for n, w in weights.items() if n in present},
         "hardware": hw_seen,
-        "files": {TABLE: _sha256(out / TABLE), WORKLOADS: _sha256(out / WORKLOADS)},
+        "files": {TABLE: file_sha256(out / TABLE), WORKLOADS: file_sha256(out / WORKLOADS)},
     }  # fmt: skip
     (out / CARD).write_text(json.dumps(card, indent=1))
     (out / "README.md").write_text(card_markdown(card, columns))
@@ -176,7 +176,7 @@ def _schema():
     ])  # fmt: skip
 
 
-def _sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
@@ -207,7 +207,7 @@ def load_table(directory: str | Path, columns: list[str] | None = None, *,
 
     card = read_card(directory)
     path = Path(directory) / table
-    if not path.is_file() or _sha256(path) != card.data["files"].get(table):
+    if not path.is_file() or file_sha256(path) != card.data["files"].get(table):
         raise TensortuneError(f"{path} is missing or does not match its card's checksum")
     return pq.read_table(path, columns=columns)
 

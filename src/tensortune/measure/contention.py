@@ -12,7 +12,7 @@ window means the timing is not to be trusted.  Elsewhere than Linux, nothing is 
 from __future__ import annotations
 
 import os
-import time
+from time import perf_counter
 
 _PSI = "/proc/pressure/cpu"
 _STAT = "/proc/stat"
@@ -46,13 +46,13 @@ class CpuWatch:
     """Started before a timing; ``share()`` after it gives the contended share of the window."""
 
     def __init__(self) -> None:
-        self.wall = time.perf_counter()
+        self.wall = perf_counter()
         self.wait = _psi_wait_s()
         self.steal = _steal_s()
 
     def share(self) -> float | None:
         """Waiting-for-CPU time over the window's wall time (steal spread over all CPUs)."""
-        elapsed = time.perf_counter() - self.wall
+        elapsed = perf_counter() - self.wall
         if elapsed <= 0:
             return None
         shares = []

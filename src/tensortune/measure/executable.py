@@ -13,10 +13,11 @@ import numpy as np
 _TIMING_BUDGET_S = 30.0  # per build: an untuned BERT-base runs for over a minute per call
 
 
-def _outputs(value) -> list[np.ndarray]:
+def as_arrays(value) -> list[np.ndarray]:
+    """A Relax function's result (a tensor, or nested tuples of them) as a flat list."""
     if hasattr(value, "numpy"):
         return [value.numpy()]
-    return [a for v in value for a in _outputs(v)]
+    return [a for v in value for a in as_arrays(v)]
 
 
 def time_vm(vm, inputs: list, repeat: int) -> tuple[list[np.ndarray], float]:
@@ -27,7 +28,7 @@ def time_vm(vm, inputs: list, repeat: int) -> tuple[list[np.ndarray], float]:
 
     dev = tvm.cpu()
     start = time.perf_counter()
-    out = _outputs(vm["main"](*inputs))
+    out = as_arrays(vm["main"](*inputs))
     repeat = timing_repeats(time.perf_counter() - start, repeat)
     timer = vm.time_evaluator("main", dev, number=1, repeat=repeat, min_repeat_ms=50)
     return out, float(timer(*inputs).median)

@@ -55,6 +55,9 @@ class TuneResult:
     trials_requested: int
     trials_before: int
     tasks: list[TaskResult] = field(default_factory=list)
+    # What searched: see ``TunePlan.strategy_name`` and ``cost_model_name``.
+    strategy: str = ""
+    cost_model: str = ""
 
     @property
     def trials_total(self) -> int:
@@ -95,6 +98,22 @@ class TunePlan:
     cost_model: object
     max_trials_per_task: int | None = None
     trials_per_round: int | None = None
+
+    @property
+    def strategy_name(self) -> str:
+        return type(self.strategy).__name__
+
+    @property
+    def cost_model_name(self) -> str:
+        """The cost model's class, or for ours the model's kind and how it learns while tuning:
+        ``pacm (MoA)``, ``xgb (online)``, ``pacm (frozen)``."""
+        inner = getattr(self.cost_model, "model", None)
+        if inner is None:
+            return type(self.cost_model).__name__
+        kind = getattr(getattr(inner, "model", inner), "kind", type(inner).__name__)
+        if type(inner).__name__ == "MomentumAdapted":
+            return f"{kind} (MoA)"
+        return f"{kind} ({'online' if getattr(self.cost_model, 'online', False) else 'frozen'})"
 
 
 def plan_tune(
@@ -196,7 +215,8 @@ def _search(store: RecordStore, plan: TunePlan, session: Callable[[], MeasureSes
     wids = [store.workload_id(t.mod, t.name) for t in tasks]
     where = [{"workload_id": w, "hardware_id": hw_id, "target": platform.key} for w in wids]
     done = [store.count(**w) for w in where]
-    result = TuneResult(run_id, store.url, platform.target, hw_id, trials, sum(done))
+    result = TuneResult(run_id, store.url, platform.target, hw_id, trials, sum(done),
+                        strategy=plan.strategy_name, cost_model=plan.cost_model_name)  # fmt: skip
     if progress is not None:
         progress.start(tasks, trials, sum(done))
     cap = plan.max_trials_per_task or trials
