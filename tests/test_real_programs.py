@@ -25,6 +25,7 @@ from tensortune.errors import TensortuneError
 from tensortune.features import schema_hash
 from tensortune.hardware import resolve_platform
 from tensortune.train.metrics import score_predictions
+from tensortune.train.trainer import scored_rows
 from tensortune.tuning.tune import tune
 
 SIGMAS = 4.0
@@ -40,16 +41,6 @@ def chance(rows: dict, draws: int = 200, seed: int = 0) -> dict[str, tuple[float
     scores = [score_predictions(rows, rng.random(len(rows["label"]))) for _ in range(draws)]
     return {k: (float(np.mean([s[k] for s in scores])), float(np.std([s[k] for s in scores])))
             for k in METRICS}  # fmt: skip
-
-
-def rows_of(columns: dict, mask: np.ndarray) -> dict:
-    idx = np.flatnonzero(mask)
-    costs = np.asarray(columns["cost"], dtype=object)[idx]
-    return {
-        "task_id": np.asarray(columns["task_id"])[idx],
-        "label": np.asarray(columns["label"], dtype=float)[idx],
-        "cost": np.array([np.inf if c is None else float(c) for c in costs]),
-    }
 
 
 def assert_far_above_chance(rows: dict, pred: np.ndarray, metrics=METRICS) -> dict:
@@ -111,7 +102,7 @@ def test_the_default_model_ranks_held_out_programs_of_the_shipped_dataset():
     new = [t for t, j in zip(workloads["task_id"], workloads["mod_json"], strict=True)
            if j not in v1_tasks]  # fmt: skip
     mask = (np.asarray(columns["hardware"]) == HELD_OUT_HARDWARE) & np.isin(columns["task_id"], new)
-    rows = rows_of(columns, mask)
+    rows = scored_rows(columns, mask)
     assert len(set(rows["task_id"])) >= 30  # a slice of tens of tasks, not a lucky few
 
     model = load_cost_model(shipped_model(resolve_platform(None)))  # what users get here
@@ -140,7 +131,7 @@ def test_the_default_model_ranks_programs_measured_here(measured_here):
     directory, _ = measured_here
     columns = load_table(directory).to_pydict()
     everything = np.ones(len(columns["task_id"]), bool)
-    rows = rows_of(columns, everything)
+    rows = scored_rows(columns, everything)
     assert len(rows["label"]) == PER_TASK * len(SPECS)
     model = load_cost_model(shipped_model(resolve_platform(None)))
     pred = model.predict(ProgramSet.from_columns(columns, everything))

@@ -17,21 +17,13 @@ from conftest import Cli
 
 torch = pytest.importorskip("torch")
 
+from test_compile import TinyMLP  # noqa: E402
+
 from tensortune.cli.app import run  # noqa: E402
 from tensortune.hardware import resolve_platform  # noqa: E402
 from tensortune.records import open_records  # noqa: E402
 
 MM = "matmul:32,32,32"
-
-
-class TinyMLP(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.fc1 = torch.nn.Linear(32, 64)
-        self.fc2 = torch.nn.Linear(64, 16)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.softmax(self.fc2(torch.relu(self.fc1(x))), dim=-1)
 
 
 def _json(result: tuple[int, str, str]) -> dict:

@@ -66,21 +66,28 @@ def _networks(card: dict) -> dict[str, dict[int, int]] | None:
     return {n: {int(t): int(w) for t, w in ws.items()} for n, ws in weights.items()} or None
 
 
-def _score(model: CostModel, columns: dict, test: np.ndarray, card: dict,
-           plot: str | Path | None = None) -> tuple[dict, float]:  # fmt: skip
-    data = ProgramSet.from_columns(columns, test)
-    kept = np.flatnonzero(test)
-    kept = np.array([i for i in kept if columns["per_store"][i] is not None], dtype=int)
-    start = time.perf_counter()
-    pred = model.predict(data)
-    per_second = len(data) / max(time.perf_counter() - start, 1e-9)
-    rows = {
+def scored_rows(columns: dict, mask: np.ndarray) -> dict[str, np.ndarray]:
+    """What ``score_predictions`` reads (task, hardware, label, cost; a failed program's cost
+    is inf) of the rows under ``mask`` that have features: the rows, in the order, that
+    ``ProgramSet.from_columns(columns, mask)`` holds and a model's predictions follow."""
+    kept = np.array([i for i in np.flatnonzero(mask) if columns["per_store"][i] is not None],
+                    dtype=int)  # fmt: skip
+    costs = np.asarray(columns["cost"], dtype=object)[kept]
+    return {
         "task_id": np.asarray(columns["task_id"])[kept],
         "hardware": np.asarray(columns["hardware"])[kept],
         "label": np.asarray(columns["label"], dtype=float)[kept],
-        "cost": np.array([np.inf if c is None else c for c in np.asarray(columns["cost"],
-                                                                          dtype=object)[kept]]),
-    }  # fmt: skip
+        "cost": np.array([np.inf if c is None else float(c) for c in costs]),
+    }
+
+
+def _score(model: CostModel, columns: dict, test: np.ndarray, card: dict,
+           plot: str | Path | None = None) -> tuple[dict, float]:  # fmt: skip
+    data = ProgramSet.from_columns(columns, test)
+    start = time.perf_counter()
+    pred = model.predict(data)
+    per_second = len(data) / max(time.perf_counter() - start, 1e-9)
+    rows = scored_rows(columns, test)
     networks = _networks(card)
     if networks is not None:
         present = set(rows["task_id"].tolist())

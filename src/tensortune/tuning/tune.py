@@ -107,13 +107,15 @@ class TunePlan:
     def cost_model_name(self) -> str:
         """The cost model's class, or for ours the model's kind and how it learns while tuning:
         ``pacm (MoA)``, ``xgb (online)``, ``pacm (frozen)``."""
-        inner = getattr(self.cost_model, "model", None)
-        if inner is None:
+        from tensortune.costmodel.moa import MomentumAdapted
+        from tensortune.costmodel.ms_adapter import LearnedCostModel
+
+        if not isinstance(self.cost_model, LearnedCostModel):
             return type(self.cost_model).__name__
-        kind = getattr(getattr(inner, "model", inner), "kind", type(inner).__name__)
-        if type(inner).__name__ == "MomentumAdapted":
-            return f"{kind} (MoA)"
-        return f"{kind} ({'online' if getattr(self.cost_model, 'online', False) else 'frozen'})"
+        inner = self.cost_model.model
+        if isinstance(inner, MomentumAdapted):
+            return f"{inner.model.kind} (MoA)"
+        return f"{inner.kind} ({'online' if self.cost_model.online else 'frozen'})"
 
 
 def plan_tune(
