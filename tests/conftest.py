@@ -44,6 +44,28 @@ def cli(capfd: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch, tmp_path:
     return call
 
 
+@pytest.fixture(scope="session")
+def postgres_server():
+    """One real PostgreSQL server for the whole run (``postgres_server.py``)."""
+    import os
+
+    import postgres_server as pg
+
+    if not pg.available():
+        if os.environ.get("TENSORTUNE_REQUIRE_POSTGRES"):
+            pytest.fail("TENSORTUNE_REQUIRE_POSTGRES is set but initdb/pg_ctl are not on PATH")
+        pytest.skip("PostgreSQL (initdb, pg_ctl) is not installed")
+    server = pg.start_server()
+    yield server
+    pg.stop_server(server)
+
+
+@pytest.fixture
+def postgres_url(postgres_server) -> str:
+    """The URL of a new, empty database on the test server (with its password in it)."""
+    return postgres_server.new_database()
+
+
 @pytest.fixture
 def target() -> dict:
     return dict(TARGET)

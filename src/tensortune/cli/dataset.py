@@ -55,6 +55,15 @@ def collect(
     ] = 0.5,
     records: RecordsOpt = DEFAULT_URL,
     work_dir: WorkDirOpt = Path("tensortune-work"),
+    worker: Annotated[
+        bool,
+        typer.Option(
+            "--worker",
+            help="One of several collectors sharing --records (e.g. a postgresql:// URL "
+            "that every machine of a farm names): start at a task of its own; no two "
+            "collectors ever measure the same program.",
+        ),
+    ] = False,
 ) -> None:
     """Measure programs of every task of the networks on each hardware configuration.
 
@@ -86,7 +95,7 @@ def collect(
         rename_options({"programs_per_task": "--trials-per-task"})
         result = run_collect(network or None, configs=configs, programs_per_task=trials_per_task,
                              evolved_share=evolved_share, records=records, work_dir=work_dir,
-                             progress=progress)  # fmt: skip
+                             progress=progress, worker=worker)  # fmt: skip
     console.print(f"measured {result.measured} programs of {result.tasks} tasks on "
                   f"{', '.join(result.configs)} into {result.records_url}")  # fmt: skip
 

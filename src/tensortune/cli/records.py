@@ -11,7 +11,7 @@ import typer
 from tensortune.cli.display import console, fmt_gflops, fmt_seconds, print_table, table
 from tensortune.cli.options import JsonOpt, RecordsOpt, TargetOpt, rename_options
 from tensortune.errors import about
-from tensortune.records import DEFAULT_URL, RecordStore, open_records
+from tensortune.records import DEFAULT_URL, RecordStore, open_records, redact
 
 app = typer.Typer(help="Inspect, import and export measurement records.", no_args_is_help=True)
 
@@ -57,7 +57,7 @@ def stats(records: RecordsOpt = DEFAULT_URL, as_json: JsonOpt = False) -> None:
         n_workloads = len(store.workloads())
     if as_json:
         print(json.dumps({
-            "records_url": records,
+            "records_url": store.url,
             "rows": [{"workload": name, "workload_id": wid, "hardware_id": hw,
                       "this_machine": hw == here, "target": json.loads(tgt), "records": n,
                       "ok": ok, "best_seconds": best} for name, wid, hw, tgt, n, ok, best in rows],
@@ -67,7 +67,7 @@ def stats(records: RecordsOpt = DEFAULT_URL, as_json: JsonOpt = False) -> None:
         return
     columns = {"workload": "left", "hardware": "left", "target": "left", "records": "right",
                "ok": "right", "best": "right"}  # fmt: skip
-    t = table(f"records in {records}", columns)
+    t = table(f"records in {store.url}", columns)
     for name, wid, hw, tgt, n, ok, best in rows:
         hw_text = f"{hw} (this machine)" if hw == here else f"{hw} {hardware[hw].cpu_model}"
         t.add_row(f"{wid}: {name}", hw_text, _short_target(tgt), str(n), str(ok),
@@ -110,7 +110,7 @@ def show(
         return
     columns = {"workload": "left", "target": "left", "trials": "right", "ok": "right",
                "best latency": "right", "GFLOP/s": "right"}  # fmt: skip
-    t = table(f"best programs in {records}", columns)
+    t = table(f"best programs in {redact(records)}", columns)
     for b in best:
         t.add_row(f"{b.workload_id}: {b.workload}", _short_target(b.target), str(b.trials),
                   str(b.ok), fmt_seconds(b.best_seconds), fmt_gflops(b.gflops))  # fmt: skip
@@ -125,7 +125,12 @@ def show(
 @app.command("export")
 def export(
     directory: Annotated[
-        Path, typer.Argument(metavar="DIR", help="New directory for the JSON database.")
+        str,
+        typer.Argument(
+            metavar="DIR|URL",
+            help="New directory for the JSON database, or "
+            "another records store's URL to copy every record into.",
+        ),
     ],
     records: RecordsOpt = DEFAULT_URL,
     top_k: Annotated[
@@ -140,24 +145,54 @@ def export(
     target: TargetOpt = None,
 ) -> None:
     """Write records as a MetaSchedule JSON database (TVM's JSONDatabase loads it), with the
-    workloads' names beside it.
+    workloads' names beside it; or copy them all into another records store.
 
     Example: tensortune records export best-db --records sqlite:///r.db --top-k 1
+    Example: tensortune records export postgresql://me@dbhost/tuning --records sqlite:///r.db
     """
     from tensortune.records.interop import export_records
 
-    rename_options({"directory": "DIR"})
+    rename_options({"directory": "DIR|URL"})
+    if _is_url(directory):
+        _copy(records, directory, params=("records", "directory"), verb="exported")
+        return
     key = _target_key(target)
     with _opened(records) as store:
-        done = export_records(store, directory, top_k=top_k, hardware_id=hardware, target=key)
+        done = export_records(store, Path(directory), top_k=top_k, hardware_id=hardware,
+                              target=key)  # fmt: skip
     console.print(f"exported {done.records} records of {done.workloads} workloads "
                   f"(hardware {done.hardware_id}) to {directory}")  # fmt: skip
+
+
+def _is_url(text: str) -> bool:
+    return "://" in text
+
+
+def _copy(src: str, dst: str, *, params: tuple[str, str], verb: str) -> None:
+    """Every record of store ``src`` into store ``dst`` (only those it lacks); ``params``:
+    the API parameters that name them, for errors."""
+    from tensortune.records.interop import copy_records
+
+    with about(params[0]):
+        source = open_records(src, create=False)
+    with source:
+        with about(params[1]):
+            target = open_records(dst, create=True)
+        with target:
+            done = copy_records(source, target)
+        console.print(f"{verb} {done.records} records of {done.workloads} workloads from "
+                      f"{source.url} to {target.url} ({done.skipped} already there)")  # fmt: skip
 
 
 @app.command("import")
 def import_(
     directory: Annotated[
-        Path, typer.Argument(metavar="DIR", help="A MetaSchedule JSON database directory.")
+        str,
+        typer.Argument(
+            metavar="DIR|URL",
+            help="A MetaSchedule JSON database directory, or "
+            "another records store's URL to copy every record from.",
+        ),
     ],
     records: RecordsOpt = DEFAULT_URL,
     measured_here: Annotated[
@@ -168,15 +203,20 @@ def import_(
         ),
     ] = False,
 ) -> None:
-    """Add a MetaSchedule JSON database's records to the store.
+    """Add a MetaSchedule JSON database's records to the store, or copy every record of
+    another store (which keeps its hardware ids: --measured-here does not apply).
 
     Example: tensortune records import best-db --records sqlite:///r.db --measured-here
+    Example: tensortune records import postgresql://me@dbhost/tuning --records sqlite:///r.db
     """
     from tensortune.records.interop import import_records
 
-    rename_options({"directory": "DIR"})
+    rename_options({"directory": "DIR|URL"})
+    if _is_url(directory):
+        _copy(directory, records, params=("directory", "records"), verb="imported")
+        return
     with _opened(records, create=True) as store:
-        done = import_records(store, directory, measured_here=measured_here)
+        done = import_records(store, Path(directory), measured_here=measured_here)
     console.print(f"imported {done.records} records of {done.workloads} workloads "
                   f"({done.skipped} already present) as hardware {done.hardware_id}")  # fmt: skip
     if not measured_here:

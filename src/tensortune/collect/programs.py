@@ -4,6 +4,10 @@ hardware configuration, into the records store (resumable: it tops up what is th
 Like TenSet, each task gets a share of random programs from its design space (the sampler) and
 the rest from MetaSchedule's evolutionary search, which starts from the best programs measured
 so far.
+
+Several collectors may fill one store at once (``worker=True``, on one machine or many, on a
+PostgreSQL store): they claim each batch before measuring it (``search.leases``), so none
+measures a program another has, and each starts at a task of its own.
 """
 
 from __future__ import annotations
@@ -24,7 +28,8 @@ from tensortune.hardware import (
     resolve_platform,
 )
 from tensortune.records import DEFAULT_URL, RecordStore, records_from
-from tensortune.records.schema import TaskSource
+from tensortune.records.schema import TaskSource, trace_hash
+from tensortune.search.leases import LEASE_SECONDS, SharedBudget, worker_name
 from tensortune.workloads.task import Task
 
 DEFAULT_CONFIGS = ("avx512-2c", "avx2-1c")
@@ -86,11 +91,14 @@ def collect(
     seed: int = 0,
     timing: object | None = None,
     progress: Progress | None = None,
+    worker: bool = False,
 ) -> CollectResult:
     """Measure ``programs_per_task`` programs of each distinct task, on every configuration.
 
     ``timing`` (a ``TimingConfig``) defaults to 3 repeats of at least 10 ms: random programs of
     large tasks run for tens of milliseconds each, and the dataset needs many of them.
+    ``worker``: one of several collectors sharing ``records``; it starts at a task of its own
+    (collectors never measure the same program, ``worker`` or not).
     """
     from tensortune.measure.runner import TimingConfig
     from tensortune.measure.session import MeasureSession
@@ -126,10 +134,17 @@ def collect(
                                  round(programs_per_task * (1 - evolved_share)),
                                  Path(work_dir) / config.name, seed)  # fmt: skip
                 measured = 0
-                for i, (wid, task) in enumerate(tasks.items()):
-                    step = partial(CollectStep, config.name, i, len(tasks), task,
-                                   want=programs_per_task)  # fmt: skip
-                    measured += filler.fill(wid, task, partial(_report, progress, step))
+                order = list(tasks.items())
+                if worker:  # start where the other workers are unlikely to be
+                    start = uuid.uuid4().int % len(order)
+                    order = order[start:] + order[:start]
+                try:
+                    for i, (wid, task) in enumerate(order):
+                        step = partial(CollectStep, config.name, i, len(tasks), task,
+                                       want=programs_per_task)  # fmt: skip
+                        measured += filler.fill(wid, task, partial(_report, progress, step))
+                finally:
+                    store.release(filler.worker)  # drawn, never measured: free for others
             result.per_config[config.name] = measured
             result.measured += measured
     return result
@@ -150,6 +165,7 @@ class _Filler:
         self.want, self.n_random, self.work, self.seed = want, n_random, work, seed
         self.platform: Platform = session.platform
         self.run_id = f"collect-{uuid.uuid4().hex[:8]}"
+        self.worker = worker_name()
 
     def fill(self, wid: int, task: Task, report: Callable[[int], object]) -> int:
         """Measure what the task lacks; ``report(have)`` after each batch.  Returns how many
@@ -167,16 +183,26 @@ class _Filler:
                                         seed=self.seed + have, exclude=seen)  # fmt: skip
             dry = len(cands) < self.n_random - have
             for k in range(0, len(cands), BATCH):
-                batch = cands[k : k + BATCH]
-                built, ran = self.session.measure(batch)
-                store.add(measured_records(batch, built, ran, workload_id=wid,
-                                           hardware_id=platform.hardware.id,
-                                           target=platform.key, run_id=self.run_id))  # fmt: skip
-                report(have + k + len(batch))
+                batch = self._claimed(wid, cands[k : k + BATCH])
+                if batch:
+                    built, ran = self.session.measure(batch)
+                    store.add(measured_records(
+                        batch, built, ran, workload_id=wid, hardware_id=platform.hardware.id,
+                        target=platform.key, run_id=self.run_id))  # fmt: skip
+                report(store.count(**where))
             have = store.count(**where)
         if have < self.want and not dry:  # evolution cannot beat a dry space
             self._evolve(task, wid, have, lambda n: report(have + n))
         return store.count(**where) - start
+
+    def _claimed(self, wid: int, batch: list) -> list:
+        """The candidates of ``batch`` this collector may measure: leased to it now."""
+        from tensortune.records.convert import trace_text
+
+        hashes = [trace_hash(trace_text(c.sch.trace)) for c in batch]
+        held = set(self.store.claim(wid, self.platform.hardware.id, self.platform.key, hashes,
+                                    worker=self.worker, seconds=LEASE_SECONDS))  # fmt: skip
+        return [c for c, h in zip(batch, hashes, strict=True) if h in held]
 
     def _evolve(self, task: Task, wid: int, have: int, measured: Callable[[int], object]) -> None:
         """Evolutionary search up to ``want`` programs; ``measured(n)`` after each batch."""
@@ -185,6 +211,8 @@ class _Filler:
 
         remaining = self.want - have
         count = [0]
+        budget = SharedBudget(self.store, [wid], self.platform.hardware.id, self.platform.key,
+                              self.want, self.want, worker=self.worker)  # fmt: skip
 
         def on_batch(_: int, batch: list) -> None:
             count[0] += len(batch)
@@ -194,4 +222,4 @@ class _Filler:
                    max_trials_per_task=self.want, strategy=_evolution(),
                    cost_model=cost_model_from("xgb", self.platform), work_dir=self.work,
                    trials_per_round=min(BATCH, remaining), seed=self.seed, run_id=self.run_id,
-                   on_batch=on_batch)  # fmt: skip
+                   on_batch=on_batch, budget=budget)  # fmt: skip

@@ -14,8 +14,10 @@ from tensortune.records.storage import DEFAULT_URL, RecordStore
 def open_records(url: str = DEFAULT_URL, *, create: bool = True) -> RecordStore:
     """Open the records store named by ``url``, creating it unless ``create`` is False.
 
-    ``sqlite:///relative/path.db`` and ``sqlite:////absolute/path.db`` are supported; a plain
-    file path is taken as a SQLite file.
+    ``sqlite:///relative/path.db`` and ``sqlite:////absolute/path.db`` name a SQLite file (a
+    plain file path is taken as one); ``postgresql://user[:password]@host[:port]/database``
+    a PostgreSQL database (libpq's ``PGPASSWORD`` and ``~/.pgpass`` work too), whose schema
+    is created on first use.
     """
     scheme, sep, rest = url.partition("://")
     if not sep:
@@ -27,7 +29,19 @@ def open_records(url: str = DEFAULT_URL, *, create: bool = True) -> RecordStore:
         if not path:
             raise RecordsError(f"records URL {url!r} names no file (try sqlite:///records.db)")
         return SQLiteStore(path, url=url, create=create)
-    raise RecordsError(f"unsupported records URL scheme '{scheme}' in {url!r} (supported: sqlite)")
+    if scheme in ("postgresql", "postgres"):
+        from tensortune.records.postgres import PostgresStore
+
+        return PostgresStore(url, create=create)
+    raise RecordsError(f"unsupported records URL scheme '{scheme}' in {redact(url)!r} "
+                       "(supported: sqlite, postgresql)")  # fmt: skip
+
+
+def redact(url: str) -> str:
+    """``url`` as it may be shown: with ``***`` for a password."""
+    from tensortune.records.postgres import redact as without_password
+
+    return without_password(url)
 
 
 @contextlib.contextmanager
@@ -45,4 +59,4 @@ def records_from(records: str | RecordStore, *, create: bool = True) -> Iterator
         store.close()
 
 
-__all__ = ["DEFAULT_URL", "Record", "RecordStore", "open_records", "records_from"]
+__all__ = ["DEFAULT_URL", "Record", "RecordStore", "open_records", "records_from", "redact"]

@@ -175,3 +175,27 @@ def _import_hardware(store: RecordStore, src: Path, measured_here: bool) -> str:
         isa=(f"import-{digest.hexdigest()[:12]}",),
     )
     return store.register_hardware(stand_in)
+
+
+def copy_records(src: RecordStore, dst: RecordStore, *, chunk: int = 2000) -> Transfer:
+    """Copy every workload, hardware description, task source and record of ``src`` into
+    ``dst`` (any two URLs: SQLite to PostgreSQL and back).  Records keep their ``uid``, so
+    copying again, or after an interrupted copy, adds only what ``dst`` lacks; each chunk of
+    records is one transaction."""
+    from dataclasses import replace
+
+    from tensortune.records.schema import TaskSource
+
+    for hardware in src.hardware().values():
+        dst.register_hardware(hardware)
+    ids = {w.id: dst.workload_id(w.mod(), w.name) for w in src.workloads()}
+    dst.add_task_sources(TaskSource(s.network, ids[s.workload_id], s.task_name, s.weight)
+                         for s in src.task_sources())  # fmt: skip
+    before, total = dst.count(), 0
+    for old, new in ids.items():
+        records = [replace(r, workload_id=new) for r in src.query(workload_id=old)]
+        total += len(records)
+        for k in range(0, len(records), chunk):
+            dst.add(records[k : k + chunk])
+    added = dst.count() - before
+    return Transfer(len(ids), added, skipped=total - added)

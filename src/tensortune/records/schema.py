@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import statistics
 from dataclasses import dataclass, field
 
 # Bump with a migration in sqlite.py whenever the tables change.
 # v2: task_sources (which networks a workload is a task of, and how often it occurs there).
-SCHEMA_VERSION = 2
+# v3: records.trace_hash (what leases name a candidate by), records.uid (a record committed
+#     twice, by a retried transaction or a second copy between stores, is kept once) and
+#     claims (the leases of candidates being measured; ``RecordStore.claim``).
+SCHEMA_VERSION = 3
+
+
+def trace_hash(trace: str) -> str:
+    """The name of a candidate in leases and copies: a digest of its trace's JSON text."""
+    return hashlib.sha256(trace.encode()).hexdigest()[:32]
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +40,8 @@ class Record:
     tvm_version: str = ""
     created_at: float = 0.0
     id: int | None = field(default=None, compare=False)
+    # Given by the store that first commits the record, kept by every copy of it.
+    uid: str = field(default="", compare=False)
 
     @property
     def ok(self) -> bool:

@@ -7,7 +7,7 @@ interface, so resuming is simply opening the same URL again.
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 
 from tensortune.hardware import Hardware
 from tensortune.records.schema import Record, StoredWorkload, TaskSource
@@ -39,7 +39,9 @@ class RecordStore(abc.ABC):
 
     @abc.abstractmethod
     def add(self, records: Iterable[Record]) -> None:
-        """Commit records atomically: all of them or, on any error, none."""
+        """Commit records atomically: all of them or, on any error, none.  A record whose
+        ``uid`` the store already holds is not added again; the leases on the candidates
+        committed end in the same transaction."""
 
     @abc.abstractmethod
     def query(
@@ -74,6 +76,28 @@ class RecordStore(abc.ABC):
     def summary(self) -> list[tuple]:
         """Per (workload, hardware, target): name, workload id, hardware id, target, record
         count, successful count, best cost (seconds, None if nothing succeeded)."""
+
+    # -- leases: several workers, one budget, no candidate measured twice ----------------------
+
+    @abc.abstractmethod
+    def claim(self, workload_id: int, hardware_id: str, target: str, hashes: Sequence[str], *,
+              worker: str, seconds: float) -> list[str]:  # fmt: skip
+        """Lease the candidates named by ``hashes`` (``schema.trace_hash``) to ``worker`` for
+        ``seconds``; returns those it now holds, leaving out the ones already measured and
+        the ones another worker holds."""
+
+    @abc.abstractmethod
+    def release(self, worker: str) -> None:
+        """End every lease ``worker`` holds (its batch was not measured)."""
+
+    @abc.abstractmethod
+    def lease_holders(self) -> set[str]:
+        """The workers that hold leases, live or expired."""
+
+    @abc.abstractmethod
+    def leased(self, workload_ids: Sequence[int], hardware_id: str, target: str, *,
+               worker: str = "") -> dict[int, int]:  # fmt: skip
+        """Per workload, the candidates that workers other than ``worker`` hold now."""
 
     @abc.abstractmethod
     def close(self) -> None: ...

@@ -38,7 +38,15 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from tensortune.compat import ArgInfo, MeasureCandidate, derived_object, ms, structural_hash, tvm
+from tensortune.compat import (
+    ArgInfo,
+    MeasureCandidate,
+    PySearchStrategy,
+    derived_object,
+    ms,
+    structural_hash,
+    tvm,
+)
 from tensortune.costmodel.timed import TimedCostModel
 from tensortune.errors import TensortuneError
 from tensortune.hardware import Platform, current_hardware, target_key
@@ -48,8 +56,6 @@ from tensortune.search.analyzer.machine import machine_for
 from tensortune.search.analyzer.roofline import Analyzer
 from tensortune.search.blend import TrustBlend
 from tensortune.search.build_cost import BuildCosts, cost_aware_order, unroll_step
-
-PySearchStrategy = ms.search_strategy.PySearchStrategy
 
 # The settings of DraftThenVerify a user may change by name (the CLI's ``--draft-option k=v``),
 # with their smallest and largest values; type and default are the constructor's.

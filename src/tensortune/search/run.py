@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from tensortune.hardware import Platform
     from tensortune.measure.session import MeasureSession
     from tensortune.records.storage import RecordStore
+    from tensortune.search.leases import SharedBudget
     from tensortune.workloads.task import Task
 
 # (index of the task in the list handed over, the batch's records)
@@ -43,20 +44,27 @@ def run_search(
     seed: int = 0,
     run_id: str = "",
     on_batch: OnBatch | None = None,
+    budget: SharedBudget | None = None,
 ) -> None:
     """Measure up to ``trials`` candidates of ``tasks`` (at most ``max_trials_per_task`` each)
     into ``store``; ``strategy`` is a prototype each task gets a clone of, ``cost_model`` a
-    MetaSchedule cost model shared by all.  MetaSchedule's logs go to ``work_dir/logs``."""
+    MetaSchedule cost model shared by all.  MetaSchedule's logs go to ``work_dir/logs``.
+    With ``budget``, the workers sharing ``store`` split it, no candidate measured twice."""
     from tensortune.compat import ms
     from tensortune.records.ms_callback import RecordToStore
     from tensortune.records.ms_database import StoreDatabase
+    from tensortune.search.leases import Leased
     from tensortune.search.space import tune_context
+
+    def task_strategy(wid: int) -> object:
+        own = strategy_for_task(strategy, session.builder)
+        return own if budget is None else Leased(own, budget, wid)
 
     loggers = _task_loggers(work_dir, [t.name for t in tasks])
     contexts = [
         tune_context(t.mod, platform, seed=seed + i, task_name=t.name, logger=lg,
-                     strategy=strategy_for_task(strategy, session.builder))
-        for i, (t, lg) in enumerate(zip(tasks, loggers, strict=True))
+                     strategy=task_strategy(wid))
+        for i, (t, wid, lg) in enumerate(zip(tasks, workload_ids, loggers, strict=True))
     ]  # fmt: skip
     callbacks = [
         RecordToStore(store, workload_ids=workload_ids, hardware_id=platform.hardware.id,

@@ -225,20 +225,27 @@ def _search(store: RecordStore, plan: TunePlan, session: Callable[[], MeasureSes
     remaining = trials - sum(done)
     todo = [i for i, d in enumerate(done) if d < cap]
     if remaining > 0 and todo:
+        from tensortune.search.leases import SharedBudget
 
         def on_batch(k: int, batch: list[Record]) -> None:
             if progress is not None:
                 i = todo[k]
                 progress.batch(i, tasks[i], batch, _task_result(store, tasks[i], where[i]))
 
-        with session() as measure:
-            measure.add_references([tasks[i] for i in todo])
-            run_search(store, [tasks[i] for i in todo], [wids[i] for i in todo], platform,
-                       measure, trials=remaining, max_trials_per_task=min(cap, remaining),
-                       strategy=plan.strategy, cost_model=plan.cost_model, work_dir=work,
-                       trials_per_round=_per_round(plan.trials_per_round, remaining, len(todo)),
-                       task_scheduler=task_scheduler, seed=seed, run_id=run_id,
-                       on_batch=on_batch)  # fmt: skip
+        # Other processes may tune the same tasks into the same store: the budget is theirs too.
+        budget = SharedBudget(store, wids, hw_id, platform.key, trials, cap)
+        try:
+            with session() as measure:
+                measure.add_references([tasks[i] for i in todo])
+                run_search(store, [tasks[i] for i in todo], [wids[i] for i in todo], platform,
+                           measure, trials=remaining, max_trials_per_task=min(cap, remaining),
+                           strategy=plan.strategy, cost_model=plan.cost_model, work_dir=work,
+                           trials_per_round=_per_round(plan.trials_per_round, remaining,
+                                                       len(todo)),
+                           task_scheduler=task_scheduler, seed=seed, run_id=run_id,
+                           on_batch=on_batch, budget=budget)  # fmt: skip
+        finally:
+            budget.close()
     result.tasks = [_task_result(store, t, w) for t, w in zip(tasks, where, strict=True)]
     return result
 

@@ -1,0 +1,351 @@
+"""What the SQL stores share: the tables, the queries and the leases, written once.
+
+SQLite (``sqlite.py``) and PostgreSQL (``postgres.py``) differ in how they connect, how a
+transaction starts, what an error means, a few words of DDL and the placeholder; every query
+here is written with ``?`` and run through the dialect's cursor.
+
+Leases (``claims``) keep two workers from measuring the same candidate: a worker claims the
+candidates of a batch before it measures them, and the transaction that commits their records
+drops their claims.  A claim expires by the database's clock, so the claims of a worker that
+died are free again after ``seconds``, whichever machine's clock is off.
+"""
+
+from __future__ import annotations
+
+import abc
+import json
+import time
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, Protocol, TypeVar
+
+from tensortune.errors import RecordsError
+from tensortune.hardware import Hardware
+from tensortune.records.schema import (
+    SCHEMA_VERSION,
+    Record,
+    StoredWorkload,
+    TaskSource,
+    trace_hash,
+)
+from tensortune.records.storage import RecordStore
+
+T = TypeVar("T")
+
+# {serial}: an auto-numbered primary key; {real}: a double.
+TABLES = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS hardware (id TEXT PRIMARY KEY, description TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS workloads (
+    id {serial},
+    shash TEXT NOT NULL,
+    name TEXT NOT NULL,
+    mod_json TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS workloads_shash ON workloads (shash);
+CREATE TABLE IF NOT EXISTS records (
+    id {serial},
+    workload_id INTEGER NOT NULL REFERENCES workloads (id),
+    hardware_id TEXT NOT NULL REFERENCES hardware (id),
+    target TEXT NOT NULL,
+    trace TEXT NOT NULL,
+    args_info TEXT NOT NULL,
+    run_secs TEXT NOT NULL,
+    cost {real},
+    status TEXT NOT NULL,
+    error TEXT,
+    run_id TEXT NOT NULL,
+    tvm_version TEXT NOT NULL,
+    created_at {real} NOT NULL,
+    trace_hash TEXT NOT NULL DEFAULT '',
+    uid TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX IF NOT EXISTS records_lookup ON records (workload_id, hardware_id, target, cost);
+CREATE TABLE IF NOT EXISTS task_sources (
+    network TEXT NOT NULL,
+    workload_id INTEGER NOT NULL REFERENCES workloads (id),
+    task_name TEXT NOT NULL,
+    weight INTEGER NOT NULL,
+    PRIMARY KEY (network, workload_id)
+);
+CREATE UNIQUE INDEX IF NOT EXISTS records_uid ON records (uid);
+CREATE INDEX IF NOT EXISTS records_trace ON records (workload_id, hardware_id, target, trace_hash);
+CREATE TABLE IF NOT EXISTS claims (
+    workload_id INTEGER NOT NULL,
+    hardware_id TEXT NOT NULL,
+    target TEXT NOT NULL,
+    trace_hash TEXT NOT NULL,
+    worker TEXT NOT NULL,
+    expires_at {real} NOT NULL,
+    PRIMARY KEY (workload_id, hardware_id, target, trace_hash)
+);
+"""
+
+# The table names a tensortune store has; a database holding some of them but no ``meta``
+# belongs to someone else.
+TABLE_NAMES = ("meta", "hardware", "workloads", "records", "task_sources", "claims")
+
+COLUMNS = (
+    "workload_id, hardware_id, target, trace, args_info, run_secs, status, error, run_id, "
+    "tvm_version, created_at, id, uid"
+)
+
+
+def statements(ddl: str) -> list[str]:
+    return [s.strip() for s in ddl.split(";") if s.strip()]
+
+
+def row_to_record(row: tuple) -> Record:
+    w, h, t, trace, args, secs, status, err, run, ver, at, rid, uid = row
+    return Record(w, h, t, trace, args, tuple(json.loads(secs)), status, err, run, ver, at, rid,
+                  uid)  # fmt: skip
+
+
+class Cursor(Protocol):
+    def execute(self, sql: str, params: Sequence[Any] = ...) -> Any: ...
+
+    def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> Any: ...
+
+
+class SQLStore(RecordStore):
+    """A records store in a SQL database; subclasses connect and say how to run a write."""
+
+    # How errors name the store: a file path, or a URL without its password.
+    name: str
+    # SQL for the database's clock in seconds since the epoch (leases expire by it).
+    NOW: str
+
+    def __init__(self) -> None:
+        self._workload_cache: dict[str, list[tuple[int, object]]] = {}
+
+    @abc.abstractmethod
+    def _write(self, fn: Callable[[Cursor], T]) -> T:
+        """Run ``fn`` in one transaction: committed whole, or not at all and RecordsError."""
+
+    @abc.abstractmethod
+    def _read(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]: ...
+
+    # -- schema ------------------------------------------------------------------------------
+
+    def _schema_version(self, meta: dict[str, str]) -> int:
+        """The version a ``meta`` table states, refused when it is not ours or too new."""
+        if meta.get("app") != "tensortune":
+            raise RecordsError(f"{self.name} is not a tensortune records store")
+        try:
+            version = int(meta.get("schema_version", "0"))
+        except ValueError:
+            raise RecordsError(
+                f"{self.name}: unreadable records schema version {meta['schema_version']!r}"
+            ) from None
+        if version > SCHEMA_VERSION:
+            raise RecordsError(
+                f"{self.name} has records schema v{version}; this tensortune reads up to "
+                f"v{SCHEMA_VERSION} (upgrade tensortune)"
+            )
+        if version < 1:
+            raise RecordsError(f"{self.name}: unknown old records schema v{version}")
+        return version
+
+    @staticmethod
+    def _create(cur: Cursor, ddl: str) -> None:
+        for statement in statements(ddl):
+            cur.execute(statement)
+        cur.execute(
+            "INSERT INTO meta VALUES ('app', 'tensortune'), ('schema_version', ?)",
+            (str(SCHEMA_VERSION),),
+        )
+
+    def _lock_workloads(self, cur: Cursor) -> None:
+        """Keep other writers from adding a workload until this transaction ends (SQLite's
+        write transactions already exclude each other)."""
+
+    # -- workloads and hardware --------------------------------------------------------------
+
+    def _known(self, mod, shash: str, rows: list[tuple]) -> int | None:
+        from tensortune.compat import structural_equal, tvm
+
+        cached = self._workload_cache.setdefault(shash, [])
+        ids = {wid for wid, _ in cached}
+        cached += [(i, tvm.ir.load_json(text)) for i, text in rows if i not in ids]
+        return next((wid for wid, other in cached if structural_equal(mod, other)), None)
+
+    def workload_id(self, mod, name: str = "", *, create: bool = True) -> int | None:
+        from tensortune.compat import structural_hash, tvm
+
+        shash = structural_hash(mod)
+        select = "SELECT id, mod_json FROM workloads WHERE shash = ?"
+        wid = self._known(mod, shash, [] if shash in self._workload_cache else
+                          self._read(select, (shash,)))  # fmt: skip
+        if wid is not None or not create:
+            return wid
+
+        def insert(cur: Cursor) -> int:
+            # Another process may have added it since we looked: look again under the lock.
+            self._lock_workloads(cur)
+            found = self._known(mod, shash, cur.execute(select, (shash,)).fetchall())
+            if found is not None:
+                return found
+            row = cur.execute(
+                "INSERT INTO workloads (shash, name, mod_json) VALUES (?, ?, ?) RETURNING id",
+                (shash, name, tvm.ir.save_json(mod)),
+            ).fetchone()
+            return int(row[0])
+
+        wid = self._write(insert)
+        if all(i != wid for i, _ in self._workload_cache[shash]):
+            self._workload_cache[shash].append((wid, mod))
+        return wid
+
+    def workload(self, workload_id: int) -> StoredWorkload:
+        rows = self._read("SELECT id, shash, name, mod_json FROM workloads WHERE id = ?",
+                          (workload_id,))  # fmt: skip
+        if not rows:
+            raise RecordsError(f"no workload {workload_id} in {self.name}")
+        return StoredWorkload(*rows[0])
+
+    def workloads(self) -> list[StoredWorkload]:
+        rows = self._read("SELECT id, shash, name, mod_json FROM workloads ORDER BY id")
+        return [StoredWorkload(*r) for r in rows]
+
+    def register_hardware(self, hardware: Hardware) -> str:
+        self._write(lambda cur: cur.execute(
+            "INSERT INTO hardware VALUES (?, ?) ON CONFLICT (id) DO NOTHING",
+            (hardware.id, hardware.to_json())))  # fmt: skip
+        return hardware.id
+
+    def hardware(self) -> dict[str, Hardware]:
+        return {i: Hardware.from_json(d) for i, d in self._read("SELECT * FROM hardware")}
+
+    # -- records -----------------------------------------------------------------------------
+
+    def add(self, records: Iterable[Record]) -> None:
+        # uids are fixed before the first try, so a retried transaction adds nothing twice.
+        rows = [
+            (
+                r.workload_id, r.hardware_id, r.target, r.trace, r.args_info,
+                json.dumps(list(r.run_secs)), r.cost if r.ok else None, r.status, r.error,
+                r.run_id, r.tvm_version, r.created_at or time.time(), trace_hash(r.trace),
+                r.uid or uuid.uuid4().hex,
+            )
+            for r in records
+        ]  # fmt: skip
+        if not rows:
+            return
+
+        def insert(cur: Cursor) -> None:
+            cur.executemany(
+                "INSERT INTO records (workload_id, hardware_id, target, trace, args_info, "
+                "run_secs, cost, status, error, run_id, tvm_version, created_at, trace_hash, uid) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (uid) DO NOTHING",
+                rows,
+            )
+            # Measured now: the leases on these candidates have done their work.
+            cur.executemany(
+                "DELETE FROM claims WHERE workload_id = ? AND hardware_id = ? AND target = ? "
+                "AND trace_hash = ?",
+                sorted({(r[0], r[1], r[2], r[12]) for r in rows}),
+            )
+
+        self._write(insert)
+
+    @staticmethod
+    def _where(workload_id, hardware_id, target, ok_only=False) -> tuple[str, tuple]:
+        clauses, params = [], []
+        for column, value in (("workload_id", workload_id), ("hardware_id", hardware_id),
+                              ("target", target)):  # fmt: skip
+            if value is not None:
+                clauses.append(f"{column} = ?")
+                params.append(value)
+        if ok_only:
+            clauses.append("cost IS NOT NULL")
+        return (" WHERE " + " AND ".join(clauses) if clauses else ""), tuple(params)
+
+    def query(self, *, workload_id=None, hardware_id=None, target=None, ok_only=False,
+              best_first=False, limit=None) -> Iterator[Record]:  # fmt: skip
+        where, params = self._where(workload_id, hardware_id, target, ok_only)
+        order = " ORDER BY cost IS NULL, cost, id" if best_first else " ORDER BY id"
+        tail = f" LIMIT {int(limit)}" if limit is not None else ""
+        for row in self._read(f"SELECT {COLUMNS} FROM records{where}{order}{tail}", params):
+            yield row_to_record(row)
+
+    def count(self, *, workload_id=None, hardware_id=None, target=None, ok_only=False) -> int:
+        where, params = self._where(workload_id, hardware_id, target, ok_only)
+        return int(self._read(f"SELECT count(*) FROM records{where}", params)[0][0])
+
+    def add_task_sources(self, sources: Iterable[TaskSource]) -> None:
+        rows = [(s.network, s.workload_id, s.task_name, s.weight) for s in sources]
+        upsert = (
+            "INSERT INTO task_sources VALUES (?, ?, ?, ?) ON CONFLICT (network, workload_id) "
+            "DO UPDATE SET task_name = excluded.task_name, weight = excluded.weight"
+        )
+        self._write(lambda cur: cur.executemany(upsert, rows))
+
+    def task_sources(self, network: str | None = None) -> list[TaskSource]:
+        where, params = (" WHERE network = ?", (network,)) if network else ("", ())
+        rows = self._read(f"SELECT * FROM task_sources{where} ORDER BY network, workload_id",
+                          params)  # fmt: skip
+        return [TaskSource(*r) for r in rows]
+
+    def summary(self) -> list[tuple]:
+        return [tuple(r) for r in self._read(
+            "SELECT w.name, r.workload_id, r.hardware_id, r.target, count(*), "
+            "count(r.cost), min(r.cost) FROM records r JOIN workloads w ON w.id = r.workload_id "
+            "GROUP BY w.name, r.workload_id, r.hardware_id, r.target "
+            "ORDER BY r.workload_id, r.hardware_id, r.target"
+        )]  # fmt: skip
+
+    # -- leases ------------------------------------------------------------------------------
+
+    def claim(self, workload_id: int, hardware_id: str, target: str, hashes: Sequence[str], *,
+              worker: str, seconds: float) -> list[str]:  # fmt: skip
+        wanted = list(dict.fromkeys(hashes))
+        if not wanted:
+            return []
+
+        def take(cur: Cursor) -> list[str]:
+            key = (workload_id, hardware_id, target)
+            held = []
+            for h in wanted:
+                row = cur.execute(
+                    "INSERT INTO claims VALUES (?, ?, ?, ?, ?, " + self.NOW + " + ?) "
+                    "ON CONFLICT (workload_id, hardware_id, target, trace_hash) DO UPDATE "
+                    "SET worker = excluded.worker, expires_at = excluded.expires_at "
+                    "WHERE claims.expires_at < " + self.NOW + " OR claims.worker = excluded.worker "
+                    "RETURNING trace_hash",
+                    (*key, h, worker, float(seconds)),
+                ).fetchone()
+                if row is not None:
+                    held.append(h)
+            # Read after claiming: a worker whose commit we waited on is seen now.
+            marks = ", ".join("?" * len(held))
+            measured = {r[0] for r in cur.execute(
+                "SELECT DISTINCT trace_hash FROM records WHERE workload_id = ? AND "
+                f"hardware_id = ? AND target = ? AND trace_hash IN ({marks})", (*key, *held),
+            ).fetchall()} if held else set()  # fmt: skip
+            cur.executemany(
+                "DELETE FROM claims WHERE workload_id = ? AND hardware_id = ? AND target = ? "
+                "AND trace_hash = ? AND worker = ?",
+                [(*key, h, worker) for h in sorted(measured)],
+            )
+            return [h for h in held if h not in measured]
+
+        return self._write(take)
+
+    def release(self, worker: str) -> None:
+        self._write(lambda cur: cur.execute("DELETE FROM claims WHERE worker = ?", (worker,)))
+
+    def lease_holders(self) -> set[str]:
+        return {r[0] for r in self._read("SELECT DISTINCT worker FROM claims")}
+
+    def leased(self, workload_ids: Sequence[int], hardware_id: str, target: str, *,
+               worker: str = "") -> dict[int, int]:  # fmt: skip
+        if not workload_ids:
+            return {}
+        marks = ", ".join("?" * len(workload_ids))
+        rows = self._read(
+            "SELECT workload_id, count(*) FROM claims WHERE hardware_id = ? AND target = ? "
+            f"AND worker <> ? AND expires_at > {self.NOW} AND workload_id IN ({marks}) "
+            "GROUP BY workload_id",
+            (hardware_id, target, worker, *workload_ids),
+        )
+        return {int(w): int(n) for w, n in rows}

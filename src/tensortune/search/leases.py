@@ -1,0 +1,145 @@
+"""Several workers, one budget: tuners and collectors that share a records store split its
+budget and never measure the same candidate twice.
+
+Resuming already counts what the store holds; leases (``RecordStore.claim``) add what the other
+workers are measuring right now.  Before a batch is measured, :class:`Leased` claims its
+candidates and keeps only those it got, up to what the shared budget still allows; the
+transaction that commits their records ends the leases.  A worker that dies leaves leases that
+expire after ``seconds`` by the database's clock; on its own machine a rerun frees them at once
+(the process that held them is gone), so a killed run loses at most the batch it had in flight.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import psutil
+
+from tensortune.compat import PySearchStrategy, derived_object
+from tensortune.records.convert import trace_text
+from tensortune.records.schema import trace_hash
+from tensortune.records.storage import RecordStore
+
+# How long a claim lasts: longer than any batch takes to build and run, short enough that
+# the budget a dead worker on another machine held comes back within minutes.
+LEASE_SECONDS = 600.0
+
+
+def worker_name() -> str:
+    """This process, as leases name it: host, pid and the process's start time (a pid is
+    reused; a pid with its start time is not)."""
+    started = int(psutil.Process().create_time() * 1000)
+    return f"{socket.gethostname()}/{os.getpid()}/{started}/{uuid.uuid4().hex[:6]}"
+
+
+def _gone(worker: str) -> bool:
+    """True when ``worker`` ran on this machine and its process no longer runs."""
+    parts = worker.split("/")
+    if len(parts) != 4 or parts[0] != socket.gethostname():
+        return False
+    try:
+        pid, started = int(parts[1]), int(parts[2])
+        return int(psutil.Process(pid).create_time() * 1000) != started
+    except (ValueError, psutil.NoSuchProcess):
+        return True
+    except psutil.Error:  # not ours to inspect: assume it lives
+        return False
+
+
+@dataclass
+class SharedBudget:
+    """``total`` measurements of ``workload_ids`` on one hardware/target, at most ``per_task``
+    of any one, counted over every worker of ``store``."""
+
+    store: RecordStore
+    workload_ids: Sequence[int]
+    hardware_id: str
+    target: str
+    total: int
+    per_task: int
+    worker: str = field(default_factory=worker_name)
+    seconds: float = LEASE_SECONDS
+
+    def __post_init__(self) -> None:
+        for other in self.store.lease_holders():
+            if other != self.worker and _gone(other):
+                self.store.release(other)
+
+    def left(self, workload_id: int) -> int:
+        """How many more of ``workload_id`` this worker may measure now."""
+        key = {"hardware_id": self.hardware_id, "target": self.target}
+        done = {w: self.store.count(workload_id=w, **key) for w in self.workload_ids}
+        held = self.store.leased(self.workload_ids, worker=self.worker, **key)
+        overall = self.total - sum(done.values()) - sum(held.values())
+        task = self.per_task - done.get(workload_id, 0) - held.get(workload_id, 0)
+        return max(0, min(overall, task))
+
+    def claim(self, workload_id: int, hashes: Sequence[str], limit: int) -> set[str]:
+        """Lease up to ``limit`` of ``hashes``, in their order; the ones leased."""
+        held: set[str] = set()
+        pos = 0
+        while len(held) < limit and pos < len(hashes):
+            take = list(hashes[pos : pos + limit - len(held)])
+            pos += len(take)
+            held.update(self.store.claim(workload_id, self.hardware_id, self.target, take,
+                                         worker=self.worker, seconds=self.seconds))  # fmt: skip
+        return held
+
+    def close(self) -> None:
+        """End the leases left (candidates drawn but never measured)."""
+        self.store.release(self.worker)
+
+
+@derived_object
+class Leased(PySearchStrategy):
+    """``inner``'s candidates, less those measured or leased by other workers, and no more
+    than ``budget`` allows; ``inner`` is asked again (``tries`` times) when none is left."""
+
+    def __init__(self, inner: object, budget: SharedBudget, workload_id: int,
+                 tries: int = 4) -> None:  # fmt: skip
+        super().__init__()
+        self.inner = inner
+        self.budget = budget
+        self.workload_id = workload_id
+        self.tries = tries
+
+    def _initialize_with_tune_context(self, context) -> None:
+        self.inner._initialize_with_tune_context(context)
+
+    def pre_tuning(self, max_trials: int, num_trials_per_iter: int, design_spaces, database=None,
+                   cost_model=None) -> None:  # fmt: skip
+        self.inner.pre_tuning(max_trials, num_trials_per_iter, design_spaces, database,
+                              cost_model)  # fmt: skip
+
+    def post_tuning(self) -> None:
+        self.inner.post_tuning()
+
+    def generate_measure_candidates(self):
+        for _ in range(self.tries):
+            left = self.budget.left(self.workload_id)
+            if left <= 0:
+                return None
+            cands = self.inner.generate_measure_candidates()
+            if cands is None:
+                return None
+            hashes = [trace_hash(trace_text(c.sch.trace)) for c in cands]
+            held = self.budget.claim(self.workload_id, hashes, left)
+            picked, seen = [], set()
+            for c, h in zip(cands, hashes, strict=True):
+                if h in held and h not in seen:
+                    seen.add(h)
+                    picked.append(c)
+            if picked:
+                return picked
+            self.inner.notify_runner_results([], [])  # that whole batch was someone else's
+        return None
+
+    def notify_runner_results(self, measure_candidates, results) -> None:
+        self.inner.notify_runner_results(measure_candidates, results)
+
+    def clone(self) -> Leased:
+        return Leased(self.inner.clone(), self.budget, self.workload_id, self.tries)

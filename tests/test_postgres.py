@@ -1,0 +1,142 @@
+"""The PostgreSQL records store on a real server (``postgres_server.py``): what differs from
+SQLite (the store's own tests run on both, in ``test_records.py``), copies between any two URLs,
+passwords kept out of every output, and two tuners sharing one database and one budget."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import psycopg
+import pytest
+from conftest import Cli, fill
+from postgres_server import PASSWORD
+
+from tensortune.errors import RecordsError
+from tensortune.records import open_records
+from tensortune.records.schema import SCHEMA_VERSION
+
+MM = "matmul:16,16,16"
+SM = "softmax:4,8"
+
+
+def _sql(url: str, *statements: str) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        for s in statements:
+            conn.execute(s)
+
+
+def test_the_password_never_shows(postgres_url: str, cli: Cli) -> None:
+    with open_records(postgres_url) as store:
+        assert PASSWORD not in store.url and "***" in store.url
+        fill(store, MM, [1e-3])
+    code, out, err = cli("records", "stats", "--records", postgres_url, "--json")
+    assert code == 0 and PASSWORD not in out + err
+    assert json.loads(out)["records"] == 1
+    code, out, err = cli("records", "stats", "--records", postgres_url)
+    assert code == 0 and PASSWORD not in out + err and "***" in out
+    wrong = postgres_url.replace(PASSWORD, PASSWORD + "-wrong")
+    code, out, err = cli("records", "stats", "--records", wrong)
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and err.startswith("error: --records:")
+    assert "password authentication failed" in err and PASSWORD not in err
+
+
+def test_a_server_that_is_not_there_is_one_line(cli: Cli) -> None:
+    code, _, err = cli("records", "stats", "--records", "postgresql://u:sekrit@127.0.0.1:1/db")
+    assert code == 2 and err.count("\n") == 1 and "cannot connect" in err
+    assert "sekrit" not in err
+
+
+def test_a_database_of_another_application_is_refused(postgres_url: str) -> None:
+    _sql(postgres_url, "CREATE TABLE records (id int)")
+    with pytest.raises(RecordsError, match="another application"):
+        open_records(postgres_url)
+    with psycopg.connect(postgres_url) as conn:  # and left as it was
+        tables = conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
+        assert [t for (t,) in tables] == ["records"]
+
+
+def test_a_newer_schema_is_refused(postgres_url: str) -> None:
+    open_records(postgres_url).close()
+    _sql(postgres_url, f"UPDATE meta SET value = '{SCHEMA_VERSION + 1}' "
+                       "WHERE key = 'schema_version'")  # fmt: skip
+    with pytest.raises(RecordsError, match=f"schema v{SCHEMA_VERSION + 1}.*upgrade tensortune"):
+        open_records(postgres_url)
+
+
+def test_reading_an_empty_database_writes_nothing(postgres_url: str) -> None:
+    with pytest.raises(RecordsError, match="no tensortune records store"):
+        open_records(postgres_url, create=False)
+    with psycopg.connect(postgres_url) as conn:
+        assert conn.execute("SELECT count(*) FROM pg_tables WHERE schemaname = 'public'"
+                            ).fetchone() == (0,)  # fmt: skip
+
+
+def test_records_copy_between_sqlite_and_postgresql_both_ways(postgres_url: str, cli: Cli,
+                                                             tmp_path: Path) -> None:  # fmt: skip
+    from conftest import other_hardware
+
+    from tensortune.records.schema import TaskSource
+
+    src = f"sqlite:///{tmp_path / 'a.db'}"
+    with open_records(src) as store:
+        fill(store, MM, [3e-3, None, 1e-3])
+        fill(store, SM, [5e-4], hardware=other_hardware())
+        store.add_task_sources([TaskSource("net", 1, "mm", 2)])
+        want = sorted((r.uid, r.cost, r.status, r.hardware_id) for r in store.query())
+    code, out, err = cli("records", "export", postgres_url, "--records", src)
+    assert code == 0, err
+    assert "exported 4 records of 2 workloads" in out and PASSWORD not in out
+    code, out, _ = cli("records", "export", postgres_url, "--records", src)  # again: nothing new
+    assert code == 0 and "exported 0 records" in out and "(4 already there)" in out
+    back = f"sqlite:///{tmp_path / 'b.db'}"
+    code, out, err = cli("records", "import", postgres_url, "--records", back)
+    assert code == 0, err
+    for url in (postgres_url, back):
+        with open_records(url, create=False) as store:
+            assert sorted((r.uid, r.cost, r.status, r.hardware_id) for r in store.query()) == want
+            assert len(store.hardware()) == 2
+            assert [s.task_name for s in store.task_sources()] == ["mm"]
+
+
+def _tune(url: str, work: Path, trials: int) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "tensortune.cli.app", "tune", "--workload", "matmul:64,64,64",
+         "--workload", "softmax:4,256", "--trials", str(trials), "--trials-per-round", "8",
+         # MetaSchedule's cheapest strategy: what is tested is the sharing, not the search
+         "--strategy", "replay-trace", "--cost-model", "random",
+         "--records", url, "--work-dir", str(work), "--json"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "TVM_NUM_THREADS": "1"},
+    )  # fmt: skip
+
+
+def test_two_tuners_on_one_database_share_the_budget_and_measure_nothing_twice(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    trials, per_round = 48, 8
+    runs = [_tune(postgres_url, tmp_path / f"w{i}", trials) for i in range(2)]
+    outs = [p.communicate(timeout=240) for p in runs]
+    for p, (out, err) in zip(runs, outs, strict=True):
+        assert p.returncode == 0, err[-2000:]
+        assert PASSWORD not in out + err
+    results = [json.loads(out) for out, _ in outs]
+    with psycopg.connect(postgres_url) as conn:
+        total, distinct = conn.execute(
+            "SELECT count(*), count(DISTINCT (workload_id, trace_hash)) FROM records"
+        ).fetchone()
+        per_worker = dict(conn.execute("SELECT run_id, count(*) FROM records GROUP BY run_id"))
+        leases = conn.execute("SELECT count(*) FROM claims").fetchone()[0]
+    assert distinct == total  # no candidate measured twice
+    assert trials <= total <= trials + 2 * per_round  # about N together, a round more at most
+    assert sorted(per_worker) == sorted(r["run_id"] for r in results)  # both measured
+    assert all(n > 0 for n in per_worker.values())
+    assert leases == 0  # every lease ended with its commit or the run
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__]))
