@@ -79,7 +79,7 @@ BAD_INPUTS = {
         ["garbage.db", "not a tensortune cost model file"],
     ),
     "records scheme": (
-        ["records", "stats", "--records", "postgresql://host/db"],
+        ["records", "stats", "--records", "mysql://host/db"],
         ["unsupported records URL scheme"],
     ),
 }

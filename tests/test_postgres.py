@@ -136,6 +136,50 @@ def test_two_tuners_on_one_database_share_the_budget_and_measure_nothing_twice(
     assert sorted(per_worker) == sorted(r["run_id"] for r in results)  # both measured
     assert all(n > 0 for n in per_worker.values())
     assert leases == 0  # every lease ended with its commit or the run
+    logs = [f for f in tmp_path.rglob("*") if f.is_file()]
+    assert logs and not [f for f in logs if PASSWORD.encode() in f.read_bytes()]
+
+
+_COLLECTOR = """
+import sys, torch
+from tensortune.collect import collect
+from tensortune.compat import tvm
+from tensortune.hardware import HardwareConfig
+from tensortune.workloads.models import load_model
+torch.manual_seed(0)
+net = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU(), torch.nn.Linear(16, 8)).eval()
+config = HardwareConfig("one-core", {"kind": "llvm", "num-cores": 1}, "1 core")
+model = load_model(net, example_inputs=(torch.randn(2, 16),),
+                   target=tvm.target.Target(config.target), name="tiny")
+collect([model], configs=[config], programs_per_task=12, records=sys.argv[1],
+        work_dir=sys.argv[2], worker=True)
+"""
+
+
+def test_collectors_on_one_database_split_the_work(postgres_url: str, tmp_path: Path) -> None:
+    from tensortune.collect.programs import BATCH
+
+    runs = [
+        subprocess.Popen([sys.executable, "-c", _COLLECTOR, postgres_url, str(tmp_path / f"w{i}")],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env={**os.environ, "TVM_NUM_THREADS": "1"})
+        for i in range(2)
+    ]  # fmt: skip
+    for p in runs:
+        _, err = p.communicate(timeout=240)
+        assert p.returncode == 0, err[-2000:]
+    with psycopg.connect(postgres_url) as conn:
+        per_task = conn.execute(
+            "SELECT workload_id, count(*), count(DISTINCT trace_hash) FROM records "
+            "GROUP BY workload_id"
+        ).fetchall()
+        workers = conn.execute("SELECT count(DISTINCT run_id) FROM records").fetchone()[0]
+        tasks = conn.execute("SELECT count(*) FROM workloads").fetchone()[0]
+    assert len(per_task) == tasks >= 2
+    for _, n, distinct in per_task:
+        assert n == distinct  # no program measured by both
+        assert 6 <= n <= 12 + BATCH  # the random half at least; a batch over at most
+    assert workers == 2
 
 
 if __name__ == "__main__":

@@ -53,3 +53,12 @@ def last_line(e: BaseException) -> str:
     lines = [ln.strip() for ln in str(e).strip().splitlines() if ln.strip()]
     text = lines[-1] if lines else type(e).__name__
     return text if len(text) <= 300 else text[:297] + "..."
+
+
+def shown(value: object, limit: int = 40) -> str:
+    """A value read from a file, fit for a one-line message: as it is when it is printable
+    text, else quoted with its line breaks and control characters escaped; cut to ``limit``."""
+    text = str(value)
+    if not text.isprintable():
+        text = repr(text)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -3,8 +3,9 @@
 Settings go to ``__init__`` and are kept as given; ``fit`` learns from scratch, ``update`` adds
 new measurements to what was learned; learned state lives in attributes ending in ``_``.
 ``save`` writes one zip file (``meta.json`` + the model's own state bytes) that
-``registry.load_cost_model`` checks before trusting: format version, feature schema and model
-kind.
+``registry.load_cost_model`` checks before trusting: format version, feature schema, model kind
+and settings; ``_restore`` reads the state as data (torch's weights-only unpickler, trees checked
+in ``trees.py``), refusing what does not fit.
 """
 
 from __future__ import annotations

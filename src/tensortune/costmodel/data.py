@@ -78,3 +78,16 @@ class ProgramSet:
             groups=np.array([codes[k] for k in keys], dtype=np.int64),
             labels=np.asarray([columns["label"][i] for i in keep], dtype=np.float64),
         )
+
+
+def one_program() -> ProgramSet:
+    """One program of one block and one trace instruction, all zeros: what a model's input
+    width is measured on, to check a model file against the features computed here."""
+    from tensortune import features as F
+
+    def zeros(*shape: int) -> np.ndarray:
+        return np.zeros(shape, np.float32)
+
+    return ProgramSet([zeros(1, F.PER_STORE_WIDTH)], [zeros(1, F.TOKEN_WIDTH)],
+                      zeros(1, F.WORKLOAD_WIDTH), zeros(1, F.HARDWARE_WIDTH),
+                      np.zeros(1, np.int64))  # fmt: skip

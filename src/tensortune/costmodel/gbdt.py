@@ -9,8 +9,9 @@ from __future__ import annotations
 import numpy as np
 
 from tensortune.costmodel.base import CostModel
-from tensortune.costmodel.data import ProgramSet
+from tensortune.costmodel.data import ProgramSet, one_program
 from tensortune.costmodel.progress import report
+from tensortune.costmodel.trees import lightgbm_booster, xgboost_booster
 
 
 def _pack_sum_objective(program_of_row: np.ndarray, labels: np.ndarray):
@@ -85,10 +86,7 @@ class XGBoostModel(CostModel):
         return bytes(self.booster_.save_raw("ubj"))
 
     def _restore(self, state: bytes) -> None:
-        import xgboost as xgb
-
-        self.booster_ = xgb.Booster()
-        self.booster_.load_model(bytearray(state))
+        self.booster_ = xgboost_booster(state, one_program().blocks()[0].shape[1])
 
 
 class LightGBMModel(CostModel):
@@ -138,6 +136,4 @@ class LightGBMModel(CostModel):
         return self.booster_.model_to_string().encode()
 
     def _restore(self, state: bytes) -> None:
-        import lightgbm as lgb
-
-        self.booster_ = lgb.Booster(model_str=state.decode())
+        self.booster_ = lightgbm_booster(state, one_program().blocks()[0].shape[1])

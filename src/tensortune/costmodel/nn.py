@@ -14,14 +14,16 @@ average seed and tuned slower (benchmarks/RESULTS.md, tenth session): one networ
 from __future__ import annotations
 
 import io
+import re
+import warnings
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from tensortune.costmodel.base import CostModel, to_bytes
-from tensortune.costmodel.data import ProgramSet
+from tensortune.costmodel.data import ProgramSet, one_program
 from tensortune.costmodel.progress import report
-from tensortune.errors import TensortuneError
+from tensortune.errors import TensortuneError, shown
 
 if TYPE_CHECKING:
     from torch import nn
@@ -97,16 +99,16 @@ class _RankModel(CostModel):
         # TenSet scales each feature by its maximum over the training set.
         self.scale_ = np.maximum(np.abs(rows).max(axis=0), 1e-6).astype(np.float32)
         self.width_ = rows.shape[1]
-        self.net_ = self._new_net()
+        self.net_ = self._new_net(self.width_)
         return self._train(data, self.epochs)
 
-    def _new_net(self) -> nn.Module:
+    def _new_net(self, width: int) -> nn.Module:
         """One network, or (``members`` > 1) a ``ModuleList`` of them from different weights."""
         from torch import nn
 
         if self.members == 1:
-            return self._build(self.width_)
-        return nn.ModuleList([self._build(self.width_) for _ in range(self.members)])
+            return self._build(width)
+        return nn.ModuleList([self._build(width) for _ in range(self.members)])
 
     def _nets(self) -> list[nn.Module]:
         from torch import nn
@@ -181,13 +183,61 @@ class _RankModel(CostModel):
         import torch
 
         # weights_only: torch's restricted unpickler builds tensors and plain containers and
-        # calls nothing else; the numpy names let it rebuild the (float) scale array that
-        # model files store beside the weights.
-        with torch.serialization.safe_globals(_NUMPY_ARRAY_GLOBALS):
-            saved = torch.load(io.BytesIO(state), weights_only=True)
+        # calls nothing else (a pickle that names any other callable is refused before it
+        # runs); the numpy names let it rebuild the (float) scale array that model files store
+        # beside the weights.
+        try:
+            # torch warns about pickle protocols it was not written with: stderr noise here
+            with torch.serialization.safe_globals(_NUMPY_ARRAY_GLOBALS), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                saved = torch.load(io.BytesIO(state), weights_only=True)
+        except Exception as e:
+            reason = _torch_load_failure(e)
+            raise TensortuneError(f"its weights cannot be read ({reason})") from None
+        self._check_saved(saved)
         self.scale_, self.width_ = saved["scale"], saved["width"]
-        self.net_ = self._new_net()
+        self.net_ = self._new_net(self.width_)
         self.net_.load_state_dict(saved["net"])
+
+    def _check_saved(self, saved: object) -> None:
+        """Refuse saved state that does not fit this model's settings and the features computed
+        here, before building the network: its settings (``hidden``, ``members``) come from the
+        file too, and a network built from wrong ones could be any size."""
+        import torch
+
+        width = self._rows(one_program()).shape[1]
+        if not isinstance(saved, dict) or not {"net", "scale", "width"} <= saved.keys():
+            raise TensortuneError("its state is not weights, input scale and width")
+        net, scale = saved["net"], saved["scale"]
+        if type(saved["width"]) is not int or saved["width"] != width:
+            raise TensortuneError(f"it reads {shown(saved['width'])} features per row, this "
+                                  f"tensortune computes {width}")  # fmt: skip
+        if not (isinstance(scale, np.ndarray) and scale.dtype == np.float32
+                and scale.shape == (width,)):  # fmt: skip
+            raise TensortuneError(f"its input scale is not {width} float32 numbers")
+        # Each member has weights of its own: more members than tensors is a lie, and building
+        # them could take any time.
+        if not isinstance(net, dict) or not 1 <= self.members <= len(net):
+            raise TensortuneError("its weights do not fit its settings")
+        with torch.device("meta"):  # shapes only: nothing allocated
+            expected = self._new_net(width).state_dict()
+        if {k: (v.shape, v.dtype) for k, v in expected.items()} != {
+            k: (getattr(v, "shape", None), getattr(v, "dtype", None)) for k, v in net.items()
+        }:
+            raise TensortuneError("its weights do not fit its settings")
+
+
+def _torch_load_failure(e: Exception) -> str:
+    """The gist of what ``torch.load`` refused, in a few words: its own text runs over many
+    lines, and advises loading without ``weights_only``, which would run the file's code."""
+    text = str(e)
+    called = re.search(r"GLOBAL ([\w.]+)", text)
+    if called:
+        return f"it would call {called.group(1)}: refused before anything ran"
+    boilerplate = ("Weights only load failed", "Check the documentation", "Please file an issue")
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    gist = [ln for ln in lines if not ln.startswith(boilerplate)] or [type(e).__name__]
+    return gist[0].split(". ")[0][:200]
 
 
 _multiarray = np._core.multiarray if hasattr(np, "_core") else np.core.multiarray  # numpy 1.x

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from tensortune.costmodel.base import CostModel
-from tensortune.costmodel.data import ProgramSet
+from tensortune.costmodel.data import ProgramSet, one_program
 
 
 class MetaScheduleXGB(CostModel):
@@ -42,7 +42,7 @@ class MetaScheduleXGB(CostModel):
         return bytes(self.booster_.save_raw("ubj"))
 
     def _restore(self, state: bytes) -> None:
-        import xgboost as xgb
+        from tensortune.costmodel.trees import xgboost_booster
 
-        self.booster_ = xgb.Booster()
-        self.booster_.load_model(bytearray(state))
+        # MetaSchedule's model reads the per-store features alone.
+        self.booster_ = xgboost_booster(state, one_program().per_store[0].shape[1])

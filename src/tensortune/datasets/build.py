@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from tensortune import features as F
-from tensortune.errors import TensortuneError
+from tensortune.errors import TensortuneError, last_line, shown
 from tensortune.hardware import Platform, config_of
 from tensortune.records import RecordStore, open_records
 
@@ -176,6 +176,13 @@ def _schema():
     ])  # fmt: skip
 
 
+def _workloads_schema():
+    import pyarrow as pa
+
+    return pa.schema([("task_id", pa.int64()), ("task_name", pa.string()),
+                      ("mod_json", pa.string())])  # fmt: skip
+
+
 def file_sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as f:
@@ -188,28 +195,120 @@ def read_card(directory: str | Path) -> Card:
     path = Path(directory) / CARD
     try:
         data = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, RecursionError) as e:
         raise TensortuneError(
-            f"{directory} is not a tensortune dataset ({path.name}: {e})"
+            f"{directory} is not a tensortune dataset ({path.name}: {last_line(e)})"
         ) from None
+    if not isinstance(data, dict):
+        raise TensortuneError(f"{path} is not a dataset card (not a JSON object)")
     if data.get("feature_schema") != F.schema_hash():
         raise TensortuneError(
-            f"{directory} was built with feature schema {data.get('feature_schema')}; this "
+            f"{directory} was built with feature schema {shown(data.get('feature_schema'))}; this "
             f"tensortune computes schema {F.schema_hash()}: rebuild it with `dataset build`"
         )
+    problem = _card_problem(data)
+    if problem:
+        raise TensortuneError(f"{path}: {problem}")
     return Card(data)
+
+
+def _card_problem(card: dict) -> str | None:
+    """What is wrong with the parts of a card that commands read (None: nothing)."""
+    for key, kind in (("files", dict), ("hardware", dict), ("networks", list),
+                      ("programs", int), ("successful", int), ("tasks", int)):  # fmt: skip
+        if not isinstance(card.get(key), kind) or isinstance(card[key], bool):
+            return f"{key} is missing or not {'an' if kind is int else 'a'} {kind.__name__}"
+    if not all(isinstance(v, str) for v in [*card["files"].values(), *card["networks"]]):
+        return "files or networks hold something other than text"
+    if not isinstance(card.get("name", ""), str):
+        return "name is not text"
+    weights = card.get("task_weights") or {}
+    if not isinstance(weights, dict) or not all(
+        isinstance(w, dict)
+        and all(t.isdecimal() and type(n) is int and n > 0 for t, n in w.items())
+        for w in weights.values()
+    ):
+        return "task_weights is not {network: {task id: positive weight}}"
+    return None
 
 
 def load_table(directory: str | Path, columns: list[str] | None = None, *,
                table: str = TABLE):  # fmt: skip
-    """The dataset's table (pyarrow), after checking its card and file checksum."""
+    """The dataset's table (pyarrow), after checking its card, its file's checksum and its
+    columns: a shared dataset is data, and what readers take from it must be what they expect."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     card = read_card(directory)
     path = Path(directory) / table
     if not path.is_file() or file_sha256(path) != card.data["files"].get(table):
         raise TensortuneError(f"{path} is missing or does not match its card's checksum")
-    return pq.read_table(path, columns=columns)
+    schema = _schema() if table == TABLE else _workloads_schema()
+    try:
+        present = pq.read_schema(path).names
+        missing = [n for n in columns or schema.names if n not in present]
+        if missing:
+            raise TensortuneError(f"{path}: column {missing[0]} is missing")
+        out = pq.read_table(path, columns=columns)
+    except (pa.ArrowException, OSError, ValueError) as e:
+        raise TensortuneError(f"{path} is not a readable Parquet table ({last_line(e)})") from None
+    problem = _table_problem(out, schema)
+    if problem:
+        raise TensortuneError(f"{path}: {problem}")
+    return out
+
+
+# Columns whose value may be missing: a program without features, a failed program's cost.
+_MAY_BE_NULL = ("per_store", "cost")
+# Columns of one feature vector per block or per trace instruction.
+_PER_ROW_FEATURES = ("per_store", "trace_tokens")
+
+
+def _table_problem(table, schema) -> str | None:
+    """What is wrong with a table's columns (None: nothing): each with the type the schema
+    gives it, no empty value where one is needed, feature vectors of the widths computed here
+    and labels in [0, 1]."""
+    for name in (n for n in table.column_names if n in schema.names):
+        problem = _column_problem(name, table.column(name), schema.field(name).type)
+        if problem:
+            return f"column {name} {problem}"
+    return None
+
+
+def _column_problem(name: str, column, want) -> str | None:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if column.type != want:
+        return f"is {column.type}, not {want}"
+    if name not in _MAY_BE_NULL and column.null_count:
+        return "has empty values"
+    inner = column
+    while pa.types.is_list(inner.type):
+        inner = pc.list_flatten(inner)
+        if inner.null_count:
+            return "has empty values inside its lists"
+    if not len(column):
+        return None
+    width = {"per_store": F.PER_STORE_WIDTH, "trace_tokens": F.TOKEN_WIDTH,
+             "workload_embedding": F.WORKLOAD_WIDTH,
+             "hardware_vector": F.HARDWARE_WIDTH}.get(name)  # fmt: skip
+    if width is not None:
+        if name in _PER_ROW_FEATURES:
+            if pc.min(pc.list_value_length(column)).as_py() == 0:
+                return "has a program without any row of features"
+            column = pc.list_flatten(column)
+        lengths = pc.min_max(pc.list_value_length(column)).as_py()
+        if len(column) and lengths != {"min": width, "max": width}:
+            return f"holds vectors of another width than {width}"
+    if name == "label":
+        bounds = pc.min_max(column).as_py()
+        if pc.any(pc.is_nan(column)).as_py() or bounds["min"] < 0 or bounds["max"] > 1:
+            return "holds values outside [0, 1]"
+    least = pc.min(column).as_py() if name == "cost" else None  # None: every program failed
+    if least is not None and least <= 0:
+        return "holds a cost that is not positive"
+    return None
 
 
 def load_workloads(directory: str | Path) -> dict[int, object]:
@@ -217,5 +316,11 @@ def load_workloads(directory: str | Path) -> dict[int, object]:
     from tensortune.compat import tvm
 
     cols = load_table(directory, table=WORKLOADS).to_pydict()
-    return {int(i): tvm.ir.load_json(j) for i, j in zip(cols["task_id"], cols["mod_json"],
-                                                         strict=True)}  # fmt: skip
+    modules = {}
+    for i, text in zip(cols["task_id"], cols["mod_json"], strict=True):
+        try:
+            modules[int(i)] = tvm.ir.load_json(text)
+        except Exception as e:  # TVM's errors have no common base class
+            raise TensortuneError(f"{Path(directory) / WORKLOADS}: the module of task {i} "
+                                  f"cannot be read ({last_line(e)})") from None  # fmt: skip
+    return modules

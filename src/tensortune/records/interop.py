@@ -18,6 +18,7 @@ from tensortune.errors import RecordsError, last_line
 from tensortune.hardware import Hardware, current_hardware, target_key
 from tensortune.measure.status import FAILED_COST
 from tensortune.records.convert import args_info_text, to_tuning_record, trace_text
+from tensortune.records.ms_json import check_database
 from tensortune.records.schema import Record
 from tensortune.records.storage import RecordStore
 from tensortune.workloads.sources import NAMES_FILE, workload_names
@@ -115,41 +116,44 @@ def import_records(
     if missing:
         raise RecordsError(f"{src} is not a MetaSchedule database (missing {', '.join(missing)})",
                            param="directory")  # fmt: skip
+    check_database(src)  # TVM's reader trusts the files: a malformed line could crash it
+    names = workload_names(src)
     try:
         db = ms.database.JSONDatabase(work_dir=str(src), allow_missing=False)
-        tuning_records = db.get_all_tuning_records()
+        # Everything TVM may refuse is read before the store is touched: a refused database
+        # leaves the store as it was.
+        read = [(tr.workload.mod, trace_text(tr.trace), target_key(tr.target),
+                 args_info_text(tr.args_info), tuple(float(s) for s in tr.run_secs or []))
+                for tr in db.get_all_tuning_records()]  # fmt: skip
+        named = [names.get(structural_hash(mod), f"{src.name}.w") for mod, *_ in read]
     except Exception as e:
         raise RecordsError(f"cannot read MetaSchedule database {src}: {last_line(e)}",
                            param="directory") from None  # fmt: skip
     hw_id = _import_hardware(store, src, measured_here)
-    names = workload_names(src)
     seen: dict[int, set[tuple[str, str]]] = {}
     batch: list[Record] = []
     skipped = 0
     workload_ids: set[int] = set()
     now = time.time()
-    for tr in tuning_records:
-        mod = tr.workload.mod
-        wid = store.workload_id(mod, names.get(structural_hash(mod), f"{src.name}.w"))
+    for (mod, trace, target, args_info, secs), name in zip(read, named, strict=True):
+        wid = store.workload_id(mod, name)
         if wid not in seen:
             seen[wid] = {(r.trace, r.target) for r in store.query(workload_id=wid,
                                                                   hardware_id=hw_id)}  # fmt: skip
-        trace = trace_text(tr.trace)
-        key = (trace, target_key(tr.target))
+        key = (trace, target)
         if key in seen[wid]:
             skipped += 1
             continue
         seen[wid].add(key)
         workload_ids.add(wid)
-        secs = tuple(float(s) for s in tr.run_secs or [])
         ok = bool(secs) and max(secs) < FAILED_COST / 10
         batch.append(
             Record(
                 wid,
                 hw_id,
-                key[1],
+                target,
                 trace,
-                args_info_text(tr.args_info),
+                args_info,
                 secs if ok else (),
                 "ok" if ok else "run_error",
                 None if ok else "failed (imported from a MetaSchedule database)",

@@ -87,6 +87,9 @@ def _score(model: CostModel, columns: dict, test: np.ndarray, card: dict,
     start = time.perf_counter()
     pred = model.predict(data)
     per_second = len(data) / max(time.perf_counter() - start, 1e-9)
+    if np.isnan(pred).any():  # e.g. weights damaged in a shared model file
+        raise TensortuneError(f"the {model.kind} model predicts NaN for "
+                              f"{int(np.isnan(pred).sum())} of {len(pred)} programs")  # fmt: skip
     rows = scored_rows(columns, test)
     networks = _networks(card)
     if networks is not None:

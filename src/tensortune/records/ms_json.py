@@ -1,0 +1,166 @@
+"""The files of a MetaSchedule JSON database, checked line by line before TVM reads them.
+
+TVM's reader trusts the files: a record naming a workload past the end of the workload file, or a
+decision for an instruction its trace does not have, is followed into other memory and crashes
+the process; a workload whose stated length is huge is allocated.  Databases are shared, so each
+line is checked here for the shape TVM writes, and a malformed one is named in one line: file,
+line number, what is wrong.  (What a workload's IR graph holds inside is TVM's to check: a
+crafted graph that TVM accepts may still crash it later.)
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import struct
+from pathlib import Path
+
+from tensortune.errors import RecordsError, shown
+
+WORKLOADS, RECORDS = "database_workload.json", "database_tuning_record.json"
+# Instructions whose decision is a list of tile sizes.
+_TILINGS = ("SamplePerfectTile", "SamplePartitionedTile")
+
+
+class _Malformed(Exception):
+    """What is wrong with one line."""
+
+
+def check_database(directory: str | Path) -> None:
+    """Raise a ``RecordsError`` (about ``directory``) naming the first malformed line."""
+    src = Path(directory)
+    try:
+        workloads = _check_lines(src / WORKLOADS, _check_workload, None)
+        _check_lines(src / RECORDS, _check_record, workloads)
+    except _Malformed as e:
+        raise RecordsError(f"cannot read MetaSchedule database {src}: {e}",
+                           param="directory") from None  # fmt: skip
+
+
+def _check_lines(path: Path, check, workloads: int | None) -> int:
+    """Check each line of ``path``; returns how many there are."""
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise _Malformed(f"{path.name}: {e}") from None
+    # Lines as TVM reads them: split at "\n" only, and every one parsed (an empty line too: it
+    # reads as null, and a null record crashes TVM).
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    for lineno, line in enumerate(lines, 1):
+        try:
+            try:
+                entry = json.loads(line)
+            except (ValueError, RecursionError):
+                raise _Malformed("not JSON" if line.strip() else "an empty line") from None
+            check(entry, workloads)
+        except _Malformed as e:
+            raise _Malformed(f"{path.name}:{lineno}: {e}") from None
+    return len(lines)
+
+
+def _check_workload(entry: object, _: object) -> None:
+    """``[structural hash, base64 of (8-byte length, TVM's JSON graph of the module)]``."""
+    if not (isinstance(entry, list) and len(entry) == 2 and all(type(x) is str for x in entry)):
+        raise _Malformed("a workload is [structural hash, base64 text]")
+    try:
+        blob = base64.b64decode(entry[1], validate=True)
+    except (binascii.Error, ValueError):
+        raise _Malformed("the workload is not base64") from None
+    # TVM allocates the length it reads here before reading that many bytes.
+    if len(blob) < 8 or struct.unpack("<Q", blob[:8])[0] != len(blob) - 8:
+        raise _Malformed("the workload's stated length does not match its bytes")
+    try:
+        graph = json.loads(blob[8:])
+    except (ValueError, RecursionError):
+        raise _Malformed("the workload is not TVM's JSON graph of a module") from None
+    nodes = graph.get("nodes") if isinstance(graph, dict) else None
+    root = graph.get("root_index") if isinstance(graph, dict) else None
+    if not (
+        isinstance(nodes, list)
+        and all(isinstance(n, dict) and type(n.get("type")) is str for n in nodes)
+        and type(root) is int
+        and 0 <= root < len(nodes)
+    ):
+        raise _Malformed("the workload is not TVM's JSON graph of a module")
+
+
+def _check_record(entry: object, workloads: int | None) -> None:
+    """``[workload index, [trace, run_secs, target, args_info]]``."""
+    if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[1], list)):
+        raise _Malformed("a record is [workload index, [trace, run_secs, target, args_info]]")
+    index, record = entry
+    assert workloads is not None
+    if type(index) is not int or not 0 <= index < workloads:
+        raise _Malformed(f"workload index {shown(index)} is not one of the {workloads} workloads")
+    if len(record) != 4:
+        raise _Malformed("a record is [workload index, [trace, run_secs, target, args_info]]")
+    trace, run_secs, target, args_info = record
+    _check_trace(trace)
+    if run_secs is not None and not (
+        isinstance(run_secs, list) and all(type(s) in (int, float) for s in run_secs)
+    ):  # a null among them crashes TVM
+        raise _Malformed("run_secs is not a list of numbers")
+    if not (isinstance(target, dict) and type(target.get("kind")) is str):
+        raise _Malformed("the target is not an object with a kind")
+    if not (
+        isinstance(args_info, list)
+        and all(isinstance(a, list) and a and type(a[0]) is str for a in args_info)
+    ):
+        raise _Malformed("args_info is not a list of argument descriptions")
+
+
+def _check_trace(trace: object) -> None:
+    """``[instructions, decisions]``: each instruction ``[kind, inputs, attrs, outputs]``, each
+    decision ``[index of an instruction, value]``."""
+    if not (
+        isinstance(trace, list) and len(trace) == 2 and all(isinstance(p, list) for p in trace)
+    ):
+        raise _Malformed("the trace is not [instructions, decisions]")
+    instructions, decisions = trace
+    for k, inst in enumerate(instructions):
+        if not (
+            isinstance(inst, list)
+            and len(inst) == 4
+            and type(inst[0]) is str
+            and all(isinstance(part, list) for part in inst[1:])
+            and all(type(name) is str for name in inst[3])
+        ):
+            raise _Malformed(f"trace instruction {k} is not [kind, inputs, attrs, outputs]")
+        # TVM type-checks most inputs, but takes a null attribute, or a null for the block or
+        # loop that an instruction acts on (its first input), for a value it can use.
+        if _holds_null(inst[2]) or (inst[1] and inst[1][0] is None):
+            raise _Malformed(f"trace instruction {k} has a null attribute or acts on null")
+    for decision in decisions:
+        if not (
+            isinstance(decision, list)
+            and len(decision) == 2
+            and type(decision[0]) is int
+            and 0 <= decision[0] < len(instructions)
+        ):
+            raise _Malformed("a trace decision is not [index of an instruction, value]")
+        if _holds_null(decision[1]):
+            raise _Malformed(f"the decision of trace instruction {decision[0]} is null")
+        # Tile sizes divide loop extents: TVM divides by a zero one (the process dies).
+        kind = instructions[decision[0]][0]
+        if kind in _TILINGS and not (
+            isinstance(decision[1], list) and all(type(f) is int and f >= 1 for f in decision[1])
+        ):
+            raise _Malformed(f"the {kind} decision of trace instruction {decision[0]} is not "
+                             "a list of tile sizes of at least 1")  # fmt: skip
+
+
+def _holds_null(value: object) -> bool:
+    """Whether ``value`` (parsed JSON) is or contains a null, at any depth."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if item is None:
+            return True
+        if isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+    return False
