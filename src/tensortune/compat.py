@@ -68,7 +68,15 @@ _import_tvm_without_torch()
 
 import tvm  # noqa: E402
 import tvm_ffi  # noqa: E402
+
+# For remote measurement (measure/rpc.py): ``tvm_rpc`` (TVM's RPC client), ``rpc_base`` (the
+# tracker's wire protocol) and ``rpc_listen_loop``, the server's accept/serve loop.  That one is
+# private: ``rpc.Server`` runs it in a child process that outlives a SIGTERM to its parent
+# (keeping the port), so ``tensortune serve`` runs it in its own main thread instead.
+from tvm import rpc as tvm_rpc  # noqa: E402
 from tvm.ir.utils import derived_object  # noqa: E402
+from tvm.rpc import base as rpc_base  # noqa: E402
+from tvm.rpc.server import _listen_loop as rpc_listen_loop  # noqa: E402
 from tvm.s_tir import meta_schedule as ms  # noqa: E402
 from tvm.s_tir.meta_schedule.arg_info import ArgInfo  # noqa: E402
 from tvm.s_tir.meta_schedule.builder import BuilderInput, BuilderResult, PyBuilder  # noqa: E402
@@ -86,7 +94,10 @@ from tvm.s_tir.meta_schedule.runner import (  # noqa: E402
     RunnerInput,
     RunnerResult,
 )
-from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate  # noqa: E402
+from tvm.s_tir.meta_schedule.search_strategy import (  # noqa: E402
+    MeasureCandidate,
+    PySearchStrategy,
+)
 from tvm.s_tir.meta_schedule.tune_context import TuneContext  # noqa: E402
 
 TVM_VERSION: str = tvm.__version__
@@ -136,6 +147,7 @@ __all__ = [
     "PyMeasureCallback",
     "PyRunner",
     "PyRunnerFuture",
+    "PySearchStrategy",
     "RunnerFuture",
     "RunnerInput",
     "RunnerResult",
@@ -145,9 +157,12 @@ __all__ = [
     "derived_object",
     "load_tensor_intrinsics",
     "ms",
+    "rpc_base",
+    "rpc_listen_loop",
     "structural_equal",
     "structural_hash",
     "tvm",
     "tvm_ffi",
     "tvm_logging_guard",
+    "tvm_rpc",
 ]

@@ -19,7 +19,7 @@ from typing import Annotated
 
 import typer
 
-from tensortune.cli import bench, dataset, records, train, tune, workloads
+from tensortune.cli import bench, dataset, records, serve, train, tune, workloads
 from tensortune.cli import compile as compile_cmd
 from tensortune.cli.display import errors
 from tensortune.cli.options import forget_renamed_options, option_name
@@ -43,6 +43,7 @@ app.command("train")(train.train)
 app.command("evaluate")(train.evaluate)
 app.command("compile")(compile_cmd.compile_)
 app.add_typer(bench.app, name="bench")
+app.command("serve")(serve.serve)
 
 
 def _version(value: bool) -> None:

@@ -100,6 +100,15 @@ def tune(
         ),
     ] = True,
     fast_math: FastMathOpt = True,
+    runner: Annotated[
+        str,
+        typer.Option(
+            "--runner",
+            metavar="URL",
+            help="local (default) | rpc://HOST:PORT/KEY: measure on the servers a TVM RPC "
+            "tracker has under KEY",
+        ),
+    ] = "local",
     seed: Annotated[int, typer.Option(metavar="N", help="Random seed of the search.")] = 0,
     dry_run: Annotated[
         bool,
@@ -125,7 +134,10 @@ def tune(
            "target": target, "strategy": strategy, "cost_model": cost_model,
            "online_cost_model": online_mode, "trials_per_round": trials_per_round,
            "max_trials_per_task": trials_per_task, "fast_math": fast_math}  # fmt: skip
+    remote = runner.strip() != "local"
     if dry_run:
+        if remote:  # the plan is for the farm's hardware: ask it, start no runner
+            api["target"] = _farm_platform(runner, target)
         plan = plan_tune(workload, **api)  # type: ignore[arg-type]
         _print_plan(plan, as_json)
         return
@@ -137,6 +149,7 @@ def tune(
             check_correctness=check,
             seed=seed,
             progress=_Progress(reporter),
+            runner=runner if remote else None,
             **api,
         )  # type: ignore[arg-type]
     if as_json:
@@ -148,6 +161,19 @@ def tune(
     print_table(result_table(result))
     console.print(f"search: {result.strategy} with {result.cost_model}; "
                   f"logs per task: {work_dir / 'logs'}")  # fmt: skip
+
+
+def _farm_platform(runner: str, target: str | None):
+    """The platform a farm's records would carry: ``target`` on the servers' hardware."""
+    from tensortune.errors import about
+    from tensortune.hardware import resolve_platform
+    from tensortune.measure.rpc import farm_servers, parse_runner_url, remote_platform
+
+    with about("target"):
+        platform = resolve_platform(target)
+    with about("runner"):
+        farm = parse_runner_url(runner)
+        return remote_platform(platform, farm, farm_servers(farm))
 
 
 class _Progress(TuneProgress):

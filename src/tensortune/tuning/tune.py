@@ -169,7 +169,7 @@ def tune(
     max_trials_per_task: int | None = None,
     fast_math: bool = True,
     builder: object | None = None,
-    runner: object | None = None,
+    runner: object | str | None = None,
     timing: TimingConfig | None = None,
     check_correctness: bool = True,
     seed: int = 0,
@@ -185,7 +185,9 @@ def tune(
     with (``search.factory.default_verifier``).  ``online_cost_model``: how one of our models
     learns while it tunes (``True``: refined after every batch; ``"moa"``: momentum online
     adaptation of a neural model; ``False``: frozen; ``"auto"``: MoA for a neural model,
-    refined otherwise).  ``builder``/``runner`` default to tensortune's persistent-worker ones.
+    refined otherwise).  ``builder``/``runner`` default to tensortune's persistent-worker ones;
+    ``runner="rpc://HOST:PORT/KEY"`` measures on the servers a TVM RPC tracker has under KEY
+    (``tensortune serve``), recording under their hardware.
     ``trials_per_round`` defaults to 64, lowered (down to 8) so that each task gets a round.
     ``fast_math`` approximates float32 ``exp``/``tanh``/``erf`` so they vectorize; outputs
     are then checked against the exact workload (``tensortune.workloads.fast_math``).
@@ -196,13 +198,25 @@ def tune(
                      max_trials_per_task=max_trials_per_task, fast_math=fast_math)  # fmt: skip
     if progress is not None and not isinstance(progress, TuneProgress):
         progress = _BatchCallback(progress)
-    with records_from(records) as store:
-        from tensortune.measure.session import MeasureSession
+    farm = None
+    if isinstance(runner, str):
+        from tensortune.measure.rpc import runner_from
 
-        session = partial(MeasureSession, plan.platform, log_dir=Path(work_dir) / "logs",
-                          timing=timing, check_correctness=check_correctness, builder=builder,
-                          runner=runner)  # fmt: skip
-        return _search(store, plan, session, Path(work_dir), task_scheduler, seed, progress)
+        # The farm's servers time the candidates: records carry their hardware, not ours.
+        with about("runner"):
+            farm, plan.platform = runner_from(runner, plan.platform, timing)
+        runner = farm
+    try:
+        with records_from(records) as store:
+            from tensortune.measure.session import MeasureSession
+
+            session = partial(MeasureSession, plan.platform, log_dir=Path(work_dir) / "logs",
+                              timing=timing, check_correctness=check_correctness,
+                              builder=builder, runner=runner)  # fmt: skip
+            return _search(store, plan, session, Path(work_dir), task_scheduler, seed, progress)
+    finally:
+        if farm is not None:
+            farm.close()
 
 
 def _search(store: RecordStore, plan: TunePlan, session: Callable[[], MeasureSession],

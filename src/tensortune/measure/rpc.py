@@ -1,0 +1,516 @@
+"""Measuring on a device farm: a TVM RPC tracker with servers registered under a key.
+
+Candidates are built here and uploaded; each is timed in a session on one of the key's
+servers.  A user names the farm with a runner URL, ``rpc://HOST:PORT/KEY`` (the tracker's
+address and the key).
+
+Records must name the hardware that timed them, which is the remote device's, not this
+machine's.  Servers started with ``tensortune serve`` (:func:`serve`) answer for it through a
+global function every RPC session can call; a plain ``python -m tvm.exec.rpc_server`` has no
+such function, so a farm of those is refused rather than recorded under a wrong hardware id.
+
+Entry points call :func:`runner_from` with what the user gave (``"local"``, ``None`` or a URL)::
+
+    runner, platform = runner_from(spec, platform, timing)  # runner None: measure locally
+
+and then measure with ``runner`` and record under ``platform`` (its hardware is the remote's).
+:func:`farm_runner` does the same for a parsed :class:`RPCFarm`.
+
+As with the local ``PersistentRunner``, a kernel runs with the target's ``num-cores`` threads
+(a target asking for more than the devices have is refused).  What differs: one candidate is
+timed on each server at once (one kernel per device), outputs are not checked against a
+reference, and a timing that competed for the CPU is not retried (the remote's load cannot be
+seen from here), so servers sharing one machine disturb each other's timings.  A candidate
+whose server dies is reported as failed (``[run_error] rpc: ...``); the tracker hands the next
+ones to the servers left.  When no server is left, TVM's tracker queues the requests until one
+registers again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import functools
+import logging
+import multiprocessing
+import os
+import re
+import signal
+import socket
+import struct
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from tensortune.compat import (
+    PyRunner,
+    PyRunnerFuture,
+    RunnerFuture,
+    RunnerInput,
+    RunnerResult,
+    derived_object,
+    ms,
+    rpc_base,
+    rpc_listen_loop,
+    tvm_ffi,
+    tvm_rpc,
+)
+from tensortune.errors import TensortuneError, last_line
+from tensortune.hardware import Hardware, Platform, current_hardware
+from tensortune.measure.runner import TimingConfig
+from tensortune.measure.status import Status, tagged
+
+# The global functions of a ``tensortune serve`` server's sessions: its hardware descriptor,
+# and the size of the session's thread pool.
+HARDWARE_FUNCTION = "tensortune.hardware"
+THREADS_FUNCTION = "tensortune.set_threads"
+RUNNER_FORMS = "'local' or rpc://HOST:PORT/KEY"
+# TVM sends the key in a whitespace-separated handshake and prefixes it with "server:", so a
+# key keeps to the characters that survive both.
+_KEY = re.compile(r"[A-Za-z0-9._-]+")
+# Seconds to reach the tracker: TVM's own client retries a refused connection for 60 s.
+TRACKER_TIMEOUT_S = 10.0
+# Seconds a session may last before the server ends it: one candidate's upload, load and
+# timing, or the hardware query.
+SESSION_TIMEOUT_S = 60.0
+
+
+@dataclass(frozen=True)
+class RPCFarm:
+    """A TVM RPC tracker and the key its measuring servers are registered under."""
+
+    host: str
+    port: int
+    key: str
+
+    @property
+    def address(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+    def __str__(self) -> str:
+        return f"rpc://{self.address}/{self.key}"
+
+
+def parse_runner_url(url: str) -> RPCFarm:
+    """The farm of ``rpc://HOST:PORT/KEY``; a malformed URL is refused in one line."""
+    if not isinstance(url, str) or "://" not in url:
+        raise TensortuneError(f"runner must be {RUNNER_FORMS}, not {url!r}", param="runner")
+    parts = urlsplit(url.strip())
+    if parts.scheme != "rpc":
+        raise TensortuneError(
+            f"runner must be {RUNNER_FORMS}; {parts.scheme + '://'!r} is not a runner scheme",
+            param="runner",
+        )
+    if parts.query or parts.fragment or parts.username or parts.password:
+        raise TensortuneError(f"runner URL {url!r} must be rpc://HOST:PORT/KEY with nothing "
+                              "else (no user, query or fragment)", param="runner")  # fmt: skip
+    try:
+        port = parts.port
+    except ValueError:
+        port = -1
+    netloc_port = parts.netloc.rpartition(":")[2] if parts.netloc.count(":") == 1 else ""
+    if not parts.hostname:
+        raise TensortuneError(f"runner URL {url!r} names no tracker host (rpc://HOST:PORT/KEY)",
+                              param="runner")  # fmt: skip
+    if port is None or port <= 0:
+        shown = f" {netloc_port!r}" if netloc_port else ""
+        raise TensortuneError(f"runner URL {url!r}: the tracker port{shown} must be a number "
+                              "from 1 to 65535 (rpc://HOST:PORT/KEY)", param="runner")  # fmt: skip
+    key = parts.path[1:] if parts.path.startswith("/") else parts.path
+    if not key:
+        raise TensortuneError(f"runner URL {url!r} names no server key (rpc://HOST:PORT/KEY)",
+                              param="runner")  # fmt: skip
+    _check_key(key, "runner")
+    return RPCFarm(parts.hostname, port, key)
+
+
+def _check_key(key: str, param: str) -> None:
+    if not _KEY.fullmatch(key):
+        raise TensortuneError(f"server key {key!r} must be letters, digits, '.', '_' or '-'",
+                              param=param)  # fmt: skip
+
+
+def parse_address(text: str, param: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[v6addr]:PORT`` too) as a pair; anything else is refused in one line."""
+    host, sep, port = text.strip().rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise TensortuneError(f"{text!r} must be HOST:PORT, e.g. 127.0.0.1:9190", param=param)
+    return host, int(port)
+
+
+# ---- the tracker ------------------------------------------------------------------------------
+
+
+def tracker_summary(
+    farm: RPCFarm, timeout_s: float = TRACKER_TIMEOUT_S, *, param: str = "runner"
+) -> dict:
+    """The tracker's summary (``queue_info``: free and pending per key; ``server_info``).
+
+    Speaks the tracker protocol on a socket of its own so that an unreachable or silent
+    tracker is one line after ``timeout_s``, not TVM's minute of retries.
+    """
+    try:
+        with socket.create_connection((farm.host, farm.port), timeout=timeout_s) as sock:
+            sock.sendall(struct.pack("<i", rpc_base.RPC_TRACKER_MAGIC))
+            magic = struct.unpack("<i", rpc_base.recvall(sock, 4))[0]
+            if magic != rpc_base.RPC_TRACKER_MAGIC:
+                raise TensortuneError(f"{farm.address} answers, but is not a TVM RPC tracker",
+                                      param=param)  # fmt: skip
+            rpc_base.sendjson(sock, [rpc_base.TrackerCode.SUMMARY])
+            code, summary = rpc_base.recvjson(sock)
+    except (OSError, ValueError, TypeError, struct.error) as e:
+        why = e.strerror if isinstance(e, OSError) and e.strerror else str(e) or type(e).__name__
+        raise TensortuneError(f"cannot reach the TVM RPC tracker at {farm.address}: {why}",
+                              param=param) from None  # fmt: skip
+    if code != rpc_base.TrackerCode.SUCCESS or not isinstance(summary, dict):
+        raise TensortuneError(f"the TVM RPC tracker at {farm.address} did not give its summary",
+                              param=param)  # fmt: skip
+    return summary
+
+
+def farm_servers(farm: RPCFarm) -> int:
+    """How many servers the tracker has under the key, busy ones included; a key without any
+    is refused in one line.
+
+    Counting only the free ones would miss a server that is between two sessions (it registers
+    again after each) and so measure with fewer workers than the farm has.
+    """
+    summary = tracker_summary(farm)
+    queues = summary.get("queue_info") or {}
+    free = int((queues.get(farm.key) or {}).get("free", 0))
+    registered = sum(
+        (info or {}).get("key") == f"server:{farm.key}" for info in summary.get("server_info", [])
+    )
+    if not free and not registered:
+        others = ", ".join(sorted(k for k, q in queues.items() if q.get("free"))) or "none"
+        raise TensortuneError(
+            f"the TVM RPC tracker at {farm.address} has no server under key {farm.key!r} (keys "
+            f"with free servers: {others}); start one on each device with `tensortune serve "
+            f"--tracker {farm.address} --key {farm.key}`",
+            param="runner",
+        )
+    return max(free, registered)
+
+
+# ---- the remote hardware -------------------------------------------------------------------
+
+
+def remote_hardware(
+    farm: RPCFarm, servers: int = 1, *, timeout_s: float = SESSION_TIMEOUT_S
+) -> Hardware:
+    """The hardware the key's servers report, asking ``servers`` of them at once (so each is
+    a different one; a busy one answers when its session ends); servers that disagree, or
+    that cannot answer (not started with ``tensortune serve``), are refused in one line."""
+    tracker_summary(farm)  # one line now if unreachable, not TVM's minute of retries
+    try:
+        tracker = tvm_rpc.connect_tracker(farm.host, farm.port)
+    except Exception as e:
+        raise TensortuneError(f"cannot reach the TVM RPC tracker at {farm.address}: "
+                              f"{last_line(e)}", param="runner") from None  # fmt: skip
+    sessions: list = []  # held until all have answered, so that each is another server
+    answers: list[str] = []
+    try:
+        for _ in range(servers):
+            try:
+                sessions.append(tracker.request(farm.key, priority=1, session_timeout=timeout_s))
+            except Exception as e:
+                raise TensortuneError(
+                    f"no session from a server under key {farm.key!r} at {farm.address}: "
+                    f"{last_line(e)}",
+                    param="runner",
+                ) from None
+            answers.append(_ask_hardware(sessions[-1], farm))
+    finally:
+        sessions.clear()  # a session ends when dropped, and its server registers again
+        tracker.close()
+    if len(set(answers)) > 1:
+        ids = ", ".join(sorted({Hardware.from_json(a).id for a in answers}))
+        raise TensortuneError(
+            f"the servers under key {farm.key!r} at {farm.address} are different hardware "
+            f"({ids}); register each kind of device under a key of its own",
+            param="runner",
+        )
+    return Hardware.from_json(answers[0])
+
+
+def _ask_hardware(session, farm: RPCFarm) -> str:
+    try:
+        describe = session.get_function(HARDWARE_FUNCTION)
+    except (AttributeError, RuntimeError):
+        describe = None
+    if describe is None:
+        raise TensortuneError(
+            f"a server under key {farm.key!r} at {farm.address} cannot say what hardware it is "
+            "(records would carry the wrong hardware id); start the servers with `tensortune "
+            f"serve --tracker {farm.address} --key {farm.key}` instead of TVM's rpc_server",
+            param="runner",
+        )
+    text = str(describe())
+    try:
+        Hardware.from_json(text)
+    except (ValueError, KeyError, TypeError) as e:
+        raise TensortuneError(
+            f"a server under key {farm.key!r} at {farm.address} described its hardware "
+            f"unreadably: {last_line(e)}",
+            param="runner",
+        ) from None
+    return text
+
+
+def remote_platform(platform: Platform, farm: RPCFarm, servers: int = 1) -> Platform:
+    """``platform`` with the farm's hardware: the platform to record the farm's timings under.
+
+    The target stays the caller's: it must describe the remote CPU (its ``mcpu`` and
+    ``num-cores``), as it is what the candidates are compiled for.
+    """
+    return dataclasses.replace(platform, hardware=remote_hardware(farm, servers))
+
+
+# ---- the runner -------------------------------------------------------------------------------
+
+
+@derived_object
+class FarmRunner(PyRunner):
+    """TVM's ``RPCRunner``, with each failure told in one tagged line (``[run_error] rpc: ...``,
+    ``[timeout] ...``) like the local runner's, instead of the worker's whole traceback."""
+
+    def __init__(self, rpc_runner: object, servers: int) -> None:
+        super().__init__()
+        self.rpc_runner = rpc_runner
+        self.servers = servers  # candidates in flight at once
+
+    def run(self, runner_inputs: list[RunnerInput]) -> list[RunnerFuture]:
+        return [_FarmFuture(f) for f in self.rpc_runner.run(runner_inputs)]
+
+    def close(self) -> None:
+        """Stop the worker processes that hold the sessions."""
+        self.rpc_runner.pool.shutdown()
+
+
+@derived_object
+class _FarmFuture(PyRunnerFuture):
+    def __init__(self, future: RunnerFuture) -> None:
+        super().__init__()
+        self.future = future
+
+    def done(self) -> bool:
+        return bool(self.future.done())
+
+    def result(self) -> RunnerResult:
+        result = self.future.result()
+        if result.error_msg is None:
+            return result
+        return RunnerResult(None, _one_line_error(str(result.error_msg)))
+
+
+# The line of a Python traceback that names the exception ("tvm.error.InternalError: ...").
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b.*")
+
+
+def _one_line_error(text: str) -> str:
+    """``RPCRunner``'s error text as one tagged line: the first exception it names (the cause;
+    the later ones come from cleaning up a session that is already gone)."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    causes = [ln for ln in lines[1:] if _EXCEPTION_LINE.match(ln)]
+    why = causes[0] if causes else lines[-1] if lines else "no message"
+    timed_out = any(
+        w in f"{lines[0] if lines else ''} {why}".lower() for w in ("timeout", "expired")
+    )
+    return tagged(Status.TIMEOUT if timed_out else Status.RUN_ERROR, f"rpc: {why}")
+
+
+def farm_runner(
+    farm: RPCFarm,
+    platform: Platform,
+    timing: TimingConfig | None = None,
+    *,
+    session_timeout_s: float = SESSION_TIMEOUT_S,
+) -> tuple[FarmRunner, Platform]:
+    """A MetaSchedule runner timing candidates on the farm, and the platform to record its
+    timings under (``platform`` with the remote hardware).
+
+    The tracker, the key, the servers' hardware and the target's ``num-cores`` (at most the
+    servers' cores) are checked first: each problem is one ``TensortuneError`` line
+    (``param="runner"``, ``"target"`` for the cores) before anything is measured.  The runner
+    opens a session per candidate on whichever server is free, with one candidate in flight
+    per server the key has, its kernel run by ``num-cores`` threads; ``session_timeout_s``
+    bounds each session.  ``close()`` it when done.
+    """
+    servers = farm_servers(farm)
+    remote = remote_platform(platform, farm, servers)
+    threads, cores = remote.threads, remote.hardware.cores
+    if threads > cores:  # more threads than cores: every timing would compete with itself
+        raise TensortuneError(
+            f"the target's num-cores {threads} is more than the {cores} cores of the servers "
+            f'under key {farm.key!r}; give a target for them, with "num-cores": {cores}',
+            param="target",
+        )
+    t = timing or TimingConfig()
+    config = ms.runner.RPCConfig(
+        tracker_host=farm.host,
+        tracker_port=farm.port,
+        tracker_key=farm.key,
+        session_priority=1,
+        session_timeout_sec=session_timeout_s,
+    )
+    evaluator = ms.runner.EvaluatorConfig(
+        number=t.number,
+        repeat=t.repeat,
+        min_repeat_ms=t.min_repeat_ms,
+        enable_cpu_cache_flush=t.cache_flush,
+    )
+    # Each worker process opens its sessions with this (pickled by reference).
+    session = functools.partial(_session_with_threads, threads=threads)
+    runner = ms.runner.RPCRunner(config, evaluator, f_create_session=session, max_workers=servers)
+    return FarmRunner(runner, servers), remote
+
+
+def _session_with_threads(rpc_config: object, threads: int) -> object:
+    """A session on a free server, its kernels run by ``threads`` threads: the target's
+    ``num-cores``, as the local runner does (TVM's own default differs: 1 thread on a
+    2-CPU machine, where remote latencies came out twice the local ones)."""
+    session = rpc_config.connect_server()  # type: ignore[attr-defined]
+    session.get_function(THREADS_FUNCTION)(threads)
+    return session
+
+
+def runner_from(
+    spec: str | None, platform: Platform, timing: TimingConfig | None = None
+) -> tuple[FarmRunner | None, Platform]:
+    """The runner a user named and the platform to record under: ``(None, platform)`` for
+    ``"local"`` (or ``None``): the caller's own runner measures here; for
+    ``rpc://HOST:PORT/KEY``, :func:`farm_runner`'s."""
+    if spec is None or (isinstance(spec, str) and spec.strip() == "local"):
+        return None, platform
+    return farm_runner(parse_runner_url(spec), platform, timing)
+
+
+# ---- the server -------------------------------------------------------------------------------
+
+
+def register_functions(hardware: Hardware) -> None:
+    """Register the global functions this process's sessions (forked children) answer:
+    :data:`HARDWARE_FUNCTION` with ``hardware``, and :data:`THREADS_FUNCTION`."""
+    text = hardware.to_json()
+    tvm_ffi.register_global_func(HARDWARE_FUNCTION, lambda: text, override=True)
+    tvm_ffi.register_global_func(THREADS_FUNCTION, _set_threads, override=True)
+
+
+def _set_threads(threads: int) -> None:
+    # TVM sizes a process's thread pool from TVM_NUM_THREADS when its first parallel kernel
+    # runs; each session is a fresh fork of the server, which runs no kernel itself.
+    os.environ["TVM_NUM_THREADS"] = str(int(threads))
+
+
+def serve(
+    tracker: str,
+    key: str,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 9090,
+    port_end: int | None = None,
+    hardware: Hardware | None = None,
+    on_ready: Callable[[int, Hardware], None] | None = None,
+) -> None:
+    """Serve RPC sessions for the tracker at ``tracker`` (``HOST:PORT``) under ``key`` until
+    interrupted; each session can ask what hardware this is (:data:`HARDWARE_FUNCTION`).
+
+    Listens on ``host`` at the first free port from ``port`` up to ``port_end`` (default
+    ``port + 100``) and reports ``host`` to the tracker, so clients connect to that address:
+    give this machine's address on the farm's network (the default, loopback, serves only this
+    machine).  ``hardware`` is what the sessions report (default: this machine's fingerprint);
+    state it only for a device whose own fingerprint is wrong, e.g. a container hiding
+    ``/proc/cpuinfo``.  ``on_ready(port, hardware)`` is called once listening.
+
+    Each session runs in a forked child (TVM's server), which inherits the registered
+    functions; the accept loop runs in this thread, so stopping this process (Ctrl-C, which
+    raises ``KeyboardInterrupt`` here, or SIGTERM, made to do the same when this is the main
+    thread) stops the server and its sessions.
+    """
+    tracker_addr = parse_address(tracker, "tracker")
+    _check_key(key, "key")
+    if not 0 < port < 65536:
+        raise TensortuneError(f"port must be from 1 to 65535, not {port}", param="port")
+    end = min(port_end or port + 100, 65536)
+    farm = RPCFarm(*tracker_addr, key)
+    tracker_summary(farm, param="tracker")  # one line now, not a minute of TVM's retries
+    described = hardware or current_hardware()
+    register_functions(described)
+    sock, bound = _bind(host, port, end)
+    # TVM logs every session at INFO on stderr; a server's terminal only needs the problems.
+    logging.getLogger("RPCServer").setLevel(logging.WARNING)
+    # SIGTERM (``kill``, a service manager) stops the server the way Ctrl-C does, so that a
+    # session child, which inherited the listening socket, does not keep the port.
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _interrupt) if in_main else None
+    if on_ready is not None:
+        on_ready(bound, described)
+    try:
+        rpc_listen_loop(sock, bound, key, tracker_addr, None, host)
+    except RuntimeError as e:  # TVM gave up reconnecting to a tracker that went away
+        raise TensortuneError(f"lost the tracker at {farm.address}: {last_line(e)}",
+                              param="tracker") from None  # fmt: skip
+    finally:
+        # A session in progress ends with its server: its client sees the connection drop.
+        for child in multiprocessing.active_children():
+            child.terminate()
+            child.join(5)
+        sock.close()
+        if in_main:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _bind(host: str, port: int, end: int) -> tuple[socket.socket, int]:
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+    except OSError as e:
+        raise TensortuneError(f"cannot listen on {host!r}: {e.strerror or e}",
+                              param="host") from None  # fmt: skip
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    if sys.platform != "win32":
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    for candidate in range(port, end):
+        try:
+            sock.bind((host, candidate))
+        except OSError as e:
+            if e.errno == errno.EADDRINUSE:
+                continue
+            sock.close()
+            raise TensortuneError(f"cannot listen on {host}:{candidate}: {e.strerror or e}",
+                                  param="host") from None  # fmt: skip
+        sock.listen(1)
+        return sock, candidate
+    sock.close()
+    raise TensortuneError(f"no free port on {host} from {port} to {end - 1}", param="port")
+
+
+def describe(hardware: Hardware) -> str:
+    """One line about a hardware descriptor, for a server's banner."""
+    cores = f"{hardware.cores} core{'s' if hardware.cores != 1 else ''}"
+    return f"{hardware.cpu_model} ({hardware.arch}, {cores}; hardware {hardware.id})"
+
+
+__all__ = [
+    "HARDWARE_FUNCTION",
+    "THREADS_FUNCTION",
+    "FarmRunner",
+    "RPCFarm",
+    "describe",
+    "farm_runner",
+    "farm_servers",
+    "parse_address",
+    "parse_runner_url",
+    "register_functions",
+    "remote_hardware",
+    "remote_platform",
+    "runner_from",
+    "serve",
+    "tracker_summary",
+]
