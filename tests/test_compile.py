@@ -95,7 +95,7 @@ def _add_a_liar(store, wid: int) -> tuple:
     ranked = list(store.query(workload_id=wid, hardware_id=hw, target=target_key(TARGET),
                               ok_only=True, best_first=True))  # fmt: skip
     fastest, slowest = ranked[0], ranked[-1]
-    store.add([dataclasses.replace(slowest, run_secs=(1e-9,), id=None)])
+    store.add([dataclasses.replace(slowest, run_secs=(1e-9,), id=None, uid="")])  # a new record
     return slowest, fastest
 
 

@@ -12,6 +12,7 @@ measures a program another has, and each starts at a task of its own.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 from collections.abc import Callable, Sequence
@@ -19,7 +20,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
-from tensortune.errors import TensortuneError, about
+from tensortune.errors import RecordsError, TensortuneError, about
 from tensortune.hardware import (
     HardwareConfig,
     Platform,
@@ -143,8 +144,9 @@ def collect(
                         step = partial(CollectStep, config.name, i, len(tasks), task,
                                        want=programs_per_task)  # fmt: skip
                         measured += filler.fill(wid, task, partial(_report, progress, step))
-                finally:
-                    store.release(filler.worker)  # drawn, never measured: free for others
+                finally:  # drawn, never measured: free for others (or they expire)
+                    with contextlib.suppress(RecordsError):
+                        store.release(filler.worker)
             result.per_config[config.name] = measured
             result.measured += measured
     return result

@@ -35,6 +35,9 @@ class RecordToStore(PyMeasureCallback):
         self.target = target
         self.run_id = run_id
         self.on_batch = on_batch
+        # What stopped a commit: TVM turns an exception raised in a callback into a plain
+        # RuntimeError, so the caller re-raises this one (e.g. "disk full") instead.
+        self.error: Exception | None = None
 
     def apply(self, task_scheduler, task_id, measure_candidates, builder_results, runner_results):
         records = measured_records(
@@ -42,6 +45,10 @@ class RecordToStore(PyMeasureCallback):
             workload_id=self.workload_ids[task_id], hardware_id=self.hardware_id,
             target=self.target, run_id=self.run_id,
         )  # fmt: skip
-        self.store.add(records)
+        try:
+            self.store.add(records)
+        except Exception as e:
+            self.error = e
+            raise
         if self.on_batch is not None:
             self.on_batch(task_id, records)

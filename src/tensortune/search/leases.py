@@ -11,6 +11,7 @@ expire after ``seconds`` by the database's clock; on its own machine a rerun fre
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import uuid
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 import psutil
 
 from tensortune.compat import PySearchStrategy, derived_object
+from tensortune.errors import RecordsError
 from tensortune.records.convert import trace_text
 from tensortune.records.schema import trace_hash
 from tensortune.records.storage import RecordStore
@@ -27,6 +29,9 @@ from tensortune.records.storage import RecordStore
 # How long a claim lasts: longer than any batch takes to build and run, short enough that
 # the budget a dead worker on another machine held comes back within minutes.
 LEASE_SECONDS = 600.0
+# How many times its own budget a wrapped strategy may draw, batches that others had measured
+# included.
+RETRY_SLACK = 16
 
 
 def worker_name() -> str:
@@ -65,6 +70,9 @@ class SharedBudget:
     seconds: float = LEASE_SECONDS
 
     def __post_init__(self) -> None:
+        # What stopped a lease (the store's error), for the caller to re-raise: TVM turns an
+        # exception raised inside a search strategy into a plain RuntimeError.
+        self.error: Exception | None = None
         for other in self.store.lease_holders():
             if other != self.worker and _gone(other):
                 self.store.release(other)
@@ -90,8 +98,10 @@ class SharedBudget:
         return held
 
     def close(self) -> None:
-        """End the leases left (candidates drawn but never measured)."""
-        self.store.release(self.worker)
+        """End the leases left (candidates drawn but never measured).  Where the store cannot
+        take the write (the error that stopped the run, say) they expire by themselves."""
+        with contextlib.suppress(RecordsError):
+            self.store.release(self.worker)
 
 
 @derived_object
@@ -100,7 +110,7 @@ class Leased(PySearchStrategy):
     than ``budget`` allows; ``inner`` is asked again (``tries`` times) when none is left."""
 
     def __init__(self, inner: object, budget: SharedBudget, workload_id: int,
-                 tries: int = 4) -> None:  # fmt: skip
+                 tries: int = 16) -> None:  # fmt: skip
         super().__init__()
         self.inner = inner
         self.budget = budget
@@ -112,15 +122,25 @@ class Leased(PySearchStrategy):
 
     def pre_tuning(self, max_trials: int, num_trials_per_iter: int, design_spaces, database=None,
                    cost_model=None) -> None:  # fmt: skip
-        self.inner.pre_tuning(max_trials, num_trials_per_iter, design_spaces, database,
-                              cost_model)  # fmt: skip
+        # MetaSchedule's strategies count a batch we dropped (others measured it) as trials
+        # spent; the task's own limit is kept here, the inner one only bounds the retries.
+        self.max_trials, self.trials = max_trials, 0
+        self.inner.pre_tuning(max_trials * RETRY_SLACK, num_trials_per_iter, design_spaces,
+                              database, cost_model)  # fmt: skip
 
     def post_tuning(self) -> None:
         self.inner.post_tuning()
 
     def generate_measure_candidates(self):
+        try:
+            return self._generate()
+        except Exception as e:
+            self.budget.error = e
+            raise
+
+    def _generate(self):
         for _ in range(self.tries):
-            left = self.budget.left(self.workload_id)
+            left = min(self.budget.left(self.workload_id), self.max_trials - self.trials)
             if left <= 0:
                 return None
             cands = self.inner.generate_measure_candidates()
@@ -139,6 +159,7 @@ class Leased(PySearchStrategy):
         return None
 
     def notify_runner_results(self, measure_candidates, results) -> None:
+        self.trials += len(results)
         self.inner.notify_runner_results(measure_candidates, results)
 
     def clone(self) -> Leased:

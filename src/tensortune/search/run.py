@@ -72,20 +72,28 @@ def run_search(
         ms.measure_callback.RemoveBuildArtifact(),
         ms.measure_callback.UpdateCostModel(),
     ]  # fmt: skip
-    ms.tune_tasks(
-        tasks=contexts,
-        task_weights=[float(t.weight) for t in tasks],
-        work_dir=str(work_dir),
-        max_trials_global=trials,
-        max_trials_per_task=max_trials_per_task,
-        num_trials_per_iter=trials_per_round,
-        builder=session.builder,
-        runner=session.runner,
-        database=StoreDatabase(store, target=platform, run_id=run_id),
-        cost_model=cost_model,
-        measure_callbacks=callbacks,
-        task_scheduler=task_scheduler,
-    )
+    try:
+        ms.tune_tasks(
+            tasks=contexts,
+            task_weights=[float(t.weight) for t in tasks],
+            work_dir=str(work_dir),
+            max_trials_global=trials,
+            max_trials_per_task=max_trials_per_task,
+            num_trials_per_iter=trials_per_round,
+            builder=session.builder,
+            runner=session.runner,
+            database=StoreDatabase(store, target=platform, run_id=run_id),
+            cost_model=cost_model,
+            measure_callbacks=callbacks,
+            task_scheduler=task_scheduler,
+        )
+
+    except Exception:
+        # An error of ours inside a callback reached here as TVM's RuntimeError: raise ours.
+        ours = callbacks[0].error or (budget.error if budget is not None else None)
+        if ours is not None:
+            raise ours from None
+        raise
 
 
 def _task_loggers(work: Path, names: list[str]) -> list[logging.Logger]:
