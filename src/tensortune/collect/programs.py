@@ -29,8 +29,13 @@ from tensortune.hardware import (
     resolve_platform,
 )
 from tensortune.records import DEFAULT_URL, RecordStore, records_from
-from tensortune.records.schema import TaskSource, trace_hash
-from tensortune.search.leases import LEASE_SECONDS, SharedBudget, worker_name
+from tensortune.records.schema import TaskSource
+from tensortune.search.leases import (
+    LEASE_SECONDS,
+    SharedBudget,
+    candidate_hash,
+    worker_name,
+)
 from tensortune.workloads.task import Task
 
 DEFAULT_CONFIGS = ("avx512-2c", "avx2-1c")
@@ -199,9 +204,7 @@ class _Filler:
 
     def _claimed(self, wid: int, batch: list) -> list:
         """The candidates of ``batch`` this collector may measure: leased to it now."""
-        from tensortune.records.convert import trace_text
-
-        hashes = [trace_hash(trace_text(c.sch.trace)) for c in batch]
+        hashes = [candidate_hash(c) for c in batch]
         held = set(self.store.claim(wid, self.platform.hardware.id, self.platform.key, hashes,
                                     worker=self.worker, seconds=LEASE_SECONDS))  # fmt: skip
         return [c for c, h in zip(batch, hashes, strict=True) if h in held]

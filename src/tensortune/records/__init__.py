@@ -7,6 +7,7 @@ import contextlib
 from collections.abc import Iterator
 
 from tensortune.errors import RecordsError, about
+from tensortune.records.postgres import redact
 from tensortune.records.schema import Record
 from tensortune.records.storage import DEFAULT_URL, RecordStore
 
@@ -35,13 +36,6 @@ def open_records(url: str = DEFAULT_URL, *, create: bool = True) -> RecordStore:
         return PostgresStore(url, create=create)
     raise RecordsError(f"unsupported records URL scheme '{scheme}' in {redact(url)!r} "
                        "(supported: sqlite, postgresql)")  # fmt: skip
-
-
-def redact(url: str) -> str:
-    """``url`` as it may be shown: with ``***`` for a password."""
-    from tensortune.records.postgres import redact as without_password
-
-    return without_password(url)
 
 
 @contextlib.contextmanager

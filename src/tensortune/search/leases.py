@@ -34,6 +34,11 @@ LEASE_SECONDS = 600.0
 RETRY_SLACK = 16
 
 
+def candidate_hash(candidate) -> str:
+    """The name leases give a measure candidate: its trace's hash, as its record will have."""
+    return trace_hash(trace_text(candidate.sch.trace))
+
+
 def worker_name() -> str:
     """This process, as leases name it: host, pid and the process's start time (a pid is
     reused; a pid with its start time is not)."""
@@ -146,7 +151,7 @@ class Leased(PySearchStrategy):
             cands = self.inner.generate_measure_candidates()
             if cands is None:
                 return None
-            hashes = [trace_hash(trace_text(c.sch.trace)) for c in cands]
+            hashes = [candidate_hash(c) for c in cands]
             held = self.budget.claim(self.workload_id, hashes, left)
             picked, seen = [], set()
             for c, h in zip(cands, hashes, strict=True):
