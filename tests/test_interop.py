@@ -8,13 +8,13 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import TARGET, fill, other_hardware, sampled
+from conftest import TARGET, fill, make_records, other_hardware, sampled
 
 from tensortune.compat import ms, structural_equal, tvm
 from tensortune.errors import RecordsError
 from tensortune.hardware import current_hardware, target_key
 from tensortune.records import open_records
-from tensortune.records.interop import export_records, import_records
+from tensortune.records.interop import copy_records, export_records, import_records
 from tensortune.records.ms_database import StoreDatabase
 from tensortune.workloads.ops import parse_spec
 
@@ -266,3 +266,19 @@ def test_import_keeps_the_same_schedule_on_two_targets(store, fresh, tmp_path: P
     assert len(_load(tmp_path / "out")) == 2
     imported = import_records(fresh, tmp_path / "out")
     assert (imported.records, imported.skipped) == (2, 0)
+
+
+# ---- copies between stores ---------------------------------------------------------------------
+
+
+def test_a_copy_keeps_each_records_origin(store, fresh) -> None:
+    origin = json.dumps({"kind": "transfer", "from": "sqlite:///elsewhere.db", "workload": MM,
+                         "uid": "0123abcd"})  # fmt: skip
+    fill(store, MM, [3e-3])
+    store.add([dataclasses.replace(r, origin=origin) for r in make_records(store, SM, [1e-3])])
+    want = sorted((r.uid, r.cost, r.origin) for r in store.query())
+    assert [o for _, _, o in want].count(origin) == 1
+    assert copy_records(store, fresh).records == 2
+    assert sorted((r.uid, r.cost, r.origin) for r in fresh.query()) == want
+    assert copy_records(store, fresh).records == 0  # copied again: nothing new, origins kept
+    assert sorted((r.uid, r.cost, r.origin) for r in fresh.query()) == want

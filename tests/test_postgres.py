@@ -12,7 +12,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from conftest import Cli, fill
+from conftest import Cli, fill, make_records
 from postgres_server import PASSWORD
 
 from tensortune.errors import RecordsError
@@ -68,6 +68,68 @@ def test_a_newer_schema_is_refused(postgres_url: str) -> None:
         open_records(postgres_url)
 
 
+def _downgrade_to_v3(url: str) -> None:
+    """Make a store as tensortune wrote it at schema v3: no ``records.origin``."""
+    _sql(url, "ALTER TABLE records DROP COLUMN origin",
+         "UPDATE meta SET value = '3' WHERE key = 'schema_version'")  # fmt: skip
+
+
+def _schema(url: str) -> tuple[str, int]:
+    """The version ``meta`` states and how many ``origin`` columns ``records`` has."""
+    with psycopg.connect(url) as conn:
+        (version,) = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'"
+                                  ).fetchone()  # fmt: skip
+        (columns,) = conn.execute(
+            "SELECT count(*) FROM information_schema.columns "
+            "WHERE table_name = 'records' AND column_name = 'origin'"
+        ).fetchone()
+    return version, columns
+
+
+def test_a_version_3_store_is_upgraded_in_place(postgres_url: str) -> None:
+    import dataclasses
+
+    with open_records(postgres_url) as store:
+        fill(store, MM, [1e-3, None])
+        before = [(r.uid, r.cost, r.status) for r in store.query()]
+    _downgrade_to_v3(postgres_url)
+    assert _schema(postgres_url) == ("3", 0)
+    with open_records(postgres_url) as store:
+        assert [(r.uid, r.cost, r.status, r.origin) for r in store.query()] == [
+            (*b, "") for b in before
+        ]
+        origin = json.dumps({"kind": "transfer", "from": "sqlite:///elsewhere.db", "uid": "x"})
+        (new,) = make_records(store, SM, [2e-3])
+        store.add([dataclasses.replace(new, origin=origin)])
+        assert [r.origin for r in store.query()] == ["", "", origin]
+    assert _schema(postgres_url) == (str(SCHEMA_VERSION), 1)
+
+
+def test_processes_opening_a_version_3_store_at_once_upgrade_it_once(postgres_url: str) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    with open_records(postgres_url) as store:
+        fill(store, MM, [1e-3])
+    _downgrade_to_v3(postgres_url)
+
+    def open_and_count(_: int) -> int:
+        with open_records(postgres_url) as store:
+            return store.count()
+
+    # Threads, each with its own connection: the server sees separate sessions racing.
+    with ThreadPoolExecutor(6) as pool:
+        assert list(pool.map(open_and_count, range(6))) == [1] * 6
+    assert _schema(postgres_url) == (str(SCHEMA_VERSION), 1)
+
+
+def test_a_version_2_store_is_refused(postgres_url: str) -> None:
+    open_records(postgres_url).close()
+    _sql(postgres_url, "UPDATE meta SET value = '2' WHERE key = 'schema_version'")
+    with pytest.raises(RecordsError, match="unknown old records schema v2"):
+        open_records(postgres_url)
+    assert _schema(postgres_url) == ("2", 1)  # left as it was
+
+
 def test_reading_an_empty_database_writes_nothing(postgres_url: str) -> None:
     with pytest.raises(RecordsError, match="no tensortune records store"):
         open_records(postgres_url, create=False)
@@ -78,6 +140,8 @@ def test_reading_an_empty_database_writes_nothing(postgres_url: str) -> None:
 
 def test_records_copy_between_sqlite_and_postgresql_both_ways(postgres_url: str, cli: Cli,
                                                              tmp_path: Path) -> None:  # fmt: skip
+    import dataclasses
+
     from conftest import other_hardware
 
     from tensortune.records.schema import TaskSource
@@ -85,9 +149,10 @@ def test_records_copy_between_sqlite_and_postgresql_both_ways(postgres_url: str,
     src = f"sqlite:///{tmp_path / 'a.db'}"
     with open_records(src) as store:
         fill(store, MM, [3e-3, None, 1e-3])
-        fill(store, SM, [5e-4], hardware=other_hardware())
+        (transferred,) = make_records(store, SM, [5e-4], hardware=other_hardware())
+        store.add([dataclasses.replace(transferred, origin='{"kind": "transfer"}')])
         store.add_task_sources([TaskSource("net", 1, "mm", 2)])
-        want = sorted((r.uid, r.cost, r.status, r.hardware_id) for r in store.query())
+        want = sorted((r.uid, r.cost, r.status, r.hardware_id, r.origin) for r in store.query())
     code, out, err = cli("records", "export", postgres_url, "--records", src)
     assert code == 0, err
     assert "exported 4 records of 2 workloads" in out and PASSWORD not in out
@@ -98,7 +163,8 @@ def test_records_copy_between_sqlite_and_postgresql_both_ways(postgres_url: str,
     assert code == 0, err
     for url in (postgres_url, back):
         with open_records(url, create=False) as store:
-            assert sorted((r.uid, r.cost, r.status, r.hardware_id) for r in store.query()) == want
+            got = sorted((r.uid, r.cost, r.status, r.hardware_id, r.origin) for r in store.query())
+            assert got == want
             assert len(store.hardware()) == 2
             assert [s.task_name for s in store.task_sources()] == ["mm"]
 

@@ -16,7 +16,7 @@ from tensortune.errors import RecordsError
 from tensortune.hardware import current_hardware, target_key
 from tensortune.records import open_records
 from tensortune.records.ms_database import StoreDatabase
-from tensortune.records.schema import SCHEMA_VERSION, Record
+from tensortune.records.schema import SCHEMA_VERSION, Record, origin_of
 from tensortune.workloads.ops import parse_spec
 
 MM = "matmul:16,16,16"
@@ -160,6 +160,31 @@ def test_add_and_query_filters(filled) -> None:
     assert _costs(top2) == [1e-3, 2e-3]
     assert _costs(store.query(workload_id=wmm, best_first=True, limit=1)) == [1e-5]
     assert len(list(store.query(limit=3))) == 3
+
+
+_TRANSFERRED = json.dumps({"kind": "transfer", "from": "postgresql://tuner:***@farm/records",
+                           "workload": "matmul:16,16,16 ünïcode", "uid": "0123abcd"})  # fmt: skip
+
+
+def test_a_records_origin_comes_back_from_the_store(store) -> None:
+    measured, transferred = make_records(store, MM, [1e-3, 2e-3])
+    store.add([measured, dataclasses.replace(transferred, origin=_TRANSFERRED)])
+    got = list(store.query())
+    assert [r.origin for r in got] == ["", _TRANSFERRED]
+    assert origin_of(got[0]) == {}
+    assert origin_of(got[1]) == json.loads(_TRANSFERRED)
+    best = list(store.query(ok_only=True, best_first=True))
+    assert [(r.cost, r.origin) for r in best] == [(1e-3, ""), (2e-3, _TRANSFERRED)]
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["", "not json", "[1, 2]", '"transfer"', "{", "[" * 100_000],
+    ids=["empty", "not-json", "a-list", "a-string", "cut-short", "too-deep"],
+)
+def test_origin_of_a_record_without_a_readable_origin_is_empty(text: str) -> None:
+    record = Record(1, "hw", "llvm", "[]", "[]", (1e-3,), "ok", origin=text)
+    assert origin_of(record) == {}
 
 
 def test_best_first_uses_the_median(store) -> None:
@@ -508,6 +533,62 @@ def test_a_version_1_store_is_upgraded_in_place_and_keeps_its_records(tmp_path: 
     (version,) = db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
     db.close()
     assert version == str(SCHEMA_VERSION)
+
+
+def _v3_store(path: Path) -> tuple[int, str]:
+    """A SQLite store as tensortune wrote it at schema v3 (``records`` without ``origin``),
+    holding one record of MM; returns its workload id and trace."""
+    from conftest import args_text, trace_text
+
+    from tensortune.records.schema import trace_hash
+    from tensortune.records.sql import TABLES, statements
+
+    v3 = TABLES.replace(",\n    origin TEXT NOT NULL DEFAULT ''", "")
+    assert "origin" not in v3  # the only change from v3 to v4
+    mod, (cand,) = sampled(MM, 1)
+    here = current_hardware()
+    trace = trace_text(cand)
+    db = sqlite3.connect(path)
+    with db:
+        for statement in statements(v3.format(serial="INTEGER PRIMARY KEY", real="REAL")):
+            db.execute(statement)
+        db.execute("INSERT INTO meta VALUES ('app', 'tensortune'), ('schema_version', '3')")
+        db.execute("INSERT INTO hardware VALUES (?, ?)", (here.id, here.to_json()))
+        (wid,) = db.execute(
+            "INSERT INTO workloads (shash, name, mod_json) VALUES (?, ?, ?) RETURNING id",
+            (structural_hash(mod), MM, tvm.ir.save_json(mod)),
+        ).fetchone()
+        db.execute(
+            "INSERT INTO records (workload_id, hardware_id, target, trace, args_info, run_secs, "
+            "cost, status, error, run_id, tvm_version, created_at, trace_hash, uid) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, 'ok', NULL, 'old', '0.0', 1.0, ?, 'v3-uid')",
+            (wid, here.id, target_key(TARGET), trace, args_text(cand), "[0.002]", 0.002,
+             trace_hash(trace)),
+        )  # fmt: skip
+    db.close()
+    return wid, trace
+
+
+def test_a_version_3_store_is_upgraded_in_place_and_records_say_their_origin(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "v3.db"
+    wid, trace = _v3_store(path)
+    with open_records(_url(path)) as s:
+        (old,) = s.query()
+        assert (old.workload_id, old.trace, old.uid, old.cost) == (wid, trace, "v3-uid", 0.002)
+        assert old.origin == "" and origin_of(old) == {}
+        (new,) = make_records(s, SM, [1e-3])
+        s.add([dataclasses.replace(new, origin=_TRANSFERRED)])
+        assert [r.origin for r in s.query()] == ["", _TRANSFERRED]
+    with open_records(_url(path)) as s:  # upgraded once: opening again changes nothing
+        assert [r.origin for r in s.query()] == ["", _TRANSFERRED]
+    db = sqlite3.connect(path)
+    (version,) = db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+    columns = [row[1] for row in db.execute("PRAGMA table_info(records)")]
+    db.close()
+    assert version == str(SCHEMA_VERSION) == "4"
+    assert columns.count("origin") == 1
 
 
 # ---- leases: several workers on one store ------------------------------------------------------

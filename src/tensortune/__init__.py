@@ -23,6 +23,9 @@ _EXPORTS = {
     "TuneProgress": "tensortune.tuning.tune",
     "best_programs": "tensortune.tuning.best",
     "compile_model": "tensortune.deploy.compile",
+    "transfer": "tensortune.transfer.run",
+    "TransferResult": "tensortune.transfer.run",
+    "kernel_class": "tensortune.transfer.classes",
     "CompileReport": "tensortune.deploy.compile",
     "collect": "tensortune.collect",
     "train": "tensortune.train.trainer",
@@ -79,6 +82,7 @@ __all__ = [
     "Task",
     "TensortuneError",
     "TimingConfig",
+    "TransferResult",
     "TuneProgress",
     "TuneResult",
     "__version__",
@@ -94,6 +98,7 @@ __all__ = [
     "evaluate",
     "export_records",
     "import_records",
+    "kernel_class",
     "load_cost_model",
     "load_model",
     "open_records",
@@ -104,6 +109,7 @@ __all__ = [
     "strategy_from",
     "summarize_seeds",
     "train",
+    "transfer",
     "tune",
 ]
 
@@ -127,6 +133,8 @@ if TYPE_CHECKING:
     from tensortune.search.draft_verify import DraftThenVerify
     from tensortune.search.factory import strategy_from
     from tensortune.train.trainer import evaluate, train
+    from tensortune.transfer.classes import kernel_class
+    from tensortune.transfer.run import TransferResult, transfer
     from tensortune.tuning.best import best_programs
     from tensortune.tuning.tune import TuneProgress, TuneResult, plan_tune, tune
     from tensortune.workloads.models import load_model

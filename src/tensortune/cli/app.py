@@ -19,7 +19,7 @@ from typing import Annotated
 
 import typer
 
-from tensortune.cli import bench, dataset, records, serve, train, tune, workloads
+from tensortune.cli import bench, dataset, records, serve, train, transfer, tune, workloads
 from tensortune.cli import compile as compile_cmd
 from tensortune.cli.display import errors
 from tensortune.cli.options import forget_renamed_options, option_name
@@ -36,6 +36,7 @@ app = typer.Typer(
     context_settings={"max_content_width": 100},
 )
 app.command("tune")(tune.tune)
+app.command("transfer")(transfer.transfer)
 app.command("workloads")(workloads.workloads)
 app.add_typer(records.app, name="records")
 app.add_typer(dataset.app, name="dataset")

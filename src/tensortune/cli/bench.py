@@ -164,3 +164,105 @@ def _print_bench(result) -> None:
             fmt_seconds(b.get("analyzer", 0)),
         )  # fmt: skip
     print_table(t)
+
+
+@app.command("transfer")
+def transfer(
+    pair: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--pair",
+            metavar="TARGET:SOURCE",
+            help="A target network and the network whose schedules it takes, e.g. "
+            "resnet18:resnet50; repeatable (default: the five pairs of the transfer "
+            "benchmark).",
+        ),
+    ] = None,
+    trials_per_task: Annotated[
+        int,
+        typer.Option(
+            "--trials-per-task",
+            metavar="N",
+            help="Budget of full and of warm-started tuning, per task of the target.",
+        ),
+    ] = 20,
+    source_trials_per_task: Annotated[
+        int,
+        typer.Option(
+            "--source-trials-per-task", metavar="N", help="Budget tuning each source, per task."
+        ),
+    ] = 24,
+    per_kernel: Annotated[
+        int,
+        typer.Option("--per-kernel", metavar="N", help="Transferred schedules timed per kernel."),
+    ] = 8,
+    work_dir: Annotated[
+        Path,
+        typer.Option(
+            "--work-dir",
+            metavar="DIR",
+            help="Source stores (reused by a rerun), each arm's store, a JSON per pair.",
+        ),
+    ] = Path("bench-transfer"),
+    target: TargetOpt = None,
+    plot: Annotated[
+        Path | None, typer.Option("--plot", metavar="PNG", help="Draw the curves into PNG.")
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Transfer-tuning against full tuning and warm-started tuning, per network pair.
+
+    For each pair: the untuned, transferred and fully tuned builds timed end to end, the
+    fraction of the maximum speedup transfer reached ((S_transfer - 1) / (S_full - 1)), its
+    search time, the time full tuning needed to match it, and warm-started tuning's time to
+    full tuning's final latency (latencies over time are Σ weight x best standalone time).
+
+    Example: tensortune bench transfer --pair gpt2-block:bert-layer --plot t.png
+    """
+    from tensortune.compare.transfer import DEFAULT_PAIRS, bench_transfer, plot_pairs
+    from tensortune.errors import TensortuneError
+
+    pairs = []
+    for p in pair or [f"{t}:{s}" for t, s in DEFAULT_PAIRS]:
+        tgt, sep, src = p.partition(":")
+        if not sep or not tgt or not src:
+            raise TensortuneError(f"expected TARGET:SOURCE, got {p!r}", param="pair")
+        pairs.append((tgt, src))
+    with Reporter(console, quiet=as_json) as reporter:
+        results = bench_transfer(pairs, trials_per_task=trials_per_task,
+                                 source_trials_per_task=source_trials_per_task,
+                                 per_kernel=per_kernel, work_dir=work_dir, target=target,
+                                 progress=reporter.line)  # fmt: skip
+    if plot is not None:
+        plot_pairs(results, plot)
+    if as_json:
+        print(json.dumps([r.to_dict() for r in results]))
+        return
+    t = table(f"transfer-tuning: {trials_per_task} trials a task of tuning, {per_kernel} "
+              "schedules per kernel",
+              {"target <- source": "left", **dict.fromkeys(
+                  ("untuned", "transferred", "full", "fraction of max", "transfer search",
+                   "full to match", "ratio", "warm to full", "share"), "right")})  # fmt: skip
+    for r in results:
+        t.add_row(
+            f"{r.target} <- {r.source}", fmt_seconds(r.untuned_e2e), fmt_seconds(r.transfer_e2e),
+            fmt_seconds(r.full_e2e), _pct(r.fraction_of_max), fmt_seconds(r.transfer_search_s),
+            fmt_seconds(r.full_time_to_transfer) if r.full_time_to_transfer is not None
+            else f"> {fmt_seconds(r.full_search_s)}",
+            fmt_ratio(r.search_time_ratio), fmt_seconds(r.warm_time_to_full)
+            if r.warm_time_to_full is not None else "never", _pct(r.warm_time_share),
+        )  # fmt: skip
+    print_table(t)
+    for r in results:
+        o = r.outcomes
+        console.print(
+            f"{r.target} <- {r.source}: {o.get('exact', 0)} exact, "
+            f"{o.get('refit', 0)} re-fitted, {o.get('invalid', 0)} invalid transfers; "
+            f"{r.tasks_transferred}/{r.tasks} kernels took a transferred schedule"
+        )
+    if plot is not None:
+        console.print(f"curves: {plot}")
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.0f}%"

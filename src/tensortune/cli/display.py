@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 
 from rich.console import Console
-from rich.table import Table
+from rich.table import Column, Table
 
 # No markup: task names, file names and op docs contain brackets that Rich would eat.
 console = Console(highlight=False, markup=False)
@@ -46,10 +46,12 @@ def table(title: str | None, columns: dict[str, str], *, caption: str | None = N
     return t
 
 
-def print_table(t: Table) -> None:
+def print_table(t: Table, *, keep_tail: tuple[str, ...] = ()) -> None:
     """Print a ``table`` within the console's width: numbers keep all their digits, the first
     column (the row's name) keeps up to ``_NAME_WIDTH`` characters, and the other text columns
-    share what is left (a cell longer than its column is shortened with an ellipsis)."""
+    share what is left (a cell longer than its column is shortened with an ellipsis).  The
+    columns named in ``keep_tail`` lose their cells' start instead: the end is what tells
+    those apart (a kernel class's key)."""
     columns = t.columns
     widest = [max([len(str(c.header)), *(len(str(x)) for x in c.cells)]) for c in columns]
     room = console.width - (3 * len(columns) + 1)  # each column's padding and border
@@ -70,7 +72,18 @@ def print_table(t: Table) -> None:
     if sum(width) <= room:
         for column, w in zip(columns, width, strict=True):
             column.width = max(w, 1)
+            if column.header in keep_tail:
+                _shorten_start(column, max(w, 1))
     caption, t.caption = t.caption, None  # a line of its own, not wrapped to the table's width
     console.print(t)
     if caption:
         console.print(caption)
+
+
+def _shorten_start(column: Column, width: int) -> None:
+    # Rich only cuts a cell's end and has no public way to change a cell once added: the cells
+    # that would be cut are rewritten in Column's own (private) list.
+    cells = column._cells
+    for i, cell in enumerate(cells):
+        if isinstance(cell, str) and len(cell) > width:
+            cells[i] = "…" + cell[len(cell) - width + 1 :] if width > 1 else "…"

@@ -67,6 +67,7 @@ _OPTION_NAMES = {
     "programs_per_task": "--trials-per-task",
     "max_trials_per_task": "--trials-per-task",
     "hardware_id": "--hardware",
+    "sources": "--from",
 }
 
 

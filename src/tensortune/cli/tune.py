@@ -22,7 +22,7 @@ from tensortune.cli.options import (
 )
 from tensortune.cli.progress import Reporter
 from tensortune.records import DEFAULT_URL
-from tensortune.tuning.tune import DEFAULT_STRATEGY, TuneProgress, TuneResult
+from tensortune.tuning.tune import DEFAULT_STRATEGY, WARM_PER_KERNEL, TuneProgress, TuneResult
 
 
 def tune(
@@ -100,6 +100,18 @@ def tune(
         ),
     ] = True,
     fast_math: FastMathOpt = True,
+    warm_start: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--warm-start",
+            metavar="URL",
+            help="Records store tuned for other models or shapes; repeatable.  Each task "
+            f"the store holds nothing of yet first times up to {WARM_PER_KERNEL} schedules "
+            "of same-class kernels from these stores (as `tensortune transfer` does), and "
+            "its search starts from the best of them.  These transferred measurements count "
+            "toward --trials (at most half of it).",
+        ),
+    ] = None,
     runner: Annotated[
         str,
         typer.Option(
@@ -133,7 +145,8 @@ def tune(
     api = {"model": model, "workloads_from": workloads_from, "trials": trials,
            "target": target, "strategy": strategy, "cost_model": cost_model,
            "online_cost_model": online_mode, "trials_per_round": trials_per_round,
-           "max_trials_per_task": trials_per_task, "fast_math": fast_math}  # fmt: skip
+           "max_trials_per_task": trials_per_task, "fast_math": fast_math,
+           "warm_start": warm_start or None}  # fmt: skip
     remote = runner.strip() != "local"
     if dry_run:
         if remote:  # the plan is for the farm's hardware: ask it, start no runner

@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+from collections import Counter
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from tensortune.cli.display import console, print_table, table
-from tensortune.cli.options import TargetOpt
+from tensortune.cli.options import (
+    FastMathOpt,
+    ModelOpt,
+    TargetOpt,
+    WorkloadOpt,
+    WorkloadsFromOpt,
+)
+from tensortune.errors import TensortuneError
 
 
 def workloads(
@@ -20,13 +29,35 @@ def workloads(
         ),
     ] = False,
     target: TargetOpt = None,
+    workload: WorkloadOpt = None,
+    model: ModelOpt = None,
+    workloads_from: WorkloadsFromOpt = None,
+    classes: Annotated[
+        bool,
+        typer.Option(
+            "--classes",
+            help="With --model, --workload or --workloads-from: each task's kernel class and "
+            "how many tasks each class has (tasks of one class can share schedules: "
+            "`tensortune transfer`).",
+        ),
+    ] = False,
+    fast_math: FastMathOpt = True,
 ) -> None:
-    """List the operator zoo (with its spec grammar) and the network zoo.
+    """List the operator zoo (with its spec grammar) and the network zoo, or the tasks of a
+    model or of workloads.
 
-    Networks show their task counts once counted (--tasks), for the target's platform.
+    Networks show their task counts once counted (--tasks), for the target's platform.  With
+    --model (or --workload, --workloads-from) the tasks are listed instead, with --classes
+    their kernel classes too.
 
-    Example: tensortune workloads --tasks
+    Example: tensortune workloads --model resnet18 --classes
     """
+    if workload or model is not None or workloads_from is not None:
+        _list_tasks(workload, model, workloads_from, target, classes, fast_math)
+        return
+    if classes:
+        raise TensortuneError("give the tasks to classify: --model, --workload or "
+                              "--workloads-from", param="classes")  # fmt: skip
     from tensortune.workloads.networks import NETWORKS
     from tensortune.workloads.ops import OPS
 
@@ -58,3 +89,47 @@ def _task_counts(names: list[str], target: str | None, count: bool) -> dict:
         return task_counts(names, platform, cached_only=True)
     with console.status("importing networks to count their tasks..."):
         return task_counts(names, platform)
+
+
+def _list_tasks(workload: list[str] | None, model: str | None, workloads_from: Path | None,
+                target: str | None, classes: bool, fast_math: bool) -> None:  # fmt: skip
+    from tensortune.errors import about
+    from tensortune.hardware import resolve_platform
+    from tensortune.transfer.classes import kernel_class
+    from tensortune.workloads.resolve import resolve_tasks
+
+    with about("target"):
+        platform = resolve_platform(target, measurable=False)
+    with console.status("importing the model..." if model is not None else "reading tasks..."):
+        tasks = resolve_tasks(workload, model=model, workloads_from=workloads_from,
+                              platform=platform, fast_math=fast_math)  # fmt: skip
+    columns = {"task": "left", "weight": "right", "GFLOP": "right"}
+    if classes:
+        columns["class"] = "left"
+    t = table(f"tasks of {model}" if model is not None else "tasks", columns)
+    of_task = [str(kernel_class(task.mod)) for task in tasks] if classes else []
+    for i, task in enumerate(tasks):
+        cells = [task.name, str(task.weight), f"{task.flop / 1e9:.3f}"]
+        t.add_row(*cells, *of_task[i : i + 1])
+    print_table(t, keep_tail=("class",))
+    if classes:
+        _print_classes(tasks, of_task)
+
+
+def _print_classes(tasks: list, of_task: list[str]) -> None:
+    count = Counter(of_task)
+    weight: Counter[str] = Counter()
+    for task, kclass in zip(tasks, of_task, strict=True):
+        weight[kclass] += task.weight
+    t = table("kernel classes", {"class": "left", "tasks": "right", "occurrences": "right"})
+    for kclass, n in count.most_common():  # ties keep the order of first appearance
+        t.add_row(kclass, str(n), str(weight[kclass]))
+    print_table(t, keep_tail=("class",))
+    shared = sum(n > 1 for n in count.values())
+    console.print(f"{_many(len(tasks), 'task', 'tasks')} in "
+                  f"{_many(len(count), 'class', 'classes')}; {shared} with several tasks, "
+                  "which can share schedules (tensortune transfer)")  # fmt: skip
+
+
+def _many(n: int, one: str, several: str) -> str:
+    return f"{n} {one if n == 1 else several}"

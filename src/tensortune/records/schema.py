@@ -6,13 +6,16 @@ import hashlib
 import json
 import statistics
 from dataclasses import dataclass, field
+from typing import Any
 
-# Bump with a migration in sqlite.py whenever the tables change.
+# Bump with a migration in sqlite.py and postgres.py whenever the tables change.
 # v2: task_sources (which networks a workload is a task of, and how often it occurs there).
 # v3: records.trace_hash (what leases name a candidate by), records.uid (a record committed
 #     twice, by a retried transaction or a second copy between stores, is kept once) and
 #     claims (the leases of candidates being measured; ``RecordStore.claim``).
-SCHEMA_VERSION = 3
+# v4: records.origin (where a schedule came from, when it was not measured from scratch here:
+#     ``origin_of``).
+SCHEMA_VERSION = 4
 
 
 def trace_hash(trace: str) -> str:
@@ -42,6 +45,9 @@ class Record:
     id: int | None = field(default=None, compare=False)
     # Given by the store that first commits the record, kept by every copy of it.
     uid: str = field(default="", compare=False)
+    # JSON text saying where the schedule came from, e.g. {"kind": "transfer", "from": ...};
+    # empty for a record measured from scratch.  Last, so positional constructions still work.
+    origin: str = ""
 
     @property
     def ok(self) -> bool:
@@ -54,6 +60,21 @@ class Record:
 
     def trace_json(self) -> list:
         return json.loads(self.trace)
+
+
+def origin_of(record: Record) -> dict[str, Any]:
+    """A record's ``origin`` as a dict: ``{}`` when it has none.
+
+    Whoever reads this is showing or filtering records, not validating them: a malformed origin
+    (written by a foreign tool, or by hand) counts as none rather than stopping the reader.
+    """
+    if not record.origin:
+        return {}
+    try:
+        value = json.loads(record.origin)
+    except (ValueError, RecursionError):  # RecursionError: absurdly deep nesting
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 @dataclass(frozen=True, slots=True)

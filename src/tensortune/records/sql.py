@@ -58,7 +58,8 @@ CREATE TABLE IF NOT EXISTS records (
     tvm_version TEXT NOT NULL,
     created_at {real} NOT NULL,
     trace_hash TEXT NOT NULL DEFAULT '',
-    uid TEXT NOT NULL DEFAULT ''
+    uid TEXT NOT NULL DEFAULT '',
+    origin TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS records_lookup ON records (workload_id, hardware_id, target, cost);
 CREATE TABLE IF NOT EXISTS task_sources (
@@ -87,7 +88,7 @@ TABLE_NAMES = ("meta", "hardware", "workloads", "records", "task_sources", "clai
 
 COLUMNS = (
     "workload_id, hardware_id, target, trace, args_info, run_secs, status, error, run_id, "
-    "tvm_version, created_at, id, uid"
+    "tvm_version, created_at, id, uid, origin"
 )
 
 
@@ -96,9 +97,9 @@ def statements(ddl: str) -> list[str]:
 
 
 def row_to_record(row: tuple) -> Record:
-    w, h, t, trace, args, secs, status, err, run, ver, at, rid, uid = row
+    w, h, t, trace, args, secs, status, err, run, ver, at, rid, uid, origin = row
     return Record(w, h, t, trace, args, tuple(json.loads(secs)), status, err, run, ver, at, rid,
-                  uid)  # fmt: skip
+                  uid, origin)  # fmt: skip
 
 
 class Cursor(Protocol):
@@ -225,7 +226,7 @@ class SQLStore(RecordStore):
                 r.workload_id, r.hardware_id, r.target, r.trace, r.args_info,
                 json.dumps(list(r.run_secs)), r.cost if r.ok else None, r.status, r.error,
                 r.run_id, r.tvm_version, r.created_at or time.time(), trace_hash(r.trace),
-                r.uid or uuid.uuid4().hex,
+                r.uid or uuid.uuid4().hex, r.origin,
             )
             for r in records
         ]  # fmt: skip
@@ -235,8 +236,9 @@ class SQLStore(RecordStore):
         def insert(cur: Cursor) -> None:
             cur.executemany(
                 "INSERT INTO records (workload_id, hardware_id, target, trace, args_info, "
-                "run_secs, cost, status, error, run_id, tvm_version, created_at, trace_hash, uid) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (uid) DO NOTHING",
+                "run_secs, cost, status, error, run_id, tvm_version, created_at, trace_hash, uid, "
+                "origin) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT (uid) DO NOTHING",
                 rows,
             )
             # Measured now: the leases on these candidates have done their work.

@@ -30,6 +30,7 @@ _MIGRATIONS = {
         *[s for s in statements(_DDL) if "records_uid" in s or "records_trace" in s
           or "TABLE IF NOT EXISTS claims" in s],
     ],
+    4: ["ALTER TABLE records ADD COLUMN origin TEXT NOT NULL DEFAULT ''"],
 }  # fmt: skip
 
 

@@ -28,6 +28,9 @@ if TYPE_CHECKING:
 # draft-then-verify with the model shipped for the target, adapted online, reached MetaSchedule's
 # final latency 5.38x sooner than MetaSchedule's default (evolutionary + XGBModel) over nine runs.
 DEFAULT_STRATEGY = "draft-verify"
+# Transferred schedules timed per task before a warm-started search: its first population
+# starts from the best of them (MetaSchedule's strategies draw part of it from the store).
+WARM_PER_KERNEL = 4
 
 
 @dataclass
@@ -98,6 +101,10 @@ class TunePlan:
     cost_model: object
     max_trials_per_task: int | None = None
     trials_per_round: int | None = None
+    # The schedules that seed the search, by kernel class (``transfer.sources``); None: a
+    # cold start.
+    warm_start: dict | None = None
+    warm_per_kernel: int = WARM_PER_KERNEL
 
     @property
     def strategy_name(self) -> str:
@@ -131,13 +138,17 @@ def plan_tune(
     trials_per_round: int | None = None,
     max_trials_per_task: int | None = None,
     fast_math: bool = True,
+    warm_start: object = None,
+    warm_per_kernel: int = WARM_PER_KERNEL,
 ) -> TunePlan:
-    """Resolve and check what ``tune`` is given, cheapest first; touches no records store."""
+    """Resolve and check what ``tune`` is given, cheapest first; writes no records store (the
+    ``warm_start`` stores are read, for their schedules)."""
     from tensortune.costmodel.factory import cost_model_from
     from tensortune.search.factory import default_verifier, strategy_from
 
     for name, value in (("trials", trials), ("trials_per_round", trials_per_round),
-                        ("max_trials_per_task", max_trials_per_task)):  # fmt: skip
+                        ("max_trials_per_task", max_trials_per_task),
+                        ("warm_per_kernel", warm_per_kernel)):  # fmt: skip
         if value is not None and value <= 0:
             raise TensortuneError(f"must be positive, not {value}", param=name)
     with about("target"):
@@ -146,10 +157,16 @@ def plan_tune(
     if cost_model == "auto":
         cost_model = default_verifier(prototype, platform)
     verifier = cost_model_from(cost_model, platform, online=online_cost_model)
+    by_class = None
+    if warm_start is not None:  # read now: a bad URL is refused before anything is written
+        from tensortune.transfer.sources import source_schedules
+
+        with about("warm_start"):
+            by_class = source_schedules(warm_start, platform)
     tasks = resolve_tasks(workloads, model=model, workloads_from=workloads_from,
                           platform=platform, fast_math=fast_math)  # fmt: skip
     return TunePlan(platform, tasks, trials, prototype, verifier, max_trials_per_task,
-                    trials_per_round)  # fmt: skip
+                    trials_per_round, by_class, warm_per_kernel)  # fmt: skip
 
 
 def tune(
@@ -168,6 +185,8 @@ def tune(
     trials_per_round: int | None = None,
     max_trials_per_task: int | None = None,
     fast_math: bool = True,
+    warm_start: object = None,
+    warm_per_kernel: int = WARM_PER_KERNEL,
     builder: object | None = None,
     runner: object | str | None = None,
     timing: TimingConfig | None = None,
@@ -191,11 +210,16 @@ def tune(
     ``trials_per_round`` defaults to 64, lowered (down to 8) so that each task gets a round.
     ``fast_math`` approximates float32 ``exp``/``tanh``/``erf`` so they vectorize; outputs
     are then checked against the exact workload (``tensortune.workloads.fast_math``).
+    ``warm_start`` (records store URLs or stores) seeds the search with schedules tuned for
+    other kernels: before searching, each task not yet tuned times up to ``warm_per_kernel``
+    transferred schedules (``tensortune.transfer``; they count toward ``trials``), and the
+    search's first population starts from the best of them.
     """
     plan = plan_tune(workloads, model=model, workloads_from=workloads_from, trials=trials,
                      target=target, strategy=strategy, cost_model=cost_model,
                      online_cost_model=online_cost_model, trials_per_round=trials_per_round,
-                     max_trials_per_task=max_trials_per_task, fast_math=fast_math)  # fmt: skip
+                     max_trials_per_task=max_trials_per_task, fast_math=fast_math,
+                     warm_start=warm_start, warm_per_kernel=warm_per_kernel)  # fmt: skip
     if progress is not None and not isinstance(progress, TuneProgress):
         progress = _BatchCallback(progress)
     farm = None
@@ -231,6 +255,9 @@ def _search(store: RecordStore, plan: TunePlan, session: Callable[[], MeasureSes
     wids = [store.workload_id(t.mod, t.name) for t in tasks]
     where = [{"workload_id": w, "hardware_id": hw_id, "target": platform.key} for w in wids]
     done = [store.count(**w) for w in where]
+    if plan.warm_start is not None:
+        _warm_start(store, plan, session, done)
+        done = [store.count(**w) for w in where]
     result = TuneResult(run_id, store.url, platform.target, hw_id, trials, sum(done),
                         strategy=plan.strategy_name, cost_model=plan.cost_model_name)  # fmt: skip
     if progress is not None:
@@ -262,6 +289,22 @@ def _search(store: RecordStore, plan: TunePlan, session: Callable[[], MeasureSes
             budget.close()
     result.tasks = [_task_result(store, t, w) for t, w in zip(tasks, where, strict=True)]
     return result
+
+
+def _warm_start(store: RecordStore, plan: TunePlan, session: Callable[[], MeasureSession],
+                done: list[int]) -> None:  # fmt: skip
+    """Time transferred schedules of the tasks the store holds nothing of yet, within half of
+    the budget, so the search starts from them."""
+    from tensortune.transfer.run import transfer_tasks
+
+    cold = [t for t, d in zip(plan.tasks, done, strict=True) if d == 0]
+    room = (plan.trials - sum(done)) // 2
+    if not cold or room < len(cold):
+        return
+    per_kernel = min(plan.warm_per_kernel, room // len(cold))
+    with session() as measure:
+        transfer_tasks(store, cold, plan.platform, measure, plan.warm_start,
+                       per_kernel=per_kernel, untuned=False)  # fmt: skip
 
 
 def _per_round(requested: int | None, remaining: int, n_tasks: int) -> int:

@@ -1,0 +1,230 @@
+"""``bench transfer``: transfer-tuning against tuning, per (target network ← source network).
+
+For each pair, in one run on one machine:
+
+1. the source network is tuned into its own store (once per source; resumed on a rerun);
+2. **transfer**: the target's kernels take the source's schedules (``tensortune.transfer``);
+   its search time is the wall time of replaying, building and timing them;
+3. **full tuning**: the target is tuned cold with the project's recommended search for
+   ``trials`` measurements;
+4. **warm start**: the same tuning seeded with the source's schedules (``tune(warm_start=)``);
+5. the untuned, transferred and fully tuned builds are timed end to end (``compile_model``:
+   each build against the untuned build of the same call, so each speedup is a ratio taken
+   side by side).
+
+Metrics (``../shared/research/algorithms.md`` §1.6 and §1.7):
+
+- fraction of the maximum speedup = (S_transfer − 1) / (S_full − 1), S_X = T_untuned / T_X,
+  the maximum being what full tuning reached at this budget (Gibson & Cano's Fig. 5 metric);
+- the time full tuning needs to match transfer: the first moment its estimated latency
+  (Σ weight × each kernel's best standalone time so far, a kernel not yet measured counted at
+  its untuned time) is at most the transfer's estimate by the same sum.  The paper compiled the
+  network every minute instead; the sum is what MetaSchedule's scheduler itself optimizes, and
+  it costs nothing to evaluate at every record;
+- warm start's time to reach full tuning's final estimate, against full tuning's own time.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from tensortune.hardware import Platform, resolve_platform
+from tensortune.records import open_records
+from tensortune.records.schema import origin_of
+
+# (target, source): the pairs of the issue, one per kind of transfer.
+DEFAULT_PAIRS = (
+    ("resnet18", "resnet50"),
+    ("mobilenetv2", "resnet50"),
+    ("bert-base-s64", "bert-layer"),
+    ("gpt2-block", "bert-layer"),
+    ("vit-tiny", "bert-layer"),
+)
+
+
+@dataclass
+class PairResult:
+    target: str
+    source: str
+    tasks: int
+    trials: int
+    per_kernel: int
+    untuned_e2e: float
+    transfer_e2e: float
+    full_e2e: float
+    transfer_speedup: float  # untuned / transferred, timed in one compile call
+    full_speedup: float  # untuned / fully tuned, timed in one compile call
+    transfer_search_s: float
+    full_search_s: float
+    warm_search_s: float
+    transfer_estimate: float  # Σ weight × chosen standalone latency
+    full_final_estimate: float
+    full_time_to_transfer: float | None  # None: full tuning never reached it
+    warm_time_to_full: float | None  # None: warm start never reached full's final estimate
+    outcomes: dict[str, int] = field(default_factory=dict)
+    invalid_reasons: dict[str, int] = field(default_factory=dict)
+    tasks_transferred: int = 0  # kernels whose transferred schedule beat untuned
+    curves: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+
+    @property
+    def fraction_of_max(self) -> float | None:
+        if self.full_speedup <= 1:
+            return None
+        return (self.transfer_speedup - 1) / (self.full_speedup - 1)
+
+    @property
+    def search_time_ratio(self) -> float | None:
+        """Time full tuning needed to match transfer, over transfer's search time."""
+        if self.full_time_to_transfer is None:
+            return None
+        return self.full_time_to_transfer / self.transfer_search_s
+
+    @property
+    def warm_time_share(self) -> float | None:
+        """Warm start's time to full tuning's final estimate, as a share of full's time."""
+        if self.warm_time_to_full is None:
+            return None
+        return self.warm_time_to_full / self.full_search_s
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "fraction_of_max": self.fraction_of_max,
+                "search_time_ratio": self.search_time_ratio,
+                "warm_time_share": self.warm_time_share}  # fmt: skip
+
+
+def bench_transfer(
+    pairs: list[tuple[str, str]] | None = None,
+    *,
+    trials_per_task: int = 20,
+    source_trials_per_task: int = 24,
+    per_kernel: int = 8,
+    work_dir: str | Path = "bench-transfer",
+    target: dict | str | Platform | None = None,
+    rounds: int = 3,
+    progress: object = None,
+) -> list[PairResult]:
+    """Run the protocol above for each (target, source) network pair, tuning budgets given
+    per task of each network; stores and a JSON of each finished pair stay in ``work_dir``
+    (a rerun reuses the source stores)."""
+    from tensortune.transfer.run import transfer
+    from tensortune.tuning.tune import tune
+    from tensortune.workloads.models import load_model
+
+    platform = resolve_platform(target)
+    work = Path(work_dir)
+    work.mkdir(parents=True, exist_ok=True)
+    say = progress or (lambda text: None)
+    out = []
+    for tgt, src in pairs or DEFAULT_PAIRS:
+        src_url = f"sqlite:///{work / f'source-{src}.db'}"
+        source = load_model(src, target=platform.tvm_target)
+        source_trials = source_trials_per_task * len(source.tasks)
+        say(f"{src}: tuning the source ({source_trials} trials)")
+        tune(model=source, trials=source_trials, records=src_url, target=platform,
+             work_dir=work / "work")  # fmt: skip
+        model = load_model(tgt, target=platform.tvm_target)
+        trials = trials_per_task * len(model.tasks)
+        stores = {k: work / f"{tgt}-from-{src}-{k}.db" for k in ("transfer", "full", "warm")}
+        for path in stores.values():  # each arm starts cold: this is a measurement
+            for suffix in ("", "-wal", "-shm"):
+                Path(f"{path}{suffix}").unlink(missing_ok=True)
+        say(f"{tgt} <- {src}: transfer")
+        moved = transfer(src_url, model=model, records=f"sqlite:///{stores['transfer']}",
+                         target=platform, per_kernel=per_kernel, rounds=rounds,
+                         work_dir=work / "work")  # fmt: skip
+        untuned = {k.name: k.untuned_seconds for k in moved.tasks}
+        say(f"{tgt}: full tuning ({trials} trials)")
+        full_s, full_curve = _timed_tune(tune, model, stores["full"], platform, trials, work,
+                                         untuned)  # fmt: skip
+        say(f"{tgt} <- {src}: warm-started tuning ({trials} trials)")
+        warm_s, warm_curve = _timed_tune(tune, model, stores["warm"], platform, trials, work,
+                                         untuned, warm_start=src_url)  # fmt: skip
+        say(f"{tgt}: timing the fully tuned build")
+        full = _compile(model, stores["full"], platform, rounds)
+        estimate = sum(k.weight * (k.chosen_seconds or 0.0) for k in moved.tasks)
+        full_final = full_curve[-1][1] if full_curve else float("inf")
+        result = PairResult(
+            tgt, src, len(model.tasks), trials, per_kernel, moved.untuned_e2e or 0.0,
+            moved.transferred_e2e or 0.0, full.tuned_seconds, moved.e2e_speedup or 0.0,
+            full.speedup_over_untuned, moved.search_seconds, full_s, warm_s, estimate,
+            full_final, _first_below(full_curve, estimate), _first_below(warm_curve, full_final),
+            moved.outcomes(), moved.invalid_reasons,
+            sum(1 for k in moved.tasks if k.best_seconds is not None
+                and k.untuned_seconds is not None and k.best_seconds < k.untuned_seconds),
+            {"full": full_curve, "warm": warm_curve},
+        )  # fmt: skip
+        (work / f"{tgt}-from-{src}.json").write_text(json.dumps(result.to_dict()))
+        out.append(result)
+    return out
+
+
+def _timed_tune(tune, model, store: Path, platform: Platform, trials: int, work: Path,
+                untuned: dict, **kwargs) -> tuple[float, list[tuple[float, float]]]:  # fmt: skip
+    start = time.time()
+    tune(model=model, trials=trials, records=f"sqlite:///{store}", target=platform,
+         work_dir=work / "work", **kwargs)  # fmt: skip
+    return time.time() - start, latency_curve(store, model.tasks, platform, untuned, start)
+
+
+def _compile(model, store: Path, platform: Platform, rounds: int):
+    from tensortune.deploy.compile import compile_model
+
+    return compile_model(model, records=f"sqlite:///{store}", target=platform, rounds=rounds)
+
+
+def latency_curve(store_path: Path, tasks: list, platform: Platform, untuned: dict,
+                  start: float) -> list[tuple[float, float]]:  # fmt: skip
+    """(seconds since ``start``, Σ weight × best standalone latency so far) after each record
+    of the store, a task without a successful record yet counted at ``untuned[name]``."""
+    with open_records(f"sqlite:///{store_path}", create=False) as store:
+        hw = platform.hardware.id
+        events = []
+        for task in tasks:
+            wid = store.workload_id(task.mod, create=False)
+            if wid is None:
+                continue
+            for rec in store.query(workload_id=wid, hardware_id=hw, target=platform.key,
+                                   ok_only=True):  # fmt: skip
+                if origin_of(rec).get("kind") != "untuned":
+                    events.append((rec.created_at, task.name, rec.cost))
+    best = {t.name: untuned.get(t.name) or float("inf") for t in tasks}
+    weight = {t.name: t.weight for t in tasks}
+    curve = []
+    for at, name, cost in sorted(events):
+        best[name] = min(best[name], cost)
+        curve.append((at - start, sum(weight[n] * best[n] for n in best)))
+    return curve
+
+
+def _first_below(curve: list[tuple[float, float]], level: float) -> float | None:
+    return next((t for t, v in curve if v <= level * (1 + 1e-9)), None)
+
+
+def plot_pairs(results: list[PairResult], out: str | Path) -> None:
+    """Per pair: estimated latency of full and warm-started tuning against time, with the
+    transfer's estimate at its search time."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(results), figsize=(4.2 * len(results), 3.8), squeeze=False)
+    for ax, r in zip(axes[0], results, strict=True):
+        for name, curve in r.curves.items():
+            if curve:
+                ax.step([t for t, _ in curve], [v * 1e3 for _, v in curve], where="post",
+                        label=f"{name} tuning")  # fmt: skip
+        ax.plot([r.transfer_search_s], [r.transfer_estimate * 1e3], "o", color="black",
+                label="transfer")  # fmt: skip
+        ax.axhline(r.transfer_estimate * 1e3, color="grey", lw=0.8, ls="--")
+        ax.set_yscale("log")
+        ax.set_xlabel("search time (s)")
+        ax.set_ylabel("Σ weight × best (ms)")
+        ax.set_title(f"{r.target} ← {r.source}", fontsize=10)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    plt.close(fig)

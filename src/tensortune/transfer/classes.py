@@ -1,0 +1,144 @@
+"""Kernel classes: which tasks may borrow each other's schedules.
+
+Transfer-tuning (Gibson & Cano, PACT 2022) only moves a schedule between kernels of the same
+*class*: the same operators with the same fused epilogue, whatever the shapes.  Their classes
+are parsed from Ansor's compute-DAG text; ours are read from the PrimFunc itself, so any
+workload MetaSchedule can tune gets one.
+
+A class is the sequence of the function's blocks, each described by what a MetaSchedule trace
+names or depends on and a shape change leaves alone:
+
+- the block's name, without numbering (``T_add1``) or the input's name TOPI puts in some
+  (``lv88_red``, ``x_sum``): a trace finds blocks by name, and transfer renames them in order
+  (``transfer.apply``),
+- its iterators' kinds (spatial ``S`` / reduction ``R``): the loop nest a trace splits,
+- for every buffer it reads or writes, which of its iterators index each dimension (a function
+  parameter or an intermediate): the layout and broadcast pattern (a bias add is not a residual
+  add, NCHW is not NHWC, a stride is not visible),
+- the intrinsics its body calls (an ``exp`` is not a ``tanh``).
+
+Extents, strides, paddings and dilations are left out: they are what transfer adapts to.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import tvm
+
+# Numbers that tell blocks of one function apart (``T_add1``) or come from the graph's variable
+# names (``lv88_red``); the ``2`` of ``conv2d`` is part of the name.
+_NUMBERS = re.compile(r"\d+(?=_|$)")
+_KINDS = {0: "S", 2: "R"}  # IterVar.DataPar, IterVar.CommReduce; anything else "O"
+
+
+@dataclass(frozen=True)
+class KernelClass:
+    """``name``: the blocks' names, readable; ``key``: a digest of the full signature, which is
+    what decides whether two kernels are of one class; ``signature`` is that signature."""
+
+    name: str
+    key: str
+    signature: str
+
+    def __str__(self) -> str:
+        return f"{self.name}#{self.key[:6]}"
+
+
+def kernel_class(mod: tvm.IRModule) -> KernelClass:
+    """The class of a task's unscheduled module (its ``main`` function)."""
+    func = mod["main"] if "main" in [g.name_hint for g in mod.get_global_vars()] else _only(mod)
+    found = _blocks(func.body)
+    # Buffers the function allocates are intermediates; the rest are its parameters.
+    local = {buf.name for b in found for buf in b.alloc_buffers}
+    buffers = {r.source.name for b in found for r in [*b.reads, *b.writes]} - local
+    params = sorted(buffers, key=len, reverse=True)  # the longest prefix wins
+    blocks = [_block_signature(b, local, params) for b in found if b.name_hint != "root"]
+    signature = ";".join(s for _, s in blocks)
+    names = []
+    for name, _ in blocks:
+        if name not in names:
+            names.append(name)
+    key = hashlib.sha256(signature.encode()).hexdigest()[:16]
+    return KernelClass("+".join(names), key, signature)
+
+
+def _only(mod: tvm.IRModule) -> object:
+    funcs = list(mod.functions.values())
+    if len(funcs) != 1:
+        raise ValueError("a task module has one function, or one called 'main'")
+    return funcs[0]
+
+
+# TVM 0.27 exposes no TIR visitor to Python: walk the node fields that can hold statements or
+# expressions.  Anything else (buffers, ranges, annotations) holds no block and no call.
+_CHILDREN = ("body", "block", "init", "seq", "then_case", "else_case", "value", "a", "b",
+             "args", "condition", "true_value", "false_value", "indices", "source")  # fmt: skip
+
+
+def _walk(node: object, visit: object) -> None:
+    visit(node)
+    for name in _CHILDREN:
+        child = getattr(node, name, None)
+        if child is None or isinstance(child, str | int | float):
+            continue
+        if isinstance(child, list | tuple) or type(child).__name__ == "Array":
+            for c in child:
+                if not isinstance(c, str | int | float):
+                    _walk(c, visit)
+        else:
+            _walk(child, visit)
+
+
+def _blocks(body: object) -> list:
+    from tensortune.compat import tvm
+
+    found: list = []
+    _walk(body, lambda n: found.append(n) if isinstance(n, tvm.s_tir.SBlock) else None)
+    return found
+
+
+def _block_signature(block: object, local: set, params: list[str]) -> tuple[str, str]:
+    from tensortune.compat import tvm
+
+    undefined_vars = tvm.tirx.analysis.undefined_vars
+    name = block.name_hint
+    # TOPI names some blocks after the function's input (``lv88_red``, ``x_mean``): the
+    # graph's variable name, not the operator
+    for param in params:
+        if name.startswith(f"{param}_") and len(name) > len(param) + 1:
+            name = "in_" + name[len(param) + 1 :]
+            break
+    name = _NUMBERS.sub("", name)
+    position = {iv.var: i for i, iv in enumerate(block.iter_vars)}
+    kinds = "".join(_KINDS.get(int(iv.iter_type), "O") for iv in block.iter_vars)
+
+    def access(region: object) -> str:
+        where = "t" if region.source.name in local else "p"
+        dims = []
+        for rng in region.region:
+            used = sorted({position[v] for v in undefined_vars(rng.min) if v in position})
+            dims.append(".".join(str(i) for i in used) or "c")
+        return where + "[" + ",".join(dims) + "]"
+
+    calls: set[str] = set()
+
+    def call(node: object) -> None:
+        if hasattr(node, "args") and hasattr(getattr(node, "op", None), "name"):
+            calls.add(str(node.op.name))
+
+    _walk(block.body, call)
+    reads = " ".join(access(r) for r in block.reads)
+    writes = " ".join(access(w) for w in block.writes)
+    intrinsics = ",".join(sorted(calls))
+    return name, f"{name}({kinds}) {reads} -> {writes} {{{intrinsics}}}"
+
+
+def block_names(mod: tvm.IRModule) -> list[str]:
+    """The names of a task's blocks, in the order ``kernel_class`` reads them."""
+    func = mod["main"] if "main" in [g.name_hint for g in mod.get_global_vars()] else _only(mod)
+    return [b.name_hint for b in _blocks(func.body) if b.name_hint != "root"]

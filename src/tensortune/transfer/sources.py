@@ -1,0 +1,71 @@
+"""Where transferred schedules come from: the best records of other kernels, by kernel class."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from tensortune.records import RecordStore, open_records, redact
+from tensortune.transfer.classes import KernelClass, kernel_class
+
+if TYPE_CHECKING:
+    from tensortune.hardware import Platform
+    from tensortune.records.schema import Record
+
+
+@dataclass(frozen=True)
+class SourceSchedule:
+    """The best successful record of one workload of a source store."""
+
+    store_url: str  # redacted
+    workload: str
+    kclass: KernelClass
+    mod: object
+    record: Record
+
+    def origin(self) -> str:
+        """What a record made from this schedule says of where it came from."""
+        return json.dumps({"kind": "transfer", "from": self.store_url, "workload": self.workload,
+                           "uid": self.record.uid, "cost": self.record.cost})  # fmt: skip
+
+
+SourceStores = str | RecordStore | Sequence[str | RecordStore]
+
+
+def source_schedules(stores: SourceStores, platform: Platform,
+                     per_workload: int = 1) -> dict[str, list[SourceSchedule]]:  # fmt: skip
+    """Per kernel-class key, the ``per_workload`` best records of every workload the stores hold
+    for ``platform``'s target (measured on any hardware, this one's first)."""
+    if isinstance(stores, str | RecordStore):
+        stores = [stores]
+    out: dict[str, list[SourceSchedule]] = {}
+    for spec in stores:
+        store = open_records(spec, create=False) if isinstance(spec, str) else spec
+        try:
+            for src in _store_sources(store, platform, per_workload):
+                out.setdefault(src.kclass.key, []).append(src)
+        finally:
+            if isinstance(spec, str):
+                store.close()
+    return out
+
+
+def _store_sources(store: RecordStore, platform: Platform, per_workload: int) -> list:
+    here = platform.hardware.id
+    others = [h for h in store.hardware() if h != here]
+    found = []
+    for w in store.workloads():
+        best: list[Record] = []
+        for hw in [here, *others]:
+            best = list(store.query(workload_id=w.id, hardware_id=hw, target=platform.key,
+                                    ok_only=True, best_first=True, limit=per_workload))  # fmt: skip
+            if best:
+                break
+        if not best:
+            continue
+        mod = w.mod()
+        kclass = kernel_class(mod)
+        found += [SourceSchedule(redact(store.url), w.name, kclass, mod, r) for r in best]
+    return found

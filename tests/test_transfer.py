@@ -1,0 +1,211 @@
+"""Transfer-tuning: kernel classes, trace replay on new shapes, and the transfer/warm-start flows,
+on real schedules built and timed with the project's measurement."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tensortune.compat import tvm
+from tensortune.hardware import resolve_platform
+from tensortune.records import open_records
+from tensortune.records.convert import trace_text
+from tensortune.records.schema import origin_of
+from tensortune.search.space import sample_candidates, tune_context
+from tensortune.transfer.apply import EXACT, INVALID, REFIT, refit_tiles, transfer_trace
+from tensortune.transfer.classes import kernel_class
+from tensortune.transfer.run import transfer
+from tensortune.tuning.tune import tune
+from tensortune.workloads.resolve import resolve_tasks
+
+TARGET = {"kind": "llvm", "num-cores": 2}
+FAST = {"strategy": "replay-trace", "cost_model": "random", "target": TARGET}
+
+
+@pytest.fixture(scope="module")
+def platform():
+    return resolve_platform(TARGET)
+
+
+def _task(spec: str, platform):
+    (task,) = resolve_tasks([spec], platform=platform)
+    return task
+
+
+# -- classes -----------------------------------------------------------------------------------
+
+
+def test_a_class_ignores_shapes_and_strides_but_not_operators_epilogues_or_layouts(platform):
+    def key(spec: str) -> str:
+        return kernel_class(_task(spec, platform).mod).key
+
+    conv = key("conv2d_nchw_bias_relu:1,56,56,64,64,3")
+    assert key("conv2d_nchw_bias_relu:1,28,28,128,256,3,2") == conv  # other shape and stride
+    assert key("conv2d_nchw:1,56,56,64,64,3") != conv  # no fused epilogue
+    assert key("conv2d_nhwc_bias_relu:1,56,56,64,64,3") != conv  # another layout
+    assert key("depthwise_conv2d:1,56,56,64,3") != conv
+    assert key("dense_bias_relu:128,768,768") == key("dense_bias_relu:1,10,4096")
+    assert key("dense_bias_relu:128,768,768") != key("matmul:128,768,768")
+    assert key("max_pool2d:1,56,56,64,3") != key("avg_pool2d:1,56,56,64,3")
+
+
+def _matmul(name: str, n: int):
+    from tvm import te
+
+    a, b = te.placeholder((n, n), name="A"), te.placeholder((n, n), name="B")
+    k = te.reduce_axis((0, n), name="k")
+    c = te.compute((n, n), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k), name=name)
+    return tvm.IRModule({"main": te.create_prim_func([a, b, c])})
+
+
+def test_block_numbering_is_not_part_of_a_class_and_a_trace_follows_the_renamed_block(platform):
+    source, target = _matmul("C1", 64), _matmul("C7", 96)
+    assert kernel_class(source) == kernel_class(target)
+    cand = sample_candidates(source, platform, 1, seed=3)[0]
+    posts = list(tune_context(target, platform).space_generator.postprocs)
+    moved = transfer_trace(source, trace_text(cand.sch.trace), target, posts)
+    assert moved.outcome == REFIT, moved.error
+    assert "C7" in moved.candidate.sch.mod.script()
+
+
+# -- replay --------------------------------------------------------------------------------------
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    decision=st.lists(st.integers(1, 64), min_size=2, max_size=5),
+    extent=st.integers(1, 5000),
+    max_innermost=st.sampled_from([None, 16, 64]),
+)
+def test_refit_tiles_multiply_to_the_extent_and_respect_the_innermost_limit(
+    decision, extent, max_innermost
+):
+    out = refit_tiles(decision, extent, max_innermost)
+    assert len(out) == len(decision) and math.prod(out) == extent
+    assert all(f >= 1 for f in out)
+    if max_innermost is not None:
+        assert out[-1] <= max_innermost
+    if math.prod(decision) == extent:
+        # an inner factor that still divides what is left is kept
+        assert out[-1] == decision[-1] or (max_innermost and decision[-1] > max_innermost)
+
+
+def test_refit_keeps_inner_tiles_and_lets_the_outermost_absorb_the_change():
+    assert refit_tiles([1, 1, 4, 16], 128) == [2, 1, 4, 16]
+    assert refit_tiles([4, 7, 2, 1], 28) == [2, 7, 2, 1]
+    # TVM's own repair would make the innermost tile 1000; ours takes the divisor nearest 16
+    assert refit_tiles([10, 4, 25, 16], 1000, 64) == [1, 2, 25, 20]
+
+
+def test_transferred_convolutions_build_run_and_compute_the_right_output(platform):
+    from tensortune.measure.session import MeasureSession
+
+    source = _task("conv2d_nchw_bias_relu:1,56,56,64,64,3", platform)
+    target = _task("conv2d_nchw_bias_relu:1,28,28,96,96,3", platform)
+    cands = sample_candidates(source.mod, platform, 6, seed=1)
+    posts = list(tune_context(target.mod, platform).space_generator.postprocs)
+    moved = [transfer_trace(source.mod, trace_text(c.sch.trace), target.mod, posts)
+             for c in cands]  # fmt: skip
+    assert all(m.outcome == REFIT for m in moved), [m.error for m in moved]
+    again = transfer_trace(source.mod, trace_text(cands[0].sch.trace), target.mod, posts)
+    assert trace_text(again.candidate.sch.trace) == trace_text(moved[0].candidate.sch.trace)
+    with MeasureSession(platform, check_correctness=True) as session:
+        session.add_references([target])
+        built, ran = session.measure([m.candidate for m in moved])
+    assert all(b.error_msg is None for b in built)
+    assert all(r.error_msg is None and r.run_secs for r in ran), [r.error_msg for r in ran]
+
+
+def test_a_trace_of_another_class_is_invalid_not_an_exception(platform):
+    source = _task("dense_bias_relu:64,64,64", platform)
+    target = _task("conv2d_nchw_bias_relu:1,14,14,8,8,3", platform)
+    cand = sample_candidates(source.mod, platform, 1)[0]
+    posts = list(tune_context(target.mod, platform).space_generator.postprocs)
+    moved = transfer_trace(source.mod, trace_text(cand.sch.trace), target.mod, posts)
+    assert moved.outcome == INVALID and moved.candidate is None
+    assert moved.error and "\n" not in moved.error
+    unchanged = transfer_trace(source.mod, trace_text(cand.sch.trace), source.mod, posts)
+    assert unchanged.outcome == EXACT
+
+
+# -- flows -------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def source_store(tmp_path_factory):
+    path = tmp_path_factory.mktemp("source") / "src.db"
+    url = f"sqlite:///{path}"
+    tune(["dense_bias_relu:64,64,64"], trials=6, records=url,
+         work_dir=path.parent / "w", **FAST)  # fmt: skip
+    return url
+
+
+def test_transfer_records_origins_falls_back_to_untuned_and_resumes(tmp_path, source_store):
+    out = f"sqlite:///{tmp_path / 'out.db'}"
+    specs = ["dense_bias_relu:128,64,64", "matmul:32,32,32"]
+    result = transfer(source_store, specs, records=out, target=TARGET, per_kernel=2,
+                      work_dir=tmp_path / "w")  # fmt: skip
+    dense, matmul = result.tasks
+    assert dense.sources == 1 and dense.exact + dense.refit == 1 and dense.measured == 1
+    assert dense.source == "dense_bias_relu:64,64,64" and dense.best_seconds is not None
+    assert dense.untuned_seconds is not None
+    assert dense.chosen_seconds == min(dense.untuned_seconds, dense.best_seconds)
+    assert matmul.sources == 0 and matmul.best_seconds is None  # no matmul in the source
+    assert matmul.chosen_seconds == matmul.untuned_seconds  # untuned is the fallback
+    with open_records(out) as store:
+        kinds = sorted(origin_of(r).get("kind") for r in store.query())
+        assert kinds == ["transfer", "untuned", "untuned"]
+        (moved,) = [r for r in store.query() if origin_of(r).get("kind") == "transfer"]
+        assert origin_of(moved)["from"] == source_store
+        before = store.count()
+    again = transfer(source_store, specs, records=out, target=TARGET, per_kernel=2,
+                     work_dir=tmp_path / "w")  # fmt: skip
+    with open_records(out) as store:
+        assert store.count() == before  # nothing measured twice
+    assert [t.chosen_seconds for t in again.tasks] == [t.chosen_seconds for t in result.tasks]
+
+
+def test_warm_start_times_transferred_schedules_first_within_the_budget(tmp_path, source_store):
+    out = f"sqlite:///{tmp_path / 'warm.db'}"
+    result = tune(["dense_bias_relu:96,64,64"], trials=8, records=out, work_dir=tmp_path / "w",
+                  warm_start=source_store, **FAST)  # fmt: skip
+    assert result.tasks[0].trials == 8
+    with open_records(out) as store:
+        first = min(store.query(), key=lambda r: r.id)
+        assert origin_of(first).get("kind") == "transfer"
+        assert store.count() == 8
+
+
+# -- the benchmark's arithmetic ------------------------------------------------------------------
+
+
+def test_latency_curve_is_the_weighted_best_so_far_of_each_task(tmp_path, source_store, platform):
+    from pathlib import Path
+
+    from tensortune.compare.transfer import _first_below, latency_curve
+
+    path = Path(source_store.removeprefix("sqlite:///"))
+    (task,) = resolve_tasks(["dense_bias_relu:64,64,64"], platform=platform)
+    other = _task("matmul:16,16,16", platform)  # never measured: counted at its untuned time
+    curve = latency_curve(path, [task, other], platform, {other.name: 0.5}, start=0.0)
+    with open_records(source_store) as store:
+        best = next(store.query(ok_only=True, best_first=True, limit=1)).cost
+        assert len(curve) == store.count(ok_only=True)
+    values = [v for _, v in curve]
+    assert values == sorted(values, reverse=True)
+    assert values[-1] == pytest.approx(best + 0.5)
+    assert _first_below(curve, values[-1]) == curve[values.index(values[-1])][0]
+    assert _first_below(curve, values[-1] / 2) is None
+
+
+def test_fraction_of_maximum_speedup_is_the_papers_formula():
+    from tensortune.compare.transfer import PairResult
+
+    r = PairResult("t", "s", 1, 1, 1, 3.0, 2.0, 1.0, 1.5, 3.0, 10.0, 100.0, 100.0, 1.0, 1.0,
+                   50.0, 40.0)  # fmt: skip
+    assert r.fraction_of_max == pytest.approx(0.25)  # (1.5 - 1) / (3 - 1)
+    assert r.search_time_ratio == pytest.approx(5.0)
+    assert r.warm_time_share == pytest.approx(0.4)
