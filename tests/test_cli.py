@@ -62,6 +62,10 @@ BAD_INPUTS = {
         ["TVM rejects target"],
     ),
     "unknown network": (["tune", "-m", "nosuchnet", "-n", "1"], ["unknown network 'nosuchnet'"]),
+    "malformed duration": (
+        ["tune", "-w", "matmul:4,4,4", "--time", "20x"],
+        ["--time: expected a duration such as 20m", "'20x'"],
+    ),
     "missing tvmscript": (
         ["tune", "-w", "missing_workload.py", "-n", "1"],
         ["workload file not found", "missing_workload.py"],

@@ -119,6 +119,46 @@ def test_transferred_convolutions_build_run_and_compute_the_right_output(platfor
     assert all(r.error_msg is None and r.run_secs for r in ran), [r.error_msg for r in ran]
 
 
+def _residual_conv(n: int, c: int, size: int):
+    """conv2d (3×3, pad 1) + bias + residual add + relu: ResNet-18's basic-block tail."""
+    from tvm import te, topi
+
+    data = te.placeholder((n, c, size, size), name="data")
+    weight = te.placeholder((c, c, 3, 3), name="weight")
+    bias = te.placeholder((1, c, 1, 1), name="bias")
+    skip = te.placeholder((n, c, size, size), name="skip")
+    out = topi.nn.relu(topi.add(topi.add(topi.nn.conv2d_nchw(data, weight, 1, 1, 1), bias), skip))
+    return tvm.IRModule({"main": te.create_prim_func([data, weight, bias, skip, out])})
+
+
+def test_a_longer_epilogue_takes_a_shorter_ones_schedule_once_inlined(platform):
+    from tensortune.measure.session import MeasureSession
+    from tensortune.transfer.classes import epilogue_blocks
+    from tensortune.workloads.task import Task
+
+    source = _task("conv2d_nchw_bias_relu:1,28,28,32,32,3", platform)
+    target_mod = _residual_conv(1, 16, 14)
+    src_class, tgt_class = kernel_class(source.mod), kernel_class(target_mod)
+    assert src_class.key != tgt_class.key and src_class.core == tgt_class.core
+    assert (src_class.epilogue, tgt_class.epilogue) == (2, 3)
+    assert kernel_class(_task("conv2d_nchw:1,28,28,32,32,3", platform).mod).epilogue == 0
+    inline = epilogue_blocks(target_mod)[:1]
+    cands = sample_candidates(source.mod, platform, 4, seed=2)
+    posts = list(tune_context(target_mod, platform).space_generator.postprocs)
+    moved = [transfer_trace(source.mod, trace_text(c.sch.trace), target_mod, posts,
+                            inline=inline) for c in cands]  # fmt: skip
+    assert all(m.candidate is not None for m in moved), [m.error for m in moved]
+    # Without the inlining the blocks do not line up: nothing or a wrong fit, never a crash.
+    plain = transfer_trace(source.mod, trace_text(cands[0].sch.trace), target_mod, posts)
+    assert plain.error is None or "\n" not in plain.error
+    target = Task("residual_conv", target_mod)
+    with MeasureSession(platform, check_correctness=True) as session:
+        session.add_references([target])
+        built, ran = session.measure([m.candidate for m in moved])
+    assert all(b.error_msg is None for b in built)
+    assert all(r.error_msg is None and r.run_secs for r in ran), [r.error_msg for r in ran]
+
+
 def test_a_trace_of_another_class_is_invalid_not_an_exception(platform):
     source = _task("dense_bias_relu:64,64,64", platform)
     target = _task("conv2d_nchw_bias_relu:1,14,14,8,8,3", platform)
@@ -166,6 +206,26 @@ def test_transfer_records_origins_falls_back_to_untuned_and_resumes(tmp_path, so
     with open_records(out) as store:
         assert store.count() == before  # nothing measured twice
     assert [t.chosen_seconds for t in again.tasks] == [t.chosen_seconds for t in result.tasks]
+
+
+def test_a_kernel_without_same_class_sources_takes_a_shorter_epilogues(tmp_path, source_store):
+    from tvm import te, topi
+
+    from tensortune.workloads.task import Task
+
+    x, w = te.placeholder((32, 64), name="X"), te.placeholder((64, 64), name="W")
+    bias, skip = te.placeholder((64,), name="bias"), te.placeholder((32, 64), name="skip")
+    out = topi.nn.relu(topi.add(topi.add(topi.nn.dense(x, w), bias), skip))
+    task = Task("dense_bias_add_relu", tvm.IRModule({"main": te.create_prim_func(
+        [x, w, bias, skip, out])}))  # fmt: skip
+    result = transfer(source_store, [task], records=f"sqlite:///{tmp_path / 'out.db'}",
+                      target=TARGET, per_kernel=2, work_dir=tmp_path / "w")  # fmt: skip
+    (kernel,) = result.tasks
+    assert kernel.relaxed == 1 and kernel.sources == 1 and kernel.measured == 1, kernel
+    assert kernel.best_seconds is not None and result.outcomes()["relaxed"] == 1
+    with open_records(f"sqlite:///{tmp_path / 'out.db'}") as store:
+        (moved,) = [r for r in store.query() if origin_of(r).get("kind") == "transfer"]
+        assert origin_of(moved)["inlined"] == 1 and moved.ok
 
 
 def test_warm_start_times_transferred_schedules_first_within_the_budget(tmp_path, source_store):

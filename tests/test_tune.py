@@ -110,6 +110,54 @@ def test_tvm_tune_tir_and_compile_tir_use_the_store(tmp_path):
     assert structural_equal(sch.mod, candidate_from_trace(mod, best.trace).sch.mod)
 
 
+def test_a_spent_time_budget_measures_nothing_and_a_rerun_resumes(tmp_path):
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    # Gone before the first round: resolving the task alone takes longer than a microsecond.
+    first = tune(["matmul:32,32,32"], max_seconds=1e-6, records=url, work_dir=tmp_path / "w",
+                 **FAST)  # fmt: skip
+    assert first.out_of_time and first.trials_total == 0 and first.trials_requested is None
+    second = tune(["matmul:32,32,32"], trials=4, max_seconds=3600, records=url,
+                  work_dir=tmp_path / "w", trials_per_round=2, **FAST)  # fmt: skip
+    assert second.tasks[0].trials == 4 and not second.out_of_time
+
+
+def test_the_deadline_ends_the_search_after_the_round_in_flight(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from tensortune.search import leases
+
+    # The budget's clock jumps past the deadline once the first round is recorded.
+    late: list[int] = []
+    clock = SimpleNamespace(monotonic=lambda: time.monotonic() + (1e9 if late else 0.0))
+    monkeypatch.setattr(leases, "time", clock)
+    result = tune(["matmul:32,32,32", "matmul:16,32,32"], max_seconds=3600,
+                  records=f"sqlite:///{tmp_path / 'r.db'}", work_dir=tmp_path / "w",
+                  trials_per_round=2, progress=lambda *a: late.append(1), **FAST)  # fmt: skip
+    # Without the deadline nothing would end this run (no trial budget); with it, what was
+    # already drawn is measured (a round of each task, at most) and nothing more.
+    assert result.out_of_time and 2 <= result.trials_total <= 4
+    assert len(late) == result.trials_total // 2
+    assert result.trials_requested is None and result.seconds > 0
+
+
+def test_cli_says_the_time_budget_stopped_the_run(cli, tmp_path):
+    code, out, err = cli("tune", "-w", "matmul:32,32,32", "--time", "0.000001s",
+                         "--records", f"sqlite:///{tmp_path / 'r.db'}", "--work-dir", "w",
+                         "--strategy", "replay-trace", "--cost-model", "random",
+                         "--target", '{"kind": "llvm", "num-cores": 2}')  # fmt: skip
+    assert code == 0, err
+    assert "stopped: the time budget (0.000001s) is spent" in out
+
+
+def test_a_tune_needs_trials_or_time(tmp_path):
+    with pytest.raises(TensortuneError, match="trial budget, a time budget"):
+        tune(["matmul:32,32,32"], records=f"sqlite:///{tmp_path / 'r.db'}", **FAST)
+    with pytest.raises(TensortuneError, match="must be positive"):
+        tune(["matmul:32,32,32"], max_seconds=0, records=f"sqlite:///{tmp_path / 'r.db'}",
+             **FAST)  # fmt: skip
+    assert not (tmp_path / "r.db").exists()
+
+
 def test_unknown_strategy_is_rejected_before_the_store_is_opened(tmp_path):
     with pytest.raises(TensortuneError, match="'no-such-strategy' is not a search strategy") as e:
         tune(["matmul:8,8,8"], trials=2, records=f"sqlite:///{tmp_path}/r.db",

@@ -23,6 +23,8 @@ _EXPORTS = {
     "TuneProgress": "tensortune.tuning.tune",
     "best_programs": "tensortune.tuning.best",
     "compile_model": "tensortune.deploy.compile",
+    "load": "tensortune.deploy.artifact",
+    "CompiledModel": "tensortune.deploy.artifact",
     "transfer": "tensortune.transfer.run",
     "TransferResult": "tensortune.transfer.run",
     "kernel_class": "tensortune.transfer.classes",
@@ -71,6 +73,7 @@ __all__ = [
     "Analyzer",
     "BenchResult",
     "CompileReport",
+    "CompiledModel",
     "DraftThenVerify",
     "MeasureSession",
     "PersistentBuilder",
@@ -99,6 +102,7 @@ __all__ = [
     "export_records",
     "import_records",
     "kernel_class",
+    "load",
     "load_cost_model",
     "load_model",
     "open_records",
@@ -119,6 +123,7 @@ if TYPE_CHECKING:
     from tensortune.compare.seeds import bench_seeds, summarize_seeds
     from tensortune.costmodel.factory import cost_model_from
     from tensortune.costmodel.registry import load_cost_model
+    from tensortune.deploy.artifact import CompiledModel, load
     from tensortune.deploy.compile import CompileReport, compile_model
     from tensortune.errors import TensortuneError
     from tensortune.hardware import Platform, current_hardware, default_target, resolve_platform

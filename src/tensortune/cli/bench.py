@@ -257,7 +257,8 @@ def transfer(
         o = r.outcomes
         console.print(
             f"{r.target} <- {r.source}: {o.get('exact', 0)} exact, "
-            f"{o.get('refit', 0)} re-fitted, {o.get('invalid', 0)} invalid transfers; "
+            f"{o.get('refit', 0)} re-fitted, {o.get('invalid', 0)} invalid transfers "
+            f"({o.get('relaxed', 0)} from kernels with a shorter epilogue); "
             f"{r.tasks_transferred}/{r.tasks} kernels took a transferred schedule"
         )
     if plot is not None:
@@ -266,3 +267,90 @@ def transfer(
 
 def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.0f}%"
+
+
+@app.command("e2e")
+def e2e(
+    network: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--network",
+            "-m",
+            metavar="NET",
+            help="Zoo network; repeatable (default: resnet18, resnet50, mobilenetv2, "
+            "bert-layer, gpt2-block).",
+        ),
+    ] = None,
+    time_budget: Annotated[
+        str,
+        typer.Option("--time", metavar="DURATION", help="Tuning time per network, e.g. 20m."),
+    ] = "20m",
+    rounds: Annotated[
+        int, typer.Option(metavar="N", help="Rounds in which all systems take turns.")
+    ] = 3,
+    anchor: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--anchor",
+            metavar="NAME",
+            help="pytorch | torch.compile | onnxruntime | openvino; repeatable (default: all).",
+        ),
+    ] = None,
+    work_dir: Annotated[
+        Path,
+        typer.Option(
+            "--work-dir",
+            metavar="DIR",
+            help="A store per network (a rerun times it again without tuning), ONNX "
+            "exports, a JSON per network.",
+        ),
+    ] = Path("bench-e2e"),
+    target: TargetOpt = None,
+    plot: Annotated[
+        Path | None, typer.Option("--plot", metavar="PNG", help="Draw the latencies into PNG.")
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Tune each network for a time budget, then time it against PyTorch eager,
+    torch.compile, ONNX Runtime and OpenVINO (fp32), in turns in this process, outputs checked
+    against eager, with the machine's practical peak (a 2048³ fp32 matrix product).
+
+    Example: tensortune bench e2e -m resnet18 --time 20m --plot e2e.png
+    """
+    from tensortune.cli.display import fmt_duration
+    from tensortune.cli.options import parse_duration, rename_options
+    from tensortune.compare.e2e import ANCHORS, TUNED, bench_e2e, plot_e2e
+
+    rename_options({"max_seconds": "--time"})
+    seconds = parse_duration(time_budget, "max_seconds")
+    with Reporter(console, quiet=as_json) as reporter:
+        results = bench_e2e(network, max_seconds=seconds, work_dir=work_dir, target=target,
+                            rounds=rounds, anchors=tuple(anchor or ANCHORS),
+                            progress=reporter.line)  # fmt: skip
+    if plot is not None and results:
+        plot_e2e(results, plot)
+    if as_json:
+        print(json.dumps([r.to_dict() for r in results]))
+        return
+    for r in results:
+        t = table(f"{r.network}: {r.trials} trials in {fmt_duration(r.tune_seconds)}, "
+                  f"{r.gflop:.2f} GFLOP, {r.threads} threads, {rounds} rounds",
+                  {"system": "left", "median": "right", "spread": "right",
+                   "tuned is faster by": "right", "GFLOP/s": "right", "% of peak": "right",
+                   "max |Δ| vs eager": "right"}, caption=r.cpu)  # fmt: skip
+        for name, s in r.systems.items():
+            if s.missing:
+                t.add_row(name, s.missing, "", "", "", "", "")
+                continue
+            spread = f"{fmt_seconds(min(s.rounds))}–{fmt_seconds(max(s.rounds))}"
+            gf = r.gflops(name)
+            faster = "" if name == TUNED else fmt_ratio(r.speedup_over(name))
+            t.add_row(name, fmt_seconds(s.median), spread, faster,
+                      f"{gf:.1f}" if gf else "-", _pct(gf / r.peak_gflops if gf else None),
+                      f"{s.max_abs_error:.1e}" if s.max_abs_error is not None else "-")  # fmt: skip
+        print_table(t)
+    if results:
+        console.print(f"practical peak: {results[0].peak_gflops:.1f} GFLOP/s "
+                      f"(2048³ fp32 matrix product, {results[0].threads} threads)")  # fmt: skip
+    if plot is not None:
+        console.print(f"plot: {plot}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -38,6 +39,15 @@ def compile_(
         ),
     ] = 0,
     fast_math: FastMathOpt = True,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out",
+            metavar="FILE",
+            help="Also write the tuned build to FILE, one file to ship: "
+            "tensortune.load(FILE) returns a callable taking NumPy arrays or PyTorch tensors.",
+        ),
+    ] = None,
 ) -> None:
     """Build a model with the tuned schedules and compare its latency with the untuned build
     and PyTorch eager.
@@ -49,8 +59,11 @@ def compile_(
     rename_options({"model": "NET"})
     with console.status("building and timing..."):
         report = compile_model(model, records=records, target=target, repeat=repeat,
-                               rounds=rounds, retime=retime, fast_math=fast_math)  # fmt: skip
+                               rounds=rounds, retime=retime, fast_math=fast_math,
+                               out=out)  # fmt: skip
     print_report(report)
+    if report.artifact is not None:
+        console.print(f"wrote {report.artifact}: tensortune.load({report.artifact!r}) calls it")
 
 
 def print_report(r) -> None:

@@ -24,6 +24,16 @@ def fmt_seconds(s: float | None) -> str:
     return f"{s:.2f} s"
 
 
+def fmt_duration(s: float) -> str:
+    """``1h05m``, ``12m30s``, ``45s``: a wall-clock span, as --time takes it."""
+    s = max(0, round(s))
+    h, rest = divmod(s, 3600)
+    m, sec = divmod(rest, 60)
+    if h:
+        return f"{h}h{m:02d}m"
+    return f"{m}m{sec:02d}s" if m else f"{sec}s"
+
+
 def fmt_gflops(g: float | None) -> str:
     return "-" if g is None else f"{g:.1f}"
 

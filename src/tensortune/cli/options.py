@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated
 
@@ -100,3 +101,19 @@ def key_values(pairs: list[str], option: str) -> dict[str, str]:
     if bad:
         raise TensortuneError(f"expected KEY=VALUE, got {bad[0]!r}", param=option)
     return dict(p.split("=", 1) for p in pairs)
+
+
+_DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s?)?")
+
+
+def parse_duration(text: str, param: str) -> float:
+    """Seconds in ``20m``, ``90s``, ``90``, ``1h30m``, ``1.5h``; a one-line error otherwise."""
+    m = _DURATION.fullmatch(text.strip().lower())
+    if m is None or not any(m.groups()):
+        raise TensortuneError(f"expected a duration such as 20m, 90s or 1h30m, got {text!r}",
+                              param=param)  # fmt: skip
+    h, mins, secs = (float(g) if g else 0.0 for g in m.groups())
+    seconds = 3600 * h + 60 * mins + secs
+    if seconds <= 0:
+        raise TensortuneError(f"must be positive, got {text!r}", param=param)
+    return seconds

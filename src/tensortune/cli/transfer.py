@@ -175,7 +175,10 @@ def result_table(result: TransferResult) -> Table:
 
 def summary_lines(result: TransferResult) -> list[str]:
     outcomes = result.outcomes()
+    relaxed = outcomes.pop("relaxed", 0)
     line = ", ".join(f"{n} {name}" for name, n in outcomes.items())
+    if relaxed:
+        line += f" ({relaxed} of them from kernels with a shorter epilogue)"
     if result.invalid_reasons:
         reasons = "; ".join(f"{n}x {why}" for why, n in result.invalid_reasons.items())
         line += f" (invalid: {reasons})"

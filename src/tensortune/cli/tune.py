@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from tensortune.cli.display import console, fmt_gflops, fmt_seconds, print_table, table
+from tensortune.cli.display import (
+    console,
+    fmt_duration,
+    fmt_gflops,
+    fmt_seconds,
+    print_table,
+    table,
+)
 from tensortune.cli.options import (
     FastMathOpt,
     JsonOpt,
@@ -18,11 +26,14 @@ from tensortune.cli.options import (
     WorkDirOpt,
     WorkloadOpt,
     WorkloadsFromOpt,
+    parse_duration,
     rename_options,
 )
 from tensortune.cli.progress import Reporter
 from tensortune.records import DEFAULT_URL
 from tensortune.tuning.tune import DEFAULT_STRATEGY, WARM_PER_KERNEL, TuneProgress, TuneResult
+
+DEFAULT_TRIALS = 64  # with neither --trials nor --time
 
 
 def tune(
@@ -30,15 +41,25 @@ def tune(
     model: ModelOpt = None,
     workloads_from: WorkloadsFromOpt = None,
     trials: Annotated[
-        int,
+        int | None,
         typer.Option(
             "--trials",
             "-n",
             metavar="N",
             help="Total budget of measured candidates over all tasks (trials already "
-            "in the store for them count).",
+            "in the store for them count; default 64, or no limit with --time).",
         ),
-    ] = 64,
+    ] = None,
+    time_budget: Annotated[
+        str | None,
+        typer.Option(
+            "--time",
+            metavar="DURATION",
+            help="Wall-clock budget of this run, e.g. 20m, 90s, 1h30m: it stops cleanly "
+            "when the time is up (the round in flight finishes); with --trials, whichever "
+            "comes first.",
+        ),
+    ] = None,
     trials_per_task: Annotated[
         int | None,
         typer.Option(
@@ -141,8 +162,13 @@ def tune(
     from tensortune.tuning.tune import plan_tune, tune
 
     online_mode: bool | str = "moa" if moa else "auto" if online is None else online
-    rename_options({"online": "--moa" if moa else "--online/--frozen"})
+    rename_options({"online": "--moa" if moa else "--online/--frozen",
+                    "max_seconds": "--time"})  # fmt: skip
+    max_seconds = None if time_budget is None else parse_duration(time_budget, "max_seconds")
+    if trials is None and max_seconds is None:
+        trials = DEFAULT_TRIALS
     api = {"model": model, "workloads_from": workloads_from, "trials": trials,
+           "max_seconds": max_seconds,
            "target": target, "strategy": strategy, "cost_model": cost_model,
            "online_cost_model": online_mode, "trials_per_round": trials_per_round,
            "max_trials_per_task": trials_per_task, "fast_math": fast_math,
@@ -161,17 +187,20 @@ def tune(
             work_dir=work_dir,
             check_correctness=check,
             seed=seed,
-            progress=_Progress(reporter),
+            progress=_Progress(reporter, max_seconds),
             runner=runner if remote else None,
             **api,
         )  # type: ignore[arg-type]
     if as_json:
         print(json.dumps(result.to_dict()))
         return
-    if result.trials_before >= trials:
+    if trials is not None and result.trials_before >= trials:
         console.print(f"the store already holds {result.trials_before} trials of these tasks "
                       f"(budget {trials}): nothing to do")  # fmt: skip
     print_table(result_table(result))
+    if result.out_of_time:
+        console.print(f"stopped: the time budget ({time_budget}) is spent after "
+                      f"{fmt_duration(result.seconds)}; run again to go on")  # fmt: skip
     console.print(f"search: {result.strategy} with {result.cost_model}; "
                   f"logs per task: {work_dir / 'logs'}")  # fmt: skip
 
@@ -190,26 +219,60 @@ def _farm_platform(runner: str, target: str | None):
 
 
 class _Progress(TuneProgress):
-    def __init__(self, reporter: Reporter) -> None:
+    """A line per batch, with the model's estimated latency (the tasks' weighted best times)
+    once every task has one, and a bar over the trials or, with --time, over the time."""
+
+    def __init__(self, reporter: Reporter, max_seconds: float | None = None) -> None:
         self.reporter = reporter
+        self.max_seconds = max_seconds
+        self.began = time.monotonic()  # the time budget counts from the command's start
         self.bar = None
         self.n_tasks = 0
+        self.latency: dict[str, float | None] = {}
+        self.weights: dict[str, int] = {}
 
     def start(self, tasks, trials: int, done: int) -> None:
         self.n_tasks = len(tasks)
-        self.reporter.line(f"tuning {len(tasks)} task(s), {trials} trials "
-                           f"({done} already in the store)")  # fmt: skip
-        self.bar = self.reporter.bar("measuring", total=max(trials - done, 0))
+        if self.max_seconds is None:
+            budget = f"{trials} trials"
+            self.bar = self.reporter.bar("measuring", total=max(trials - done, 0))
+        else:
+            budget = f"for {fmt_duration(self.max_seconds)}"
+            self.bar = self.reporter.bar("measuring", total=self.max_seconds,
+                                         completed=time.monotonic() - self.began)  # fmt: skip
+        self.reporter.line(f"tuning {len(tasks)} task(s), {budget} "
+                           f"({done} trials already in the store)")  # fmt: skip
+
+    def known(self, results) -> None:
+        for r in results:
+            self.latency[r.name], self.weights[r.name] = r.best_seconds, r.weight
+
+    def estimate(self) -> float | None:
+        """Σ weight × best time, once every task has a best time."""
+        if not self.latency or any(v is None for v in self.latency.values()):
+            return None
+        return sum(self.weights[n] * v for n, v in self.latency.items())  # type: ignore[operator]
 
     def batch(self, index: int, task, records, result) -> None:
+        self.latency[result.name], self.weights[result.name] = result.best_seconds, result.weight
         failed = sum(not r.ok for r in records)
         fail = f", {failed} failed" if failed else ""
+        whole = self.estimate()
+        model = f"; model ≈ {fmt_seconds(whole)}" if whole is not None and self.n_tasks > 1 else ""
+        left = ""
+        if self.max_seconds is not None:
+            rest = max(0.0, self.max_seconds - (time.monotonic() - self.began))
+            left = f"; {fmt_duration(rest)} left"
         self.reporter.line(
             f"[{index + 1}/{self.n_tasks}] {result.name}: {result.trials} trials "
             f"(+{len(records)}{fail}), best {fmt_seconds(result.best_seconds)}, "
-            f"{fmt_gflops(result.gflops)} GFLOP/s"
+            f"{fmt_gflops(result.gflops)} GFLOP/s{model}{left}"
         )
-        self.reporter.update(self.bar, advance=len(records), description=result.name)
+        if self.max_seconds is None:
+            self.reporter.update(self.bar, advance=len(records), description=result.name)
+        else:
+            spent = min(self.max_seconds, time.monotonic() - self.began)
+            self.reporter.update(self.bar, completed=spent, description=result.name)
 
 
 def result_table(result: TuneResult):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import statistics
 import tempfile
 import time
@@ -42,6 +43,7 @@ class CompileReport:
     # Tuned build and PyTorch eager, timed alternately (one pair per round): medians above.
     tuned_rounds: list[float] = field(default_factory=list)
     torch_rounds: list[float] = field(default_factory=list)
+    artifact: str | None = None  # where ``out`` wrote the tuned build
 
     @property
     def speedup_over_untuned(self) -> float:
@@ -67,6 +69,7 @@ def compile_model(
     rounds: int = 3,
     retime: int = 0,
     fast_math: bool = True,
+    out: str | os.PathLike | None = None,
 ) -> CompileReport:
     """Build ``model`` (a zoo name, an ``.onnx`` path or a loaded ``Model``) with this machine's
     best records for ``target``, and time it.
@@ -82,6 +85,7 @@ def compile_model(
     with the fastest of them (see ``tensortune.deploy.retime``) instead of the stored best.
     ``fast_math`` must be what the model was tuned with: it changes the tasks, and records
     only apply to the tasks they were measured on.
+    ``out`` writes the tuned build as an artifact to ship (``tensortune.load`` calls it).
     """
     for name, value, least in (("repeat", repeat, 1), ("rounds", rounds, 1), ("retime", retime, 0)):
         if value < least:
@@ -140,11 +144,23 @@ def compile_model(
         raise TensortuneError(f"TVM ran with {tvm_threads} threads instead of {threads}")
     error = max(float(np.abs(a - b).max()) for a, b in zip(out_tuned, out_untuned, strict=True))
     tuned_rounds = [t for _, t, _ in timed[1:]]
-    return CompileReport(
+    report = CompileReport(
         m.name, platform.target, store.url, statistics.median(tuned_rounds), t_untuned,
         statistics.median(torch_rounds) if torch_rounds else None, error, statuses, tvm_threads,
         tuned_rounds if torch_rounds else [], torch_rounds,
     )  # fmt: skip
+    if out is not None:
+        from tensortune.deploy.artifact import save_artifact
+        from tensortune.records import redact
+
+        single = not isinstance(m.mod["main"].ret_ty, tvm.ir.TupleType)
+        extra = {"records": redact(store.url), "tuned_seconds": report.tuned_seconds,
+                 "tasks_tuned": sum(s.tuned for s in statuses), "tasks": len(statuses)}  # fmt: skip
+        report.artifact = str(save_artifact(builds["tuned"], out, model=m.name,
+                                            target=platform.target, inputs=m.inputs,
+                                            single_output=single, threads=threads,
+                                            extra=extra))  # fmt: skip
+    return report
 
 
 _WORKER_TIMEOUT_S = 3600.0  # an untuned BERT-base call alone takes 85 s here

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -73,6 +74,8 @@ class SharedBudget:
     per_task: int
     worker: str = field(default_factory=worker_name)
     seconds: float = LEASE_SECONDS
+    # ``time.monotonic()`` after which nothing more may be drawn: a time budget (None: none).
+    deadline: float | None = None
 
     def __post_init__(self) -> None:
         # What stopped a lease (the store's error), for the caller to re-raise: TVM turns an
@@ -82,8 +85,14 @@ class SharedBudget:
             if other != self.worker and _gone(other):
                 self.store.release(other)
 
+    @property
+    def expired(self) -> bool:
+        return self.deadline is not None and time.monotonic() >= self.deadline
+
     def left(self, workload_id: int) -> int:
         """How many more of ``workload_id`` this worker may measure now."""
+        if self.expired:
+            return 0
         key = {"hardware_id": self.hardware_id, "target": self.target}
         done = {w: self.store.count(workload_id=w, **key) for w in self.workload_ids}
         held = self.store.leased(self.workload_ids, worker=self.worker, **key)

@@ -19,10 +19,12 @@ Outcomes are counted: exact (nothing changed), refit, or invalid with the reason
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tensortune.errors import last_line
+from tensortune.transfer.classes import block_names
 
 if TYPE_CHECKING:
     from tensortune.compat import MeasureCandidate
@@ -68,10 +70,14 @@ def _nearest_divisor(n: int, want: int, cap: int) -> int:
 
 
 def transfer_trace(source_mod: object, trace: list | str, target_mod: object,
-                   postprocs: list, *, seed: int = 0) -> Transferred:  # fmt: skip
+                   postprocs: list, *, seed: int = 0,
+                   inline: Sequence[str] = ()) -> Transferred:  # fmt: skip
     """``trace`` (a record's trace JSON, tuned on ``source_mod``) replayed on ``target_mod``
     with re-fitted tiles, then finished by ``postprocs`` (the target context's).  ``seed``
-    draws the decisions that must be drawn afresh, so a replay gives the same program again."""
+    draws the decisions that must be drawn afresh, so a replay gives the same program again.
+    ``inline`` names target blocks inlined into their consumers first: the leading blocks of a
+    longer elementwise epilogue than the source's (``KernelClass.core``), so that the blocks
+    left line up with the source's one for one."""
     import json
 
     from tensortune.compat import ArgInfo, MeasureCandidate, tvm
@@ -80,11 +86,15 @@ def transfer_trace(source_mod: object, trace: list | str, target_mod: object,
         src = tvm.s_tir.Schedule(source_mod)
         tvm.s_tir.Trace.apply_json_to_schedule(json.loads(trace) if isinstance(trace, str)
                                                else trace, src)  # fmt: skip
-        source_trace = _renamed(src.trace, source_mod, target_mod)
     except Exception as e:  # TVM's own errors: the record does not fit its workload
         return Transferred(None, error=f"source trace does not replay: {last_line(e)}")
+    try:
+        shaped = _inlined(tvm.s_tir.Schedule(target_mod), inline).mod
+    except Exception as e:
+        return Transferred(None, error=f"epilogue does not inline: {last_line(e)}")
+    source_trace = _renamed(src.trace, block_names(source_mod), block_names(shaped))
     for resample in (False, True):
-        sch = tvm.s_tir.Schedule(target_mod, seed=seed + 1)  # TVM wants 1 or more
+        sch = _inlined(tvm.s_tir.Schedule(target_mod, seed=seed + 1), inline)  # seed >= 1
         counts = {"refitted": 0, "resampled": 0}
         try:
             provider = _provider(sch, counts, resample)
@@ -132,13 +142,18 @@ def _kind(post: object) -> str:
     return type(post).__name__
 
 
-def _renamed(trace: object, source_mod: object, target_mod: object) -> object:
+def _inlined(sch: object, names: Sequence[str]) -> object:
+    for name in names:
+        sch.compute_inline(sch.get_sblock(name))
+    return sch
+
+
+def _renamed(trace: object, source_names: list[str], target_names: list[str]) -> object:
     """``trace`` with its block names changed to the target's, block by block in order: one
     class may name its blocks differently (``lv88_red`` / ``lv227_red``)."""
     from tensortune.compat import tvm
-    from tensortune.transfer.classes import block_names
 
-    names = dict(zip(block_names(source_mod), block_names(target_mod), strict=False))
+    names = dict(zip(source_names, target_names, strict=False))
     if all(a == b for a, b in names.items()):
         return trace
     Instruction = tvm.s_tir.schedule.Instruction

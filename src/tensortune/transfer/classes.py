@@ -18,6 +18,10 @@ names or depends on and a shape change leaves alone:
 - the intrinsics its body calls (an ``exp`` is not a ``tanh``).
 
 Extents, strides, paddings and dilations are left out: they are what transfer adapts to.
+
+A class also has a *core*: the same signature cut after the last block that reduces.  Kernels
+with one core differ only in their elementwise epilogue (a residual add more), and a schedule
+of the shorter epilogue fits the longer once its extra blocks are inlined (``transfer.apply``).
 """
 
 from __future__ import annotations
@@ -44,6 +48,12 @@ class KernelClass:
     name: str
     key: str
     signature: str
+    # The kernel without its elementwise epilogue: a digest of the blocks up to the last one
+    # that reduces (None where none does), and how many blocks follow it.  Kernels with one
+    # core but different epilogues (a residual add more) can still share a schedule once the
+    # longer epilogue is inlined to the shorter one's length (``transfer.apply``).
+    core: str | None = None
+    epilogue: int = 0
 
     def __str__(self) -> str:
         return f"{self.name}#{self.key[:6]}"
@@ -58,13 +68,34 @@ def kernel_class(mod: tvm.IRModule) -> KernelClass:
     buffers = {r.source.name for b in found for r in [*b.reads, *b.writes]} - local
     params = sorted(buffers, key=len, reverse=True)  # the longest prefix wins
     blocks = [_block_signature(b, local, params) for b in found if b.name_hint != "root"]
-    signature = ";".join(s for _, s in blocks)
+    signature = ";".join(s for _, s, _ in blocks)
     names = []
-    for name, _ in blocks:
+    for name, _, _ in blocks:
         if name not in names:
             names.append(name)
-    key = hashlib.sha256(signature.encode()).hexdigest()[:16]
-    return KernelClass("+".join(names), key, signature)
+    anchor = _anchor([reduces for _, _, reduces in blocks])
+    core = None
+    if anchor is not None:
+        core = _digest(";".join(s for _, s, _ in blocks[: anchor + 1]))
+    epilogue = 0 if anchor is None else len(blocks) - anchor - 1
+    return KernelClass("+".join(names), _digest(signature), signature, core, epilogue)
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _anchor(reduces: list[bool]) -> int | None:
+    """The index of the last block that reduces: what follows it is the epilogue."""
+    return max((i for i, r in enumerate(reduces) if r), default=None)
+
+
+def epilogue_blocks(mod: tvm.IRModule) -> list[str]:
+    """The names of the blocks after the last reducing one, in order (see ``KernelClass``)."""
+    func = mod["main"] if "main" in [g.name_hint for g in mod.get_global_vars()] else _only(mod)
+    found = [b for b in _blocks(func.body) if b.name_hint != "root"]
+    anchor = _anchor([any(int(iv.iter_type) == 2 for iv in b.iter_vars) for b in found])
+    return [] if anchor is None else [b.name_hint for b in found[anchor + 1 :]]
 
 
 def _only(mod: tvm.IRModule) -> object:
@@ -102,7 +133,8 @@ def _blocks(body: object) -> list:
     return found
 
 
-def _block_signature(block: object, local: set, params: list[str]) -> tuple[str, str]:
+def _block_signature(block: object, local: set, params: list[str]) -> tuple[str, str, bool]:
+    """The block's class name, its signature, and whether it reduces."""
     from tensortune.compat import tvm
 
     undefined_vars = tvm.tirx.analysis.undefined_vars
@@ -135,7 +167,7 @@ def _block_signature(block: object, local: set, params: list[str]) -> tuple[str,
     reads = " ".join(access(r) for r in block.reads)
     writes = " ".join(access(w) for w in block.writes)
     intrinsics = ",".join(sorted(calls))
-    return name, f"{name}({kinds}) {reads} -> {writes} {{{intrinsics}}}"
+    return name, f"{name}({kinds}) {reads} -> {writes} {{{intrinsics}}}", "R" in kinds
 
 
 def block_names(mod: tvm.IRModule) -> list[str]:

@@ -31,7 +31,7 @@ from tensortune.hardware import Platform, resolve_platform
 from tensortune.records import DEFAULT_URL, RecordStore, records_from
 from tensortune.records.schema import origin_of, trace_hash
 from tensortune.transfer.apply import EXACT, INVALID, REFIT, transfer_trace
-from tensortune.transfer.classes import kernel_class
+from tensortune.transfer.classes import KernelClass, epilogue_blocks, kernel_class
 from tensortune.transfer.sources import SourceSchedule, SourceStores, source_schedules
 
 if TYPE_CHECKING:
@@ -61,6 +61,9 @@ class KernelTransfer:
     best_seconds: float | None = None  # the fastest transferred candidate
     source: str | None = None  # the source workload of that candidate
     source_store: str | None = None
+    # Sources of the same core but a shorter epilogue, tried where same-class ones gave fewer
+    # than ``per_kernel`` candidates (the target's extra epilogue blocks inlined first).
+    relaxed: int = 0
 
     @property
     def chosen_seconds(self) -> float | None:
@@ -96,7 +99,9 @@ class TransferResult:
         return self.untuned_e2e / self.transferred_e2e
 
     def outcomes(self) -> dict[str, int]:
-        return {k: sum(getattr(t, k) for t in self.tasks) for k in (EXACT, REFIT, INVALID)}
+        """Replays by outcome, and how many came from a shorter-epilogue class."""
+        return {k: sum(getattr(t, k) for t in self.tasks)
+                for k in (EXACT, REFIT, INVALID, "relaxed")}  # fmt: skip
 
     def to_dict(self) -> dict:
         tasks = [{**dataclasses.asdict(t), "chosen_seconds": t.chosen_seconds,
@@ -190,6 +195,11 @@ def transfer_tasks(
     hw_id = store.register_hardware(platform.hardware)
     ranker = _ranker(platform)
     reasons: Counter[str] = Counter()
+    by_core: dict[str, list[SourceSchedule]] = {}
+    for srcs in by_class.values():
+        for src in srcs:
+            if src.kclass.core is not None:
+                by_core.setdefault(src.kclass.core, []).append(src)
     out = []
     session.add_references(list(tasks))
     for index, task in enumerate(tasks):
@@ -199,21 +209,22 @@ def transfer_tasks(
         summary = KernelTransfer(task.name, task.weight, str(kclass))
         context = tune_context(task.mod, platform, seed=seed, task_name=task.name)
         postprocs = list(context.space_generator.postprocs)
-        made: list[tuple[object, SourceSchedule]] = []
-        for src in by_class.get(kclass.key, []):
-            summary.sources += 1
-            moved = transfer_trace(src.mod, src.record.trace, task.mod, postprocs, seed=seed)
-            setattr(summary, moved.outcome, getattr(summary, moved.outcome) + 1)
-            if moved.candidate is None:
-                reasons[_reason(moved.error)] += 1
-            else:
-                made.append((moved.candidate, src))
+        exact = [(src, []) for src in by_class.get(kclass.key, [])]
+        made = _replay(exact, task, postprocs, seed, summary, reasons)
+        if len(_distinct(made)) < per_kernel:
+            relaxed = _relaxed_sources(kclass, by_core)
+            if relaxed:
+                epilogue = epilogue_blocks(task.mod)
+                fits = [(src, epilogue[: kclass.epilogue - src.kclass.epilogue])
+                        for src in relaxed]  # fmt: skip
+                summary.relaxed += len(fits)
+                made += _replay(fits, task, postprocs, seed, summary, reasons)
         chosen = _distinct(made)
         if ranker is not None and len(chosen) > per_kernel:
             scores = ranker.predict(context, [c for c, _ in chosen])
             order = sorted(range(len(chosen)), key=lambda i: -float(scores[i]))
             chosen = [chosen[i] for i in order]
-        todo = [(c, src.origin()) for c, src in chosen[:per_kernel]]
+        todo = chosen[:per_kernel]
         if untuned:
             todo.insert(0, (_untuned(task), UNTUNED_ORIGIN))
         _measure_new(store, session, todo, where, run_id)
@@ -236,7 +247,37 @@ def _ranker(platform: Platform) -> object | None:
         return None
 
 
-def _distinct(made: list[tuple[object, SourceSchedule]]) -> list[tuple[object, SourceSchedule]]:
+def _replay(sources: list[tuple[SourceSchedule, list[str]]], task: Task, postprocs: list,
+            seed: int, summary: KernelTransfer,
+            reasons: Counter[str]) -> list[tuple[object, str]]:  # fmt: skip
+    """Each source's schedule replayed on ``task`` (the target blocks named beside it inlined
+    first): the candidates with their origins; outcomes counted in ``summary``."""
+    made = []
+    for src, inline in sources:
+        summary.sources += 1
+        moved = transfer_trace(src.mod, src.record.trace, task.mod, postprocs, seed=seed,
+                               inline=inline)  # fmt: skip
+        setattr(summary, moved.outcome, getattr(summary, moved.outcome) + 1)
+        if moved.candidate is None:
+            reasons[_reason(moved.error)] += 1
+        else:
+            made.append((moved.candidate, src.origin(inlined=len(inline))))
+    return made
+
+
+def _relaxed_sources(kclass: KernelClass,
+                     by_core: dict[str, list[SourceSchedule]]) -> list[SourceSchedule]:  # fmt: skip
+    """Sources of another class with the same core and an epilogue no longer than the
+    target's, but not empty (a kernel's output block cannot be inlined away): the closest
+    epilogues first."""
+    if kclass.core is None:
+        return []
+    found = [s for s in by_core.get(kclass.core, []) if s.kclass.key != kclass.key
+             and 1 <= s.kclass.epilogue <= kclass.epilogue]  # fmt: skip
+    return sorted(found, key=lambda s: kclass.epilogue - s.kclass.epilogue)
+
+
+def _distinct(made: list[tuple[object, str]]) -> list[tuple[object, str]]:
     """One candidate per distinct program: sources of one shape family often re-fit to the
     same tiles.  The first source to give a program keeps it."""
     from tensortune.records.convert import trace_text

@@ -25,10 +25,12 @@ class SourceSchedule:
     mod: object
     record: Record
 
-    def origin(self) -> str:
-        """What a record made from this schedule says of where it came from."""
-        return json.dumps({"kind": "transfer", "from": self.store_url, "workload": self.workload,
-                           "uid": self.record.uid, "cost": self.record.cost})  # fmt: skip
+    def origin(self, inlined: int = 0) -> str:
+        """What a record made from this schedule says of where it came from (``inlined``: how
+        many of the target's epilogue blocks were inlined to fit it)."""
+        where = {"kind": "transfer", "from": self.store_url, "workload": self.workload,
+                 "uid": self.record.uid, "cost": self.record.cost}  # fmt: skip
+        return json.dumps({**where, "inlined": inlined} if inlined else where)
 
 
 SourceStores = str | RecordStore | Sequence[str | RecordStore]

@@ -7,6 +7,7 @@ user names is checked first (``plan_tune``), before the store is opened or anyth
 from __future__ import annotations
 
 import os
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -31,6 +32,12 @@ DEFAULT_STRATEGY = "draft-verify"
 # Transferred schedules timed per task before a warm-started search: its first population
 # starts from the best of them (MetaSchedule's strategies draw part of it from the store).
 WARM_PER_KERNEL = 4
+# With a time budget and no trial budget, tuning goes on until the time is up; MetaSchedule's
+# task scheduler still needs a number, and this many trials per task stands in for "no limit".
+OPEN_TRIALS_PER_TASK = 100_000
+# Candidates per round under a time budget: a round in flight finishes after the deadline, and
+# every task's first round comes before the scheduler weighs tasks, so rounds stay short.
+TIMED_TRIALS_PER_ROUND = 32
 
 
 @dataclass
@@ -55,12 +62,17 @@ class TuneResult:
     records_url: str
     target: dict
     hardware_id: str
-    trials_requested: int
+    trials_requested: int | None  # None: a time budget only
     trials_before: int
     tasks: list[TaskResult] = field(default_factory=list)
     # What searched: see ``TunePlan.strategy_name`` and ``cost_model_name``.
     strategy: str = ""
     cost_model: str = ""
+    # This run's wall time (model loading included), its time budget (None: none) and
+    # whether that budget stopped it.
+    seconds: float = 0.0
+    max_seconds: float | None = None
+    out_of_time: bool = False
 
     @property
     def trials_total(self) -> int:
@@ -75,7 +87,11 @@ class TuneProgress:
     """What ``tune`` reports while it works; override the methods you need."""
 
     def start(self, tasks: list[Task], trials: int, done: int) -> None:
-        """Before measuring: the tasks, the budget and the trials the store already holds."""
+        """Before measuring: the tasks, the budget and the trials the store already holds
+        (``trials`` is the trial budget, or the stand-in for none under a time budget)."""
+
+    def known(self, results: list[TaskResult]) -> None:
+        """Right after ``start``: each task's summary from what the store already holds."""
 
     def batch(self, index: int, task: Task, records: list[Record], result: TaskResult) -> None:
         """After each measured batch: the task's index and its summary so far."""
@@ -96,7 +112,7 @@ class TunePlan:
 
     platform: Platform
     tasks: list[Task]
-    trials: int
+    trials: int | None  # None: as many as ``max_seconds`` allows
     strategy: object
     cost_model: object
     max_trials_per_task: int | None = None
@@ -105,6 +121,7 @@ class TunePlan:
     # cold start.
     warm_start: dict | None = None
     warm_per_kernel: int = WARM_PER_KERNEL
+    max_seconds: float | None = None
 
     @property
     def strategy_name(self) -> str:
@@ -130,7 +147,8 @@ def plan_tune(
     *,
     model: object | None = None,
     workloads_from: str | os.PathLike | None = None,
-    trials: int,
+    trials: int | None = None,
+    max_seconds: float | None = None,
     target: dict | str | Platform | None = None,
     strategy: object = DEFAULT_STRATEGY,
     cost_model: object = "auto",
@@ -151,6 +169,11 @@ def plan_tune(
                         ("warm_per_kernel", warm_per_kernel)):  # fmt: skip
         if value is not None and value <= 0:
             raise TensortuneError(f"must be positive, not {value}", param=name)
+    if trials is None and max_seconds is None:
+        raise TensortuneError("give a trial budget, a time budget (max_seconds) or both",
+                              param="trials")  # fmt: skip
+    if max_seconds is not None and not max_seconds > 0:
+        raise TensortuneError(f"must be positive, not {max_seconds}", param="max_seconds")
     with about("target"):
         platform = resolve_platform(target)
     prototype = strategy_from(strategy)
@@ -166,7 +189,7 @@ def plan_tune(
     tasks = resolve_tasks(workloads, model=model, workloads_from=workloads_from,
                           platform=platform, fast_math=fast_math)  # fmt: skip
     return TunePlan(platform, tasks, trials, prototype, verifier, max_trials_per_task,
-                    trials_per_round, by_class, warm_per_kernel)  # fmt: skip
+                    trials_per_round, by_class, warm_per_kernel, max_seconds)  # fmt: skip
 
 
 def tune(
@@ -174,7 +197,8 @@ def tune(
     *,
     model: object | None = None,
     workloads_from: str | os.PathLike | None = None,
-    trials: int,
+    trials: int | None = None,
+    max_seconds: float | None = None,
     records: str | RecordStore = DEFAULT_URL,
     work_dir: str | os.PathLike = "tensortune-work",
     target: dict | str | Platform | None = None,
@@ -194,7 +218,10 @@ def tune(
     seed: int = 0,
     progress: TuneProgress | Callable | None = None,
 ) -> TuneResult:
-    """Tune until the store holds ``trials`` measurements of these tasks on this hardware/target.
+    """Tune until the store holds ``trials`` measurements of these tasks on this hardware/target,
+    or until ``max_seconds`` of wall time are spent (a round in flight finishes), whichever
+    comes first; give either or both.  Under a time budget MetaSchedule's gradient task
+    scheduler still picks each round's task by the end-to-end latency it stands to gain.
 
     ``strategy`` takes MetaSchedule's names (``evolutionary``, ``replay-trace``,
     ``replay-func``), ``draft-verify`` (ours, the default) or a strategy object.
@@ -215,9 +242,11 @@ def tune(
     transferred schedules (``tensortune.transfer``; they count toward ``trials``), and the
     search's first population starts from the best of them.
     """
+    start = time.monotonic()
     plan = plan_tune(workloads, model=model, workloads_from=workloads_from, trials=trials,
-                     target=target, strategy=strategy, cost_model=cost_model,
-                     online_cost_model=online_cost_model, trials_per_round=trials_per_round,
+                     max_seconds=max_seconds, target=target, strategy=strategy,
+                     cost_model=cost_model, online_cost_model=online_cost_model,
+                     trials_per_round=trials_per_round,
                      max_trials_per_task=max_trials_per_task, fast_math=fast_math,
                      warm_start=warm_start, warm_per_kernel=warm_per_kernel)  # fmt: skip
     if progress is not None and not isinstance(progress, TuneProgress):
@@ -237,34 +266,46 @@ def tune(
             session = partial(MeasureSession, plan.platform, log_dir=Path(work_dir) / "logs",
                               timing=timing, check_correctness=check_correctness,
                               builder=builder, runner=runner)  # fmt: skip
-            return _search(store, plan, session, Path(work_dir), task_scheduler, seed, progress)
+            deadline = None if max_seconds is None else start + max_seconds
+            result = _search(store, plan, session, Path(work_dir), task_scheduler, seed,
+                             progress, deadline)  # fmt: skip
+            result.seconds = time.monotonic() - start
+            return result
     finally:
         if farm is not None:
             farm.close()
 
 
 def _search(store: RecordStore, plan: TunePlan, session: Callable[[], MeasureSession],
-            work: Path, task_scheduler: object, seed: int,
-            progress: TuneProgress | None) -> TuneResult:  # fmt: skip
+            work: Path, task_scheduler: object, seed: int, progress: TuneProgress | None,
+            deadline: float | None = None) -> TuneResult:  # fmt: skip
     """Measure what the budget still allows, then summarise every task from the store."""
     from tensortune.search.run import run_search
 
-    tasks, platform, trials = plan.tasks, plan.platform, plan.trials
+    tasks, platform = plan.tasks, plan.platform
     hw_id = store.register_hardware(platform.hardware)
     run_id = uuid.uuid4().hex[:12]
     wids = [store.workload_id(t.mod, t.name) for t in tasks]
     where = [{"workload_id": w, "hardware_id": hw_id, "target": platform.key} for w in wids]
     done = [store.count(**w) for w in where]
+    trials = plan.trials
+    if trials is None:
+        trials = sum(done) + OPEN_TRIALS_PER_TASK * len(tasks)
     if plan.warm_start is not None:
-        _warm_start(store, plan, session, done)
+        _warm_start(store, plan, session, done, trials)
         done = [store.count(**w) for w in where]
-    result = TuneResult(run_id, store.url, platform.target, hw_id, trials, sum(done),
-                        strategy=plan.strategy_name, cost_model=plan.cost_model_name)  # fmt: skip
+    result = TuneResult(run_id, store.url, platform.target, hw_id, plan.trials, sum(done),
+                        strategy=plan.strategy_name, cost_model=plan.cost_model_name,
+                        max_seconds=plan.max_seconds)  # fmt: skip
     if progress is not None:
         progress.start(tasks, trials, sum(done))
+        progress.known([_task_result(store, t, w) for t, w in zip(tasks, where, strict=True)])
     cap = plan.max_trials_per_task or trials
     remaining = trials - sum(done)
     todo = [i for i, d in enumerate(done) if d < cap]
+    per_round = plan.trials_per_round
+    if per_round is None and deadline is not None:
+        per_round = TIMED_TRIALS_PER_ROUND
     if remaining > 0 and todo:
         from tensortune.search.leases import SharedBudget
 
@@ -274,31 +315,31 @@ def _search(store: RecordStore, plan: TunePlan, session: Callable[[], MeasureSes
                 progress.batch(i, tasks[i], batch, _task_result(store, tasks[i], where[i]))
 
         # Other processes may tune the same tasks into the same store: the budget is theirs too.
-        budget = SharedBudget(store, wids, hw_id, platform.key, trials, cap)
+        budget = SharedBudget(store, wids, hw_id, platform.key, trials, cap, deadline=deadline)
         try:
             with session() as measure:
                 measure.add_references([tasks[i] for i in todo])
                 run_search(store, [tasks[i] for i in todo], [wids[i] for i in todo], platform,
                            measure, trials=remaining, max_trials_per_task=min(cap, remaining),
                            strategy=plan.strategy, cost_model=plan.cost_model, work_dir=work,
-                           trials_per_round=_per_round(plan.trials_per_round, remaining,
-                                                       len(todo)),
+                           trials_per_round=_per_round(per_round, remaining, len(todo)),
                            task_scheduler=task_scheduler, seed=seed, run_id=run_id,
                            on_batch=on_batch, budget=budget)  # fmt: skip
         finally:
             budget.close()
+        result.out_of_time = budget.expired
     result.tasks = [_task_result(store, t, w) for t, w in zip(tasks, where, strict=True)]
     return result
 
 
 def _warm_start(store: RecordStore, plan: TunePlan, session: Callable[[], MeasureSession],
-                done: list[int]) -> None:  # fmt: skip
+                done: list[int], trials: int) -> None:  # fmt: skip
     """Time transferred schedules of the tasks the store holds nothing of yet, within half of
     the budget, so the search starts from them."""
     from tensortune.transfer.run import transfer_tasks
 
     cold = [t for t, d in zip(plan.tasks, done, strict=True) if d == 0]
-    room = (plan.trials - sum(done)) // 2
+    room = (trials - sum(done)) // 2
     if not cold or room < len(cold):
         return
     per_kernel = min(plan.warm_per_kernel, room // len(cold))

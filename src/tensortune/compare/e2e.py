@@ -1,0 +1,347 @@
+"""``bench e2e``: a tuned model against what its users would run instead.
+
+For each network, in one process on one machine:
+
+1. the network is tuned for a wall-clock budget (``tune(max_seconds=)``, the recommended
+   search) into its own store in the work dir; a rerun keeps what was tuned and does not tune
+   again (delete the store to start over);
+2. the tuned build, PyTorch eager, ``torch.compile`` (Inductor), ONNX Runtime and OpenVINO
+   (fp32: OpenVINO is told ``INFERENCE_PRECISION_HINT=f32``, else it picks bf16 where the CPU
+   has it) are each set up with the same thread count and the same inputs;
+3. they are timed in turns, ``rounds`` times: in each round every system gives the median of
+   ``repeat`` timings (each timing loops calls for at least 50 ms), so drift on a shared
+   machine hits all systems alike; medians and spreads over the rounds are reported;
+4. each system's outputs are compared with PyTorch eager's (largest absolute difference);
+5. the machine's practical peak is measured in the same run: a 2048³ fp32 matrix product in
+   PyTorch on the same threads, and each system's GFLOP/s is given as a share of it.
+
+The runtimes are an optional extra (``pip install tensortune[anchors]``); a missing one is named
+in the result and skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from tensortune.errors import TensortuneError
+from tensortune.hardware import Platform, resolve_platform
+
+DEFAULT_NETWORKS = ("resnet18", "resnet50", "mobilenetv2", "bert-layer", "gpt2-block")
+ANCHORS = ("pytorch", "torch.compile", "onnxruntime", "openvino")
+TUNED = "tensortune"
+# Where a missing runtime comes from.
+_INSTALL = {"onnxruntime": "onnxruntime", "openvino": "openvino"}
+
+
+@dataclass
+class SystemTiming:
+    name: str
+    rounds: list[float] = field(default_factory=list)  # seconds per call, one per round
+    max_abs_error: float | None = None  # against PyTorch eager's outputs
+    setup_s: float = 0.0  # building, exporting, compiling
+    missing: str = ""  # why it did not run
+
+    @property
+    def median(self) -> float | None:
+        return statistics.median(self.rounds) if self.rounds else None
+
+
+@dataclass
+class E2EResult:
+    network: str
+    gflop: float  # Σ weight × FLOP of the tuned tasks
+    threads: int
+    cpu: str
+    peak_gflops: float
+    tune_seconds: float
+    trials: int
+    systems: dict[str, SystemTiming] = field(default_factory=dict)
+
+    def gflops(self, name: str) -> float | None:
+        t = self.systems[name].median
+        return self.gflop / t if t else None
+
+    def speedup_over(self, name: str) -> float | None:
+        """Median over rounds of that system's time / tuned time, each pair from one round."""
+        tuned, other = self.systems[TUNED].rounds, self.systems[name].rounds
+        if not tuned or not other:
+            return None
+        return statistics.median(o / t for o, t in zip(other, tuned, strict=True))
+
+    def fastest_runtime(self) -> str | None:
+        """The faster of ONNX Runtime and OpenVINO, by median."""
+        timed = [(s.median, n) for n, s in self.systems.items()
+                 if n in ("onnxruntime", "openvino") and s.median]  # fmt: skip
+        return min(timed)[1] if timed else None
+
+    def to_dict(self) -> dict:
+        systems = {n: {**asdict(s), "median": s.median, "gflops": self.gflops(n),
+                       "speedup_of_tuned": self.speedup_over(n) if n != TUNED else None}
+                   for n, s in self.systems.items()}  # fmt: skip
+        return {**asdict(self), "systems": systems, "fastest_runtime": self.fastest_runtime()}
+
+
+def peak_gflops(threads: int, n: int = 2048, repeat: int = 5) -> float:
+    """The practical fp32 peak: GFLOP/s of an n×n×n matrix product in PyTorch (best of
+    ``repeat``), on ``threads`` threads."""
+    import torch
+
+    torch.set_num_threads(threads)
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    torch.mm(a, b)
+    best = min(_seconds(lambda: torch.mm(a, b)) for _ in range(repeat))
+    return 2 * n**3 / best / 1e9
+
+
+def bench_e2e(
+    networks: list[str] | None = None,
+    *,
+    max_seconds: float = 1200.0,
+    work_dir: str | Path = "bench-e2e",
+    target: dict | str | Platform | None = None,
+    rounds: int = 3,
+    repeat: int = 10,
+    anchors: tuple[str, ...] = ANCHORS,
+    progress: Callable[[str], None] | None = None,
+) -> list[E2EResult]:
+    """Tune each network for ``max_seconds`` and time it against ``anchors`` (see above).
+
+    TVM's thread pool is sized once per process: this sets ``TVM_NUM_THREADS`` to the target's
+    threads before TVM first runs anything, and refuses to go on if TVM runs with another
+    count."""
+    from tensortune.tuning.tune import tune
+    from tensortune.workloads.models import load_model
+
+    if rounds < 1 or repeat < 1:
+        raise TensortuneError("rounds and repeat must be at least 1")
+    platform = resolve_platform(target)
+    threads = platform.threads
+    os.environ.setdefault("TVM_NUM_THREADS", str(threads))
+    unknown = sorted(set(anchors) - set(ANCHORS))
+    if unknown:
+        raise TensortuneError(f"unknown anchor {unknown[0]!r} (known: {', '.join(ANCHORS)})")
+    work = Path(work_dir)
+    work.mkdir(parents=True, exist_ok=True)
+    say = progress or (lambda text: None)
+    say(f"peak: {threads}-thread 2048³ fp32 matrix product")
+    peak = peak_gflops(threads)
+    out = []
+    for net in networks or DEFAULT_NETWORKS:
+        model = load_model(net, target=platform.tvm_target)
+        store = work / f"{net}.db"
+        tuned_info = work / f"{net}-tune.json"
+        if tuned_info.exists():
+            info = json.loads(tuned_info.read_text())
+            say(f"{net}: tuned before ({info['trials']} trials in {info['seconds']:.0f} s)")
+        else:
+            say(f"{net}: tuning for {max_seconds:.0f} s")
+            r = tune(model=model, max_seconds=max_seconds, records=f"sqlite:///{store}",
+                     target=platform, work_dir=work / "work")  # fmt: skip
+            info = {"trials": r.trials_total, "seconds": r.seconds}
+            tuned_info.write_text(json.dumps(info))
+        systems = _set_up(model, store, platform, anchors, work, say)
+        say(f"{net}: timing {', '.join(n for n, s in systems.items() if not s[1].missing)} "
+            f"in turns, {rounds} rounds")  # fmt: skip
+        _time_in_turns(systems, rounds, repeat)
+        gflop = sum(t.flop * t.weight for t in model.tasks) / 1e9
+        result = E2EResult(net, gflop, threads, platform.hardware.cpu_model, peak,
+                           info["seconds"], info["trials"],
+                           {n: s for n, (_, s) in systems.items()})  # fmt: skip
+        (work / f"{net}-e2e.json").write_text(json.dumps(result.to_dict()))
+        out.append(result)
+    return out
+
+
+Runner = Callable[[], list[np.ndarray]]
+Systems = dict[str, tuple[Runner | None, SystemTiming]]
+
+
+def _set_up(model, store: Path, platform: Platform, anchors: tuple[str, ...], work: Path,
+            say: Callable[[str], None]) -> Systems:  # fmt: skip
+    """Each system ready to call on the model's inputs, its outputs checked against eager."""
+    import torch
+
+    threads = platform.threads
+    torch.set_num_threads(threads)
+    module, args = model.torch_module, model.torch_inputs
+    with torch.no_grad():
+        reference = _flat(module(*args))
+    makers = {TUNED: lambda: _tvm_runner(model, store, platform)}
+    if "pytorch" in anchors:
+        makers["pytorch"] = lambda: _torch_runner(module, args)
+    if "torch.compile" in anchors:
+        makers["torch.compile"] = lambda: _torch_runner(torch.compile(module), args)
+    onnx_path = work / f"{model.name}.onnx"
+    if "onnxruntime" in anchors:
+        makers["onnxruntime"] = lambda: _ort_runner(_onnx(module, args, onnx_path), model.inputs,
+                                                    threads)  # fmt: skip
+    if "openvino" in anchors:
+        makers["openvino"] = lambda: _ov_runner(_onnx(module, args, onnx_path), model.inputs,
+                                                threads)  # fmt: skip
+    systems: Systems = {}
+    for name, make in makers.items():
+        timing = SystemTiming(name)
+        say(f"{model.name}: setting up {name}")
+        start = time.perf_counter()
+        try:
+            run = make()
+            outputs = run()  # also the warm-up: first calls pay one-off costs
+        except ImportError as e:
+            timing.missing = f"not installed ({e.name or e}): pip install tensortune[anchors]"
+            systems[name] = (None, timing)
+            continue
+        timing.setup_s = time.perf_counter() - start
+        if len(outputs) != len(reference):
+            raise TensortuneError(f"{name} gave {len(outputs)} outputs, eager "
+                                  f"{len(reference)}")  # fmt: skip
+        timing.max_abs_error = max(float(np.abs(o - r).max())
+                                   for o, r in zip(outputs, reference, strict=True))  # fmt: skip
+        systems[name] = (run, timing)
+    return systems
+
+
+def _time_in_turns(systems: Systems, rounds: int, repeat: int) -> None:
+    for _ in range(rounds):
+        for run, timing in systems.values():
+            if run is not None:
+                timing.rounds.append(statistics.median(_seconds(run) for _ in range(repeat)))
+
+
+def _seconds(call: Callable[[], object], at_least: float = 0.05) -> float:
+    """Seconds per call of ``call``, looping for at least ``at_least`` seconds."""
+    calls, start = 0, time.perf_counter()
+    while calls == 0 or time.perf_counter() - start < at_least:
+        call()
+        calls += 1
+    return (time.perf_counter() - start) / calls
+
+
+def _flat(value) -> list[np.ndarray]:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return [value.detach().numpy()]
+    if hasattr(value, "numpy"):
+        return [np.asarray(value.numpy())]
+    if isinstance(value, np.ndarray):
+        return [value]
+    return [a for v in value for a in _flat(v)]
+
+
+def _tvm_runner(model, store: Path, platform: Platform) -> Runner:
+    from tensortune.compat import ms, tvm
+    from tensortune.measure.executable import as_arrays
+    from tensortune.records import open_records
+    from tensortune.records.ms_database import StoreDatabase
+
+    with open_records(f"sqlite:///{store}", create=False) as records:
+        db = StoreDatabase(records, target=platform)
+        executable = ms.relax_integration.compile_relax(db, model.mod, platform.tvm_target, None)
+    dev = tvm.cpu()
+    vm = tvm.relax.VirtualMachine(executable, dev)
+    inputs = [tvm.runtime.tensor(x, dev) for x in model.inputs]
+    main = vm["main"]
+
+    def run() -> list[np.ndarray]:
+        return as_arrays(main(*inputs))
+
+    run()
+    pool = int(tvm.get_global_func("runtime.NumThreads")())
+    want = platform.threads
+    if pool != want:
+        raise TensortuneError(f"TVM runs {pool} threads in this process, not {want}: "
+                              f"set TVM_NUM_THREADS={want}")  # fmt: skip
+    return run
+
+
+def _torch_runner(module, args: tuple) -> Runner:
+    import torch
+
+    def run() -> list[np.ndarray]:
+        with torch.no_grad():
+            return _flat(module(*args))
+
+    return run
+
+
+def _onnx(module, args: tuple, path: Path) -> Path:
+    """The model as ONNX (the legacy exporter: the default one needs onnxscript)."""
+    if not path.exists():
+        import torch
+
+        partial = path.with_suffix(".partial.onnx")
+        torch.onnx.export(module, args, str(partial), dynamo=False, opset_version=17)
+        partial.replace(path)
+    return path
+
+
+def _ort_runner(path: Path, inputs: list[np.ndarray], threads: int) -> Runner:
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    feed = {i.name: x for i, x in zip(session.get_inputs(), inputs, strict=True)}
+
+    def run() -> list[np.ndarray]:
+        return session.run(None, feed)
+
+    return run
+
+
+def _ov_runner(path: Path, inputs: list[np.ndarray], threads: int) -> Runner:
+    import openvino as ov
+
+    core = ov.Core()
+    compiled = core.compile_model(core.read_model(str(path)), "CPU", {
+        "INFERENCE_NUM_THREADS": threads, "INFERENCE_PRECISION_HINT": "f32",
+        "PERFORMANCE_HINT": "LATENCY"})  # fmt: skip
+    request = compiled.create_infer_request()
+
+    def run() -> list[np.ndarray]:
+        result = request.infer(inputs)
+        return [np.asarray(result[o]) for o in compiled.outputs]
+
+    return run
+
+
+def plot_e2e(results: list[E2EResult], out: str | Path) -> None:
+    """Per network: each system's median latency relative to the tuned build's (lower is
+    faster), with the spread over rounds as error bars."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [TUNED, *[n for n in ANCHORS if any(n in r.systems for r in results)]]
+    fig, ax = plt.subplots(figsize=(1.6 + 1.5 * len(results), 3.8))
+    width = 0.8 / len(names)
+    for k, name in enumerate(names):
+        xs, ys, lo, hi = [], [], [], []
+        for i, r in enumerate(results):
+            s, tuned = r.systems.get(name), r.systems[TUNED].median
+            if s is None or not s.median or not tuned:
+                continue
+            xs.append(i + (k - (len(names) - 1) / 2) * width)
+            ys.append(s.median / tuned)
+            lo.append(s.median / tuned - min(s.rounds) / tuned)
+            hi.append(max(s.rounds) / tuned - s.median / tuned)
+        ax.bar(xs, ys, width, yerr=[lo, hi], label=name, capsize=2)
+    ax.axhline(1.0, color="grey", lw=0.8, ls="--")
+    ax.set_xticks(range(len(results)), [r.network for r in results])
+    ax.set_ylabel("latency / tensortune's (median)")
+    ax.set_title(f"{results[0].cpu}, {results[0].threads} threads" if results else "")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    plt.close(fig)

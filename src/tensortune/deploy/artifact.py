@@ -1,0 +1,206 @@
+"""A tuned model as one file to ship: ``compile --out`` writes it, ``tensortune.load`` calls it.
+
+The file is a zip holding ``manifest.json`` (what built it, for which CPU, the inputs it takes)
+and ``model.so`` (TVM's exported Relax executable, weights included).  Everything in the
+manifest is checked before the library is opened: a shared library runs code as it loads, so
+an artifact of another format version, another TVM, another architecture or a CPU lacking an
+instruction set the code was compiled for is refused with one line, and never loaded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform as host
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tensortune.errors import TensortuneError, last_line
+
+FORMAT = "tensortune-artifact"
+VERSION = 1
+_MANIFEST, _LIBRARY = "manifest.json", "model.so"
+# Instruction sets LLVM may emit for an x86 or Arm CPU target; the tuning-only features LLVM
+# also lists for an mcpu (fast-*, macrofusion...) differ between vendors but not in what runs.
+_ISA = (
+    "sse4.1", "sse4.2", "popcnt", "avx", "avx2", "fma", "f16c", "bmi", "bmi2", "lzcnt", "movbe",
+    "avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512cd", "avx512vnni", "avx512bf16",
+    "avx512fp16", "avxvnni", "amx-tile", "amx-int8", "amx-bf16", "neon", "sve", "sve2",
+    "dotprod", "i8mm", "bf16", "fullfp16",
+)  # fmt: skip
+
+
+class ArtifactError(TensortuneError):
+    """An artifact that is not one, is damaged, or was built for something else."""
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    shape: tuple[int, ...]
+    dtype: str
+
+
+def save_artifact(executable: Any, path: str | os.PathLike, *, model: str, target: dict,
+                  inputs: list[np.ndarray], single_output: bool, threads: int,
+                  extra: dict | None = None) -> Path:  # fmt: skip
+    """Write ``executable`` (a built Relax executable) and its manifest to ``path``."""
+    from importlib.metadata import version
+
+    from tensortune.compat import tvm
+
+    path = Path(path)
+    manifest = {
+        "format": FORMAT,
+        "version": VERSION,
+        "tensortune": version("tensortune"),
+        "tvm": tvm.__version__,
+        "model": model,
+        "target": target,
+        "arch": host.machine(),
+        "cpu_features": sorted(_needed_features(target)),
+        "threads": threads,
+        "inputs": [{"shape": list(x.shape), "dtype": str(x.dtype)} for x in inputs],
+        "single_output": single_output,
+        **(extra or {}),
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        lib = Path(tmp) / _LIBRARY
+        executable.export_library(str(lib))
+        partial = path.with_name(path.name + ".partial")  # a crash never leaves half a file
+        with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as z:
+            z.writestr(_MANIFEST, json.dumps(manifest, indent=2))
+            z.write(lib, _LIBRARY)
+        partial.replace(path)
+    return path
+
+
+def read_manifest(path: str | os.PathLike) -> dict:
+    """The manifest of the artifact at ``path``, checked to be one this version can load here;
+    ``ArtifactError`` otherwise.  Opens no library."""
+    path = Path(path)
+    try:
+        with zipfile.ZipFile(path) as z:
+            names = set(z.namelist())
+            if _MANIFEST not in names or _LIBRARY not in names:
+                raise ArtifactError(f"{path}: not a tensortune artifact (no {_MANIFEST})")
+            manifest = json.loads(z.read(_MANIFEST))
+    except FileNotFoundError:
+        raise ArtifactError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise ArtifactError(f"{path}: is a directory, not an artifact file") from None
+    except zipfile.BadZipFile:
+        raise ArtifactError(f"{path}: not a tensortune artifact (not a zip file)") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ArtifactError(f"{path}: damaged manifest ({e})") from None
+    _check(path, manifest)
+    return manifest
+
+
+def _check(path: Path, m: object) -> None:
+    from tensortune.compat import tvm
+
+    if not isinstance(m, dict) or m.get("format") != FORMAT:
+        raise ArtifactError(f"{path}: not a tensortune artifact")
+    version = m.get("version")
+    if not isinstance(version, int) or version > VERSION:
+        raise ArtifactError(f"{path}: artifact format {version!r} is newer than this "
+                            f"tensortune reads ({VERSION}): upgrade tensortune")  # fmt: skip
+    if m.get("tvm") != tvm.__version__:
+        raise ArtifactError(f"{path}: built with TVM {m.get('tvm')}, this is TVM "
+                            f"{tvm.__version__}: compile it again here")  # fmt: skip
+    if m.get("arch") != host.machine():
+        raise ArtifactError(f"{path}: built for {m.get('arch')}, this machine is "
+                            f"{host.machine()}")  # fmt: skip
+    features = m.get("cpu_features")
+    if not isinstance(features, list) or not all(isinstance(f, str) for f in features):
+        raise ArtifactError(f"{path}: damaged manifest (cpu_features)")
+    missing = sorted(set(features) - _needed_features(None))
+    if missing:
+        raise ArtifactError(f"{path}: built for a CPU with {', '.join(missing)}, which this "
+                            f"CPU lacks: compile it for this CPU")  # fmt: skip
+    try:
+        [TensorSpec(tuple(int(d) for d in x["shape"]), str(x["dtype"])) for x in m["inputs"]]
+        int(m["threads"])
+    except (KeyError, TypeError, ValueError):
+        raise ArtifactError(f"{path}: damaged manifest (inputs, threads)") from None
+
+
+def _needed_features(target: dict | None) -> set[str]:
+    """The instruction sets code for ``target`` may use (None: this machine's CPU)."""
+    from tensortune.compat import tvm
+
+    codegen = tvm.target.codegen
+    if target is None:
+        target = {"kind": "llvm", "mcpu": codegen.llvm_get_system_cpu()}
+    if target.get("kind") != "llvm":
+        return set()
+    return set(codegen.llvm_get_cpu_features(tvm.target.Target(target))) & set(_ISA)
+
+
+class CompiledModel:
+    """A loaded artifact: call it with NumPy arrays or PyTorch tensors, get the same back.
+
+    TVM's thread pool is one per process and sized when first used: ``load`` sets
+    ``TVM_NUM_THREADS`` to the threads the model was tuned for unless it is set already.
+    """
+
+    def __init__(self, manifest: dict, vm: Any) -> None:
+        self.manifest = manifest
+        self.inputs = [TensorSpec(tuple(x["shape"]), x["dtype"]) for x in manifest["inputs"]]
+        self._vm = vm
+
+    @property
+    def name(self) -> str:
+        return str(self.manifest.get("model", ""))
+
+    def __call__(self, *args: Any) -> Any:
+        from tensortune.compat import tvm
+        from tensortune.measure.executable import as_arrays
+
+        if len(args) != len(self.inputs):
+            raise TensortuneError(f"{self.name} takes {len(self.inputs)} input(s), "
+                                  f"got {len(args)}")  # fmt: skip
+        torch_in = any(type(a).__module__.startswith("torch") for a in args)
+        pairs = enumerate(zip(args, self.inputs, strict=True))
+        arrays = [_as_array(a, spec, i) for i, (a, spec) in pairs]
+        dev = tvm.cpu()
+        outs = as_arrays(self._vm["main"](*[tvm.runtime.tensor(x, dev) for x in arrays]))
+        if torch_in:
+            import torch
+
+            outs = [torch.from_numpy(o) for o in outs]
+        return outs[0] if self.manifest.get("single_output", True) else tuple(outs)
+
+
+def _as_array(value: Any, spec: TensorSpec, index: int) -> np.ndarray:
+    if type(value).__module__.startswith("torch"):
+        value = value.detach().cpu().numpy()
+    a = np.ascontiguousarray(value)
+    if a.shape != spec.shape or str(a.dtype) != spec.dtype:
+        raise TensortuneError(f"input {index}: expected {spec.dtype}{list(spec.shape)}, "
+                              f"got {a.dtype}{list(a.shape)}")  # fmt: skip
+    return a
+
+
+def load(path: str | os.PathLike) -> CompiledModel:
+    """Load an artifact written by ``tensortune compile MODEL --out FILE``
+    (``compile_model(..., out=FILE)``) as a callable; ``ArtifactError`` for a file that is not
+    one, or that was built for another TVM, architecture or CPU."""
+    manifest = read_manifest(path)
+    os.environ.setdefault("TVM_NUM_THREADS", str(manifest["threads"]))
+    from tensortune.compat import tvm
+
+    with tempfile.TemporaryDirectory() as tmp, zipfile.ZipFile(path) as z:
+        lib_path = z.extract(_LIBRARY, tmp)
+        try:
+            lib = tvm.runtime.load_module(lib_path)
+        except Exception as e:
+            raise ArtifactError(f"{path}: its library does not load: {last_line(e)}") from None
+    # The library stays mapped once opened: the temporary copy can go.
+    return CompiledModel(manifest, tvm.relax.VirtualMachine(lib, tvm.cpu()))

@@ -1,0 +1,168 @@
+"""``torch.compile(model, backend="tensortune")``: each graph PyTorch hands over is built by TVM
+with the tuned records, so a PyTorch user adopts tuned kernels with one line.
+
+The backend is registered through the ``torch_dynamo_backends`` entry point: no import of
+tensortune is needed.  ``options`` (``torch.compile(..., options={...})``) take ``records``
+(a records store URL, default ``sqlite:///tensortune.db``), ``target`` (default: this CPU) and
+``fast_math`` (what the model was tuned with; default True).  A graph TVM cannot import runs
+eagerly, with a warning that says why; kernels with no tuned record run untuned, with a
+warning that says how many.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+from tensortune.errors import RecordsError, TensortuneError, WorkloadError
+from tensortune.records import DEFAULT_URL
+
+_OPTIONS = {"records": DEFAULT_URL, "target": None, "fast_math": True}
+
+
+@dataclass
+class BackendStats:
+    """What the backend did in this process: graphs built by TVM, graphs left to eager."""
+
+    built: int = 0
+    eager: int = 0
+
+
+stats = BackendStats()
+
+
+def tensortune_backend(gm: Any, example_inputs: list, options: dict | None = None,
+                       **_: Any) -> Any:  # fmt: skip
+    """A ``torch.compile`` backend: ``gm`` (a ``torch.fx.GraphModule``) built by TVM with the
+    records of ``options["records"]``; its ``forward`` where TVM cannot take it."""
+    import torch
+    from torch.utils._pytree import tree_flatten, tree_unflatten
+
+    opts = dict(_OPTIONS)
+    for key, value in (options or {}).items():
+        if key not in _OPTIONS:
+            known = ", ".join(_OPTIONS)
+            raise TensortuneError(f"unknown tensortune backend option {key!r} (known: {known})")
+        opts[key] = value
+    if not all(isinstance(x, torch.Tensor) for x in example_inputs):
+        return _eager(gm, "its inputs are not all tensors (dynamic shapes?)")
+    state = _state_inputs(gm, example_inputs)
+    data = [i for i in range(len(example_inputs)) if i not in state]
+    try:
+        # Dynamo may hand over fake tensors; only shapes and dtypes matter to the import.
+        shaped = tuple(torch.zeros(tuple(int(d) for d in example_inputs[i].shape),
+                                   dtype=example_inputs[i].dtype) for i in data)  # fmt: skip
+    except TypeError:  # a symbolic dimension
+        return _eager(gm, "it has dynamic shapes (use torch.compile(..., dynamic=False))")
+    module = _bound(gm, {i: example_inputs[i] for i in state}, len(example_inputs))
+    with torch.no_grad():
+        leaves, spec = tree_flatten(module(*shaped))
+    if not leaves or not all(isinstance(x, torch.Tensor) for x in leaves):
+        return _eager(gm, "its outputs are not all tensors")
+
+    from tensortune.hardware import resolve_platform
+
+    platform = resolve_platform(opts["target"])
+    # TVM sizes its thread pool once per process, when first used.
+    os.environ.setdefault("TVM_NUM_THREADS", str(platform.threads))
+    try:
+        vm, untuned, n_tasks = _build(module, shaped, platform, opts)
+    except WorkloadError as e:
+        return _eager(gm, str(e))
+    if untuned:
+        warnings.warn(f"tensortune: {untuned} of {n_tasks} kernels of this graph have no "
+                      f"tuned record in {opts['records']}: they run untuned (tune the "
+                      "model first, e.g. tensortune tune --model ...)", stacklevel=2)  # fmt: skip
+    stats.built += 1
+    n_out = len(leaves)
+
+    def run(*args: Any) -> Any:
+        from tensortune.compat import tvm
+        from tensortune.measure.executable import as_arrays
+
+        dev = tvm.cpu()
+        inputs = [tvm.runtime.tensor(args[i].detach().cpu().numpy(), dev) for i in data]
+        outs = [torch.from_numpy(o) for o in as_arrays(vm["main"](*inputs))]
+        if len(outs) != n_out:  # cannot happen for a graph TVM imported whole
+            raise TensortuneError(f"TVM's build returned {len(outs)} outputs, not {n_out}")
+        return tree_unflatten(outs, spec)
+
+    return run
+
+
+def _state_inputs(gm: Any, example_inputs: list) -> set[int]:
+    """The inputs that are the module's parameters and buffers: Dynamo hands them over as
+    graph inputs, and they are baked into the build as constants (so batch norms fold into
+    convolutions and the kernels are the ones ``tune --model`` tuned).  An inference build:
+    weights changed after compiling are not seen."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    state = set()
+    for i, (node, x) in enumerate(zip(placeholders, example_inputs, strict=False)):
+        if isinstance(x, FakeTensor):
+            continue
+        source = getattr(node.meta.get("grapharg"), "source", None)
+        name = getattr(source, "name", None)
+        name = str(name() if callable(name) else name or node.target)
+        if isinstance(x, torch.nn.Parameter) or "_parameters" in name or "_buffers" in name:
+            state.add(i)
+    return state
+
+
+def _bound_module() -> type:
+    import torch
+
+    class Bound(torch.nn.Module):
+        """``gm`` with its state inputs held as parameters: called with the data inputs."""
+
+        def __init__(self, gm: Any, state: dict[int, Any], n_inputs: int) -> None:
+            super().__init__()
+            self.gm, self.n_inputs = gm, n_inputs
+            for i, value in state.items():
+                weight = torch.nn.Parameter(value.detach(), requires_grad=False)
+                self.register_parameter(f"state{i}", weight)
+
+        def forward(self, *data: Any) -> Any:
+            rest = iter(data)
+            args = [getattr(self, f"state{i}", None) for i in range(self.n_inputs)]
+            return self.gm(*[a if a is not None else next(rest) for a in args])
+
+    return Bound
+
+
+def _bound(gm: Any, state: dict[int, Any], n_inputs: int) -> Any:
+    return _bound_module()(gm, state, n_inputs)
+
+
+def _build(gm: Any, inputs: tuple, platform: Any, opts: dict) -> tuple[Any, int, int]:
+    """A Relax VM of ``gm`` built with the store's best records; with how many of its tasks
+    have none, of how many."""
+    from tensortune.compat import ms, tvm
+    from tensortune.records import open_records
+    from tensortune.records.ms_database import StoreDatabase
+    from tensortune.workloads.models import load_model
+
+    m = load_model(gm, target=platform.tvm_target, example_inputs=inputs, name="torch.compile",
+                   fast_math=bool(opts["fast_math"]))  # fmt: skip
+    try:
+        store = open_records(opts["records"], create=False)
+    except RecordsError as e:
+        warnings.warn(f"tensortune: {e}; building untuned", stacklevel=3)
+        return tvm.relax.VirtualMachine(tvm.compile(m.mod, target=platform.tvm_target),
+                                        tvm.cpu()), len(m.tasks), len(m.tasks)  # fmt: skip
+    with store:
+        db = StoreDatabase(store, target=platform)
+        untuned = sum(db.query_tuning_record(t.mod, platform.tvm_target, t.name) is None
+                      for t in m.tasks)  # fmt: skip
+        executable = ms.relax_integration.compile_relax(db, m.mod, platform.tvm_target, None)
+    return tvm.relax.VirtualMachine(executable, tvm.cpu()), untuned, len(m.tasks)
+
+
+def _eager(gm: Any, why: str) -> Any:
+    warnings.warn(f"tensortune: running a graph eagerly: {why}", stacklevel=3)
+    stats.eager += 1
+    return gm.forward

@@ -1,0 +1,137 @@
+"""compile --out → load: the shipped file gives the model's outputs in a fresh process, from
+NumPy arrays or PyTorch tensors; files that are not artifacts, or were built for another
+format, TVM, architecture or CPU, are refused with one line before any library is opened."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import zipfile
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from tensortune.compat import tvm  # noqa: E402
+from tensortune.deploy.artifact import _ISA, ArtifactError, _needed_features, load  # noqa: E402
+from tensortune.deploy.compile import compile_model  # noqa: E402
+from tensortune.errors import TensortuneError  # noqa: E402
+from tensortune.tuning.tune import tune  # noqa: E402
+from tensortune.workloads.models import load_model  # noqa: E402
+
+TARGET = {"kind": "llvm", "num-cores": 2}
+
+
+class TwoHeads(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = torch.nn.Linear(32, 64)
+        self.fc2 = torch.nn.Linear(64, 8)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        h = torch.relu(self.fc1(x))
+        return torch.softmax(self.fc2(h), dim=-1), h.sum(dim=-1)
+
+
+@pytest.fixture(scope="module")
+def shipped(tmp_path_factory):
+    """(artifact path, the torch module, an input) of a tuned two-output MLP."""
+    tmp = tmp_path_factory.mktemp("artifact")
+    torch.manual_seed(0)
+    module = TwoHeads().eval()
+    x = torch.randn(4, 32)
+    model = load_model(module, example_inputs=(x,), target=tvm.target.Target(TARGET))
+    url = f"sqlite:///{tmp / 'r.db'}"
+    tune(model=model, trials=2 * len(model.tasks), records=url, work_dir=tmp / "w",
+         trials_per_round=2, strategy="replay-trace", cost_model="random",
+         target=TARGET)  # fmt: skip
+    report = compile_model(model, records=url, target=TARGET, repeat=2, rounds=1,
+                           out=tmp / "mlp.tt")  # fmt: skip
+    assert report.artifact == str(tmp / "mlp.tt")
+    assert any(s.tuned for s in report.tasks)
+    return tmp / "mlp.tt", module, x
+
+
+def test_a_fresh_process_gets_the_models_outputs_from_numpy(shipped, tmp_path):
+    path, module, x = shipped
+    np.save(tmp_path / "x.npy", x.numpy())
+    script = (
+        "import sys, numpy as np, tensortune as tt\n"
+        "m = tt.load(sys.argv[1])\n"
+        "a, b = m(np.load(sys.argv[2]))\n"
+        "np.save(sys.argv[3], a); np.save(sys.argv[4], b)\n"
+    )
+    outs = [tmp_path / "a.npy", tmp_path / "b.npy"]
+    args = [sys.executable, "-c", script, str(path), str(tmp_path / "x.npy"), *map(str, outs)]
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    with torch.no_grad():
+        want = module(x)
+    for got, ref in zip(outs, want, strict=True):
+        np.testing.assert_allclose(np.load(got), ref.numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_torch_tensors_in_give_torch_tensors_out(shipped):
+    path, module, x = shipped
+    m = load(path)
+    a, b = m(x)
+    assert isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)
+    with torch.no_grad():
+        torch.testing.assert_close(a, module(x)[0], rtol=1e-4, atol=1e-5)
+    assert m.manifest["model"] == "TwoHeads" and m.manifest["tasks"] >= 1
+
+
+def test_inputs_of_the_wrong_shape_or_count_get_one_line(shipped):
+    m = load(shipped[0])
+    wrong = r"input 0: expected float32\[4, 32\], got float32\[2, 32\]"
+    with pytest.raises(TensortuneError, match=wrong):
+        m(np.zeros((2, 32), np.float32))
+    with pytest.raises(TensortuneError, match="takes 1 input"):
+        m(shipped[2], shipped[2])
+
+
+def _tampered(src, dst, **changes):
+    with zipfile.ZipFile(src) as z:
+        manifest = json.loads(z.read("manifest.json"))
+        library = z.read("model.so")
+    manifest.update(changes)
+    with zipfile.ZipFile(dst, "w") as z:
+        z.writestr("manifest.json", json.dumps(manifest))
+        z.writestr("model.so", library)
+    return dst
+
+
+def test_foreign_artifacts_are_refused_before_loading(shipped, tmp_path):
+    path = shipped[0]
+    lacking = next(f for f in _ISA if f not in _needed_features(None))
+    cases = {
+        "newer than this tensortune reads": {"version": 99},
+        "built with TVM 0.1.0": {"tvm": "0.1.0"},
+        "built for riscv64": {"arch": "riscv64"},
+        f"CPU with {lacking}, which this CPU lacks": {"cpu_features": [lacking]},
+        "not a tensortune artifact": {"format": "something-else"},
+        "damaged manifest": {"inputs": [{"shape": "x"}]},
+    }
+    for i, (message, change) in enumerate(cases.items()):
+        bad = _tampered(path, tmp_path / f"{i}.tt", **change)
+        with pytest.raises(ArtifactError, match=message):
+            load(bad)
+
+
+def test_files_that_are_not_artifacts_get_one_line(tmp_path):
+    (tmp_path / "garbage.tt").write_bytes(b"\x7fELF not really" * 100)
+    with pytest.raises(ArtifactError, match="not a zip file"):
+        load(tmp_path / "garbage.tt")
+    with pytest.raises(ArtifactError, match="no such file"):
+        load(tmp_path / "missing.tt")
+    with zipfile.ZipFile(tmp_path / "empty.tt", "w") as z:
+        z.writestr("readme.txt", "hello")
+    with pytest.raises(ArtifactError, match=r"no manifest\.json"):
+        load(tmp_path / "empty.tt")
+    with zipfile.ZipFile(tmp_path / "bad.tt", "w") as z:
+        z.writestr("manifest.json", "{not json")
+        z.writestr("model.so", b"")
+    with pytest.raises(ArtifactError, match="damaged manifest"):
+        load(tmp_path / "bad.tt")

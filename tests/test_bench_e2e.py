@@ -1,0 +1,93 @@
+"""bench e2e's machinery on a tiny model: every system set up on the same inputs, outputs
+checked against eager, timed in turns; a missing runtime is named, not fatal."""
+
+from __future__ import annotations
+
+import builtins
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from tensortune.compare import e2e  # noqa: E402
+from tensortune.compat import tvm  # noqa: E402
+from tensortune.errors import TensortuneError  # noqa: E402
+from tensortune.hardware import resolve_platform  # noqa: E402
+from tensortune.tuning.tune import tune  # noqa: E402
+from tensortune.workloads.models import load_model  # noqa: E402
+
+
+class TinyMLP(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = torch.nn.Linear(32, 64)
+        self.fc2 = torch.nn.Linear(64, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(self.fc2(torch.relu(self.fc1(x))), dim=-1)
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory):
+    """(model, store, platform): the platform's threads are those TVM's pool runs here."""
+    tmp = tmp_path_factory.mktemp("e2e")
+    threads = int(tvm.get_global_func("runtime.NumThreads")())
+    platform = resolve_platform({"kind": "llvm", "num-cores": threads})
+    torch.manual_seed(0)
+    model = load_model(TinyMLP().eval(), example_inputs=(torch.randn(4, 32),), name="tiny",
+                       target=platform.tvm_target)  # fmt: skip
+    tune(model=model, trials=2 * len(model.tasks), records=f"sqlite:///{tmp / 'tiny.db'}",
+         work_dir=tmp / "w", trials_per_round=2, strategy="replay-trace", cost_model="random",
+         target=platform)  # fmt: skip
+    return model, tmp / "tiny.db", platform, tmp
+
+
+def test_every_system_runs_the_same_model_and_is_timed_in_turns(tuned):
+    model, store, platform, work = tuned
+    systems = e2e._set_up(model, store, platform, ("pytorch", "onnxruntime", "openvino"), work,
+                          lambda text: None)  # fmt: skip
+    assert list(systems) == [e2e.TUNED, "pytorch", "onnxruntime", "openvino"]
+    for name, (run, timing) in systems.items():
+        assert run is not None and not timing.missing, name
+        assert timing.max_abs_error is not None and timing.max_abs_error < 1e-4, name
+    e2e._time_in_turns(systems, rounds=2, repeat=2)
+    result = e2e.E2EResult("tiny", 1e-3, platform.threads, "cpu", 100.0, 1.0, 4,
+                           {n: s for n, (_, s) in systems.items()})  # fmt: skip
+    assert all(len(s.rounds) == 2 and s.median > 0 for s in result.systems.values())
+    pairs = zip(result.systems["pytorch"].rounds, result.systems[e2e.TUNED].rounds, strict=True)
+    ratios = sorted(p / t for p, t in pairs)
+    assert result.speedup_over("pytorch") == pytest.approx(sum(ratios) / 2)
+    assert result.fastest_runtime() in ("onnxruntime", "openvino")
+    assert result.to_dict()["systems"]["pytorch"]["gflops"] == pytest.approx(
+        1e-3 / result.systems["pytorch"].median
+    )
+
+
+def test_a_missing_runtime_is_named_and_skipped(tuned, monkeypatch):
+    model, store, platform, work = tuned
+    real_import = builtins.__import__
+
+    def no_openvino(name, *args, **kwargs):
+        if name == "openvino" or name.startswith("openvino."):
+            raise ImportError("No module named 'openvino'", name="openvino")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_openvino)
+    systems = e2e._set_up(model, store, platform, ("openvino",), work, lambda text: None)
+    run, timing = systems["openvino"]
+    assert run is None and "pip install tensortune[anchors]" in timing.missing
+    e2e._time_in_turns(systems, rounds=1, repeat=1)
+    assert systems[e2e.TUNED][1].rounds and not timing.rounds
+
+
+def test_tvm_running_another_thread_count_is_refused(tuned):
+    model, store, platform, _ = tuned
+    other = resolve_platform({"kind": "llvm", "num-cores": platform.threads + 1})
+    with pytest.raises(TensortuneError, match="TVM_NUM_THREADS"):
+        e2e._tvm_runner(model, store, other)
+
+
+def test_unknown_anchors_are_refused_before_any_work(tmp_path):
+    with pytest.raises(TensortuneError, match="unknown anchor 'tensorrt'"):
+        e2e.bench_e2e(["resnet18"], anchors=("tensorrt",), work_dir=tmp_path)
+    assert not list(tmp_path.iterdir())

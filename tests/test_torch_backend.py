@@ -1,0 +1,89 @@
+"""torch.compile(model, backend="tensortune"): found through the entry point, builds each graph
+with the store's records, matches eager, and says what it could not build."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from tensortune.compat import tvm  # noqa: E402
+from tensortune.deploy import torch_backend  # noqa: E402
+from tensortune.errors import TensortuneError  # noqa: E402
+from tensortune.records import open_records  # noqa: E402
+from tensortune.tuning.tune import tune  # noqa: E402
+from tensortune.workloads.models import load_model  # noqa: E402
+
+TARGET = {"kind": "llvm", "num-cores": 2}
+
+
+class Block(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.fc = torch.nn.Linear(8, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.conv(x)).mean(dim=(2, 3))
+        return self.fc(h)
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def test_the_backend_is_found_by_name_without_importing_it():
+    from torch._dynamo.backends.registry import lookup_backend
+
+    assert lookup_backend("tensortune") is torch_backend.tensortune_backend
+
+
+def test_a_compiled_module_matches_eager_and_uses_the_tuned_records(tmp_path):
+    torch.manual_seed(0)
+    module, x = Block().eval(), torch.randn(2, 3, 16, 16)
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    model = load_model(module, example_inputs=(x,), target=tvm.target.Target(TARGET))
+    tune(model=model, trials=3 * len(model.tasks), records=url, work_dir=tmp_path / "w",
+         trials_per_round=3, strategy="replay-trace", cost_model="random",
+         target=TARGET)  # fmt: skip
+    with open_records(url, create=False) as store:
+        tuned = sum(1 for t in model.tasks
+                    if next(store.query(workload_id=store.workload_id(t.mod, create=False),
+                                        ok_only=True, limit=1), None))  # fmt: skip
+    built = torch_backend.stats.built
+    compiled = torch.compile(module, backend="tensortune",
+                             options={"records": url, "target": TARGET})  # fmt: skip
+    with warnings.catch_warnings(record=True) as caught, torch.no_grad():
+        warnings.simplefilter("always")
+        got = compiled(x)
+        want = module(x)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    assert torch_backend.stats.built == built + 1
+    untuned = [str(w.message) for w in caught if "no tuned record" in str(w.message)]
+    if tuned == len(model.tasks):
+        assert not untuned
+    else:
+        assert untuned and f"{len(model.tasks) - tuned} of {len(model.tasks)}" in untuned[0]
+
+
+def test_without_a_store_the_build_is_untuned_and_says_so(tmp_path):
+    module, x = Block().eval(), torch.randn(2, 3, 16, 16)
+    compiled = torch.compile(module, backend="tensortune",
+                             options={"records": f"sqlite:///{tmp_path / 'none.db'}",
+                                      "target": TARGET})  # fmt: skip
+    with pytest.warns(UserWarning, match="building untuned"), torch.no_grad():
+        got = compiled(x)
+    with torch.no_grad():
+        torch.testing.assert_close(got, module(x), rtol=1e-4, atol=1e-5)
+
+
+def test_an_unknown_option_is_refused():
+    compiled = torch.compile(Block().eval(), backend="tensortune", options={"record": "x"})
+    with pytest.raises(Exception, match="unknown tensortune backend option 'record'"):
+        compiled(torch.randn(1, 3, 8, 8))
+    assert issubclass(TensortuneError, Exception)
