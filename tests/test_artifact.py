@@ -5,6 +5,7 @@ format, TVM, architecture or CPU, are refused with one line before any library i
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import zipfile
@@ -76,7 +77,11 @@ def test_a_fresh_process_gets_the_models_outputs_from_numpy(shipped, tmp_path):
 def test_torch_tensors_in_give_torch_tensors_out(shipped):
     path, module, x = shipped
     m = load(path)
+    before = os.sched_getaffinity(0)
     a, b = m(x)
+    # TVM's pool pins the thread that starts it; what this process starts next must not
+    # inherit one core.
+    assert os.sched_getaffinity(0) == before
     assert isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)
     with torch.no_grad():
         torch.testing.assert_close(a, module(x)[0], rtol=1e-4, atol=1e-5)

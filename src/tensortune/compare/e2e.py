@@ -33,6 +33,7 @@ import numpy as np
 
 from tensortune.errors import TensortuneError
 from tensortune.hardware import Platform, resolve_platform
+from tensortune.hardware.fingerprint import affinity_kept
 
 DEFAULT_NETWORKS = ("resnet18", "resnet50", "mobilenetv2", "bert-layer", "gpt2-block")
 ANCHORS = ("pytorch", "torch.compile", "onnxruntime", "openvino")
@@ -251,7 +252,8 @@ def _tvm_runner(model, store: Path, platform: Platform) -> Runner:
     main = vm["main"]
 
     def run() -> list[np.ndarray]:
-        return as_arrays(main(*inputs))
+        with affinity_kept():  # else the anchors timed next would share TVM's one core
+            return as_arrays(main(*inputs))
 
     run()
     pool = int(tvm.get_global_func("runtime.NumThreads")())

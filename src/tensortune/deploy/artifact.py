@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from tensortune.errors import TensortuneError, last_line
+from tensortune.hardware.fingerprint import affinity_kept
 
 FORMAT = "tensortune-artifact"
 VERSION = 1
@@ -170,7 +171,8 @@ class CompiledModel:
         pairs = enumerate(zip(args, self.inputs, strict=True))
         arrays = [_as_array(a, spec, i) for i, (a, spec) in pairs]
         dev = tvm.cpu()
-        outs = as_arrays(self._vm["main"](*[tvm.runtime.tensor(x, dev) for x in arrays]))
+        with affinity_kept():
+            outs = as_arrays(self._vm["main"](*[tvm.runtime.tensor(x, dev) for x in arrays]))
         if torch_in:
             import torch
 

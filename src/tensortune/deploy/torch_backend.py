@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tensortune.errors import RecordsError, TensortuneError, WorkloadError
+from tensortune.hardware.fingerprint import affinity_kept
 from tensortune.records import DEFAULT_URL
 
 _OPTIONS = {"records": DEFAULT_URL, "target": None, "fast_math": True}
@@ -84,7 +85,8 @@ def tensortune_backend(gm: Any, example_inputs: list, options: dict | None = Non
 
         dev = tvm.cpu()
         inputs = [tvm.runtime.tensor(args[i].detach().cpu().numpy(), dev) for i in data]
-        outs = [torch.from_numpy(o) for o in as_arrays(vm["main"](*inputs))]
+        with affinity_kept():
+            outs = [torch.from_numpy(o) for o in as_arrays(vm["main"](*inputs))]
         if len(outs) != n_out:  # cannot happen for a graph TVM imported whole
             raise TensortuneError(f"TVM's build returned {len(outs)} outputs, not {n_out}")
         return tree_unflatten(outs, spec)

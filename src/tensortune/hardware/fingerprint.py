@@ -11,6 +11,8 @@ import hashlib
 import json
 import os
 import platform
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from functools import cache
 from pathlib import Path
@@ -82,6 +84,22 @@ def usable_cores() -> int:
     """Cores this process may run on (its CPU affinity), not the machine's total."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return int(cores or 1)
+
+
+@contextmanager
+def affinity_kept() -> Iterator[None]:
+    """Run TVM in this process without losing the calling thread's CPU affinity: TVM's
+    thread pool pins the thread that starts it to one core, and every thread and process it
+    starts later would inherit that single core (PyTorch's pool, a subprocess)."""
+    if not hasattr(os, "sched_getaffinity"):
+        yield
+        return
+    saved = os.sched_getaffinity(0)
+    try:
+        yield
+    finally:
+        if os.sched_getaffinity(0) != saved:
+            os.sched_setaffinity(0, saved)
 
 
 @cache
