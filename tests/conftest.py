@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -167,3 +168,15 @@ def fill(store, spec: str, costs: Sequence[float | None], **kwargs) -> list:
     records = make_records(store, spec, costs, **kwargs)
     store.add(records)
     return records
+
+
+_AFFINITY = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+
+
+@pytest.fixture(autouse=True)
+def _cpu_affinity_restored():
+    """A test that runs TVM in this process outside ``affinity_kept`` leaves this thread
+    pinned to one core; the servers and CLI runs later tests start would inherit it."""
+    yield
+    if _AFFINITY is not None and os.sched_getaffinity(0) != _AFFINITY:
+        os.sched_setaffinity(0, _AFFINITY)

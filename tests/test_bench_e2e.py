@@ -13,6 +13,7 @@ from tensortune.compare import e2e  # noqa: E402
 from tensortune.compat import tvm  # noqa: E402
 from tensortune.errors import TensortuneError  # noqa: E402
 from tensortune.hardware import resolve_platform  # noqa: E402
+from tensortune.hardware.fingerprint import affinity_kept  # noqa: E402
 from tensortune.tuning.tune import tune  # noqa: E402
 from tensortune.workloads.models import load_model  # noqa: E402
 
@@ -31,7 +32,8 @@ class TinyMLP(torch.nn.Module):
 def tuned(tmp_path_factory):
     """(model, store, platform): the platform's threads are those TVM's pool runs here."""
     tmp = tmp_path_factory.mktemp("e2e")
-    threads = int(tvm.get_global_func("runtime.NumThreads")())
+    with affinity_kept():  # starting TVM's pool here would pin this thread to one core
+        threads = int(tvm.get_global_func("runtime.NumThreads")())
     platform = resolve_platform({"kind": "llvm", "num-cores": threads})
     torch.manual_seed(0)
     model = load_model(TinyMLP().eval(), example_inputs=(torch.randn(4, 32),), name="tiny",

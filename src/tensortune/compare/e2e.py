@@ -256,7 +256,8 @@ def _tvm_runner(model, store: Path, platform: Platform) -> Runner:
             return as_arrays(main(*inputs))
 
     run()
-    pool = int(tvm.get_global_func("runtime.NumThreads")())
+    with affinity_kept():
+        pool = int(tvm.get_global_func("runtime.NumThreads")())
     want = platform.threads
     if pool != want:
         raise TensortuneError(f"TVM runs {pool} threads in this process, not {want}: "
