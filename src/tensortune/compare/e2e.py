@@ -31,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tensortune.deploy.compile import seconds_per_call
 from tensortune.errors import TensortuneError
 from tensortune.hardware import Platform, resolve_platform
 from tensortune.hardware.fingerprint import affinity_kept
@@ -98,7 +99,7 @@ def peak_gflops(threads: int, n: int = 2048, repeat: int = 5) -> float:
     torch.set_num_threads(threads)
     a, b = torch.randn(n, n), torch.randn(n, n)
     torch.mm(a, b)
-    best = min(_seconds(lambda: torch.mm(a, b)) for _ in range(repeat))
+    best = min(seconds_per_call(lambda: torch.mm(a, b)) for _ in range(repeat))
     return 2 * n**3 / best / 1e9
 
 
@@ -213,16 +214,8 @@ def _time_in_turns(systems: Systems, rounds: int, repeat: int) -> None:
     for _ in range(rounds):
         for run, timing in systems.values():
             if run is not None:
-                timing.rounds.append(statistics.median(_seconds(run) for _ in range(repeat)))
-
-
-def _seconds(call: Callable[[], object], at_least: float = 0.05) -> float:
-    """Seconds per call of ``call``, looping for at least ``at_least`` seconds."""
-    calls, start = 0, time.perf_counter()
-    while calls == 0 or time.perf_counter() - start < at_least:
-        call()
-        calls += 1
-    return (time.perf_counter() - start) / calls
+                times = [seconds_per_call(run) for _ in range(repeat)]
+                timing.rounds.append(statistics.median(times))
 
 
 def _flat(value) -> list[np.ndarray]:

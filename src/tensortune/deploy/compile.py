@@ -209,9 +209,14 @@ def _time_torch(m, repeat: int, threads: int) -> float | None:
     with torch.no_grad():
         module(*args)  # warm-up: allocator, lazy init
         for _ in range(repeat):
-            calls, start = 0, time.perf_counter()
-            while calls == 0 or time.perf_counter() - start < 0.05:
-                module(*args)
-                calls += 1
-            times.append((time.perf_counter() - start) / calls)
+            times.append(seconds_per_call(lambda: module(*args)))
     return statistics.median(times)
+
+
+def seconds_per_call(call: Callable[[], object], at_least: float = 0.05) -> float:
+    """Seconds per call of ``call``, looping for at least ``at_least`` seconds."""
+    calls, start = 0, time.perf_counter()
+    while calls == 0 or time.perf_counter() - start < at_least:
+        call()
+        calls += 1
+    return (time.perf_counter() - start) / calls

@@ -115,29 +115,24 @@ def _state_inputs(gm: Any, example_inputs: list) -> set[int]:
     return state
 
 
-def _bound_module() -> type:
+def _bound(gm: Any, state: dict[int, Any], n_inputs: int) -> Any:
+    """``gm`` with its state inputs held as parameters: a module called with the data inputs."""
     import torch
 
     class Bound(torch.nn.Module):
-        """``gm`` with its state inputs held as parameters: called with the data inputs."""
-
-        def __init__(self, gm: Any, state: dict[int, Any], n_inputs: int) -> None:
+        def __init__(self) -> None:
             super().__init__()
-            self.gm, self.n_inputs = gm, n_inputs
+            self.gm = gm
             for i, value in state.items():
                 weight = torch.nn.Parameter(value.detach(), requires_grad=False)
                 self.register_parameter(f"state{i}", weight)
 
         def forward(self, *data: Any) -> Any:
             rest = iter(data)
-            args = [getattr(self, f"state{i}", None) for i in range(self.n_inputs)]
+            args = [getattr(self, f"state{i}", None) for i in range(n_inputs)]
             return self.gm(*[a if a is not None else next(rest) for a in args])
 
-    return Bound
-
-
-def _bound(gm: Any, state: dict[int, Any], n_inputs: int) -> Any:
-    return _bound_module()(gm, state, n_inputs)
+    return Bound()
 
 
 def _build(gm: Any, inputs: tuple, platform: Any, opts: dict) -> tuple[Any, int, int]:
