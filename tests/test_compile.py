@@ -148,3 +148,47 @@ def test_compile_with_retime_reports_the_stored_best_and_the_retimed_one(model, 
     assert status.retimed_seconds is not None and status.retimed_seconds > 1e-7
     assert status.retime_rank is not None and 0 <= status.retime_rank < 3
     assert report.max_abs_error < 1e-4
+
+
+class TinyConv(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(8, 16, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.conv(x))
+
+
+def _rewrites_weights_at_run_time(mod) -> bool:
+    return any("layout_rewrite_preproc" in f.script() for _, f in mod.functions_items()
+               if isinstance(f, tvm.tirx.PrimFunc))  # fmt: skip
+
+
+def test_weights_are_laid_out_for_the_tuned_kernels_once_at_compile_time(tmp_path):
+    from tensortune.deploy.compile import apply_tuned
+    from tensortune.hardware import resolve_platform
+    from tensortune.records.ms_database import StoreDatabase
+    from tensortune.workloads.models import fuse
+
+    platform = resolve_platform(TARGET)
+    torch.manual_seed(0)
+    model = load_model(TinyConv().eval(), example_inputs=(torch.randn(1, 8, 12, 12),),
+                       target=platform.tvm_target)  # fmt: skip
+    conv = [t for t in model.tasks if "conv2d" in t.name]
+    assert conv and all("layout_free_buffers" in t.mod["main"].attrs for t in conv)
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    tune(model=model, trials=4 * len(model.tasks), records=url, work_dir=tmp_path / "w",
+         trials_per_round=4, strategy="replay-trace", cost_model="random",
+         target=TARGET)  # fmt: skip
+    with open_records(url, create=False) as store:
+        db = StoreDatabase(store, target=platform)
+        with platform.tvm_target, db:
+            applied_as_tuned = tvm.relax.transform.MetaScheduleApplyDatabase()(
+                fuse(model.mod, platform.tvm_target)
+            )
+        applied = apply_tuned(db, model.mod, platform.tvm_target)
+    # The tuned conv reads its weight in another layout; the build must not redo that per call.
+    assert _rewrites_weights_at_run_time(applied_as_tuned)
+    assert not _rewrites_weights_at_run_time(applied)
+    report = compile_model(model, records=url, target=TARGET, repeat=2, rounds=1)
+    assert report.max_abs_error < 1e-4

@@ -5,15 +5,18 @@ For each network, in one process on one machine:
 1. the network is tuned for a wall-clock budget (``tune(max_seconds=)``, the recommended
    search) into its own store in the work dir; a rerun keeps what was tuned and does not tune
    again (delete the store to start over);
-2. the tuned build, PyTorch eager, ``torch.compile`` (Inductor), ONNX Runtime and OpenVINO
-   (fp32: OpenVINO is told ``INFERENCE_PRECISION_HINT=f32``, else it picks bf16 where the CPU
-   has it) are each set up with the same thread count and the same inputs;
+2. the tuned build (also as shipped: its artifact read back by ``tensortune.load``, and the
+   ``torch.compile`` backend on the same store), PyTorch eager, ``torch.compile`` (Inductor),
+   ONNX Runtime and OpenVINO (fp32: OpenVINO is told ``INFERENCE_PRECISION_HINT=f32``, else it
+   picks bf16 where the CPU has it) are each set up with the same thread count and the same
+   inputs;
 3. they are timed in turns, ``rounds`` times: in each round every system gives the median of
    ``repeat`` timings (each timing loops calls for at least 50 ms), so drift on a shared
    machine hits all systems alike; medians and spreads over the rounds are reported;
 4. each system's outputs are compared with PyTorch eager's (largest absolute difference);
-5. the machine's practical peak is measured in the same run: a 2048³ fp32 matrix product in
-   PyTorch on the same threads, and each system's GFLOP/s is given as a share of it.
+5. the machine's practical peak is measured in the same run: the fastest of 512³, 1024³ and
+   2048³ fp32 matrix products in PyTorch on the same threads, and each system's GFLOP/s is
+   given as a share of it.
 
 The runtimes are an optional extra (``pip install tensortune[anchors]``); a missing one is named
 in the result and skipped.
@@ -31,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tensortune.deploy.compile import seconds_per_call
+from tensortune.deploy.compile import build_tuned, seconds_per_call
 from tensortune.errors import TensortuneError
 from tensortune.hardware import Platform, resolve_platform
 from tensortune.hardware.fingerprint import affinity_kept
@@ -39,6 +42,9 @@ from tensortune.hardware.fingerprint import affinity_kept
 DEFAULT_NETWORKS = ("resnet18", "resnet50", "mobilenetv2", "bert-layer", "gpt2-block")
 ANCHORS = ("pytorch", "torch.compile", "onnxruntime", "openvino")
 TUNED = "tensortune"
+# The same tuned kernels reached as users ship them: the artifact ``compile --out`` writes, read
+# back with ``tensortune.load``, and the ``torch.compile`` backend on the same store.
+ROUTES = ("tensortune.load", "torch.compile[tensortune]")
 # Where a missing runtime comes from.
 _INSTALL = {"onnxruntime": "onnxruntime", "openvino": "openvino"}
 
@@ -50,6 +56,7 @@ class SystemTiming:
     max_abs_error: float | None = None  # against PyTorch eager's outputs
     setup_s: float = 0.0  # building, exporting, compiling
     missing: str = ""  # why it did not run
+    note: str = ""  # e.g. graphs the torch.compile backend left to eager
 
     @property
     def median(self) -> float | None:
@@ -91,16 +98,21 @@ class E2EResult:
         return {**asdict(self), "systems": systems, "fastest_runtime": self.fastest_runtime()}
 
 
-def peak_gflops(threads: int, n: int = 2048, repeat: int = 5) -> float:
-    """The practical fp32 peak: GFLOP/s of an n×n×n matrix product in PyTorch (best of
-    ``repeat``), on ``threads`` threads."""
+def peak_gflops(threads: int, sizes: tuple[int, ...] = (512, 1024, 2048),
+                repeat: int = 5) -> float:  # fmt: skip
+    """The practical fp32 peak: the best GFLOP/s of n×n×n matrix products in PyTorch (best of
+    ``repeat`` per size), on ``threads`` threads.  Several sizes, because which one runs
+    fastest depends on the CPU's caches and on the BLAS PyTorch was built with."""
     import torch
 
     torch.set_num_threads(threads)
-    a, b = torch.randn(n, n), torch.randn(n, n)
-    torch.mm(a, b)
-    best = min(seconds_per_call(lambda: torch.mm(a, b)) for _ in range(repeat))
-    return 2 * n**3 / best / 1e9
+    best = 0.0
+    for n in sizes:
+        a, b = torch.randn(n, n), torch.randn(n, n)
+        torch.mm(a, b)
+        seconds = min(seconds_per_call(lambda a=a, b=b: torch.mm(a, b)) for _ in range(repeat))
+        best = max(best, 2 * n**3 / seconds / 1e9)
+    return best
 
 
 def bench_e2e(
@@ -133,7 +145,7 @@ def bench_e2e(
     work = Path(work_dir)
     work.mkdir(parents=True, exist_ok=True)
     say = progress or (lambda text: None)
-    say(f"peak: {threads}-thread 2048³ fp32 matrix product")
+    say(f"peak: {threads}-thread fp32 matrix products")
     peak = peak_gflops(threads)
     out = []
     for net in networks or DEFAULT_NETWORKS:
@@ -171,12 +183,22 @@ def _set_up(model, store: Path, platform: Platform, anchors: tuple[str, ...], wo
     """Each system ready to call on the model's inputs, its outputs checked against eager."""
     import torch
 
+    from tensortune.deploy.torch_backend import stats as backend_stats
+
     threads = platform.threads
     torch.set_num_threads(threads)
     module, args = model.torch_module, model.torch_inputs
     with torch.no_grad():
         reference = _flat(module(*args))
-    makers = {TUNED: lambda: _tvm_runner(model, store, platform)}
+    built: dict = {}  # the tuned executable, for the artifact
+    makers = {TUNED: lambda: _tvm_runner(model, store, platform, built),
+              "tensortune.load": lambda: _artifact_runner(built["executable"], model, platform,
+                                                          work)}  # fmt: skip
+    if model.torch_module is not None:
+        options = {"records": f"sqlite:///{store}", "target": platform.target}
+        makers["torch.compile[tensortune]"] = lambda: _torch_runner(
+            torch.compile(module, backend="tensortune", options=options), args
+        )
     if "pytorch" in anchors:
         makers["pytorch"] = lambda: _torch_runner(module, args)
     if "torch.compile" in anchors:
@@ -193,6 +215,7 @@ def _set_up(model, store: Path, platform: Platform, anchors: tuple[str, ...], wo
         timing = SystemTiming(name)
         say(f"{model.name}: setting up {name}")
         start = time.perf_counter()
+        eager_before = backend_stats.eager
         try:
             run = make()
             outputs = run()  # also the warm-up: first calls pay one-off costs
@@ -201,6 +224,8 @@ def _set_up(model, store: Path, platform: Platform, anchors: tuple[str, ...], wo
             systems[name] = (None, timing)
             continue
         timing.setup_s = time.perf_counter() - start
+        if backend_stats.eager > eager_before:
+            timing.note = f"{backend_stats.eager - eager_before} graph(s) ran eagerly"
         if len(outputs) != len(reference):
             raise TensortuneError(f"{name} gave {len(outputs)} outputs, eager "
                                   f"{len(reference)}")  # fmt: skip
@@ -230,15 +255,16 @@ def _flat(value) -> list[np.ndarray]:
     return [a for v in value for a in _flat(v)]
 
 
-def _tvm_runner(model, store: Path, platform: Platform) -> Runner:
-    from tensortune.compat import ms, tvm
+def _tvm_runner(model, store: Path, platform: Platform, built: dict) -> Runner:
+    from tensortune.compat import tvm
     from tensortune.measure.executable import as_arrays
     from tensortune.records import open_records
     from tensortune.records.ms_database import StoreDatabase
 
     with open_records(f"sqlite:///{store}", create=False) as records:
         db = StoreDatabase(records, target=platform)
-        executable = ms.relax_integration.compile_relax(db, model.mod, platform.tvm_target, None)
+        executable = build_tuned(db, model.mod, platform.tvm_target)
+    built["executable"] = executable
     dev = tvm.cpu()
     vm = tvm.relax.VirtualMachine(executable, dev)
     inputs = [tvm.runtime.tensor(x, dev) for x in model.inputs]
@@ -255,6 +281,22 @@ def _tvm_runner(model, store: Path, platform: Platform) -> Runner:
     if pool != want:
         raise TensortuneError(f"TVM runs {pool} threads in this process, not {want}: "
                               f"set TVM_NUM_THREADS={want}")  # fmt: skip
+    return run
+
+
+def _artifact_runner(executable, model, platform: Platform, work: Path) -> Runner:
+    from tensortune.compat import tvm
+    from tensortune.deploy.artifact import load, save_artifact
+
+    single = not isinstance(model.mod["main"].ret_ty, tvm.ir.TupleType)
+    path = save_artifact(executable, work / f"{model.name}.tt", model=model.name,
+                         target=platform.target, inputs=model.inputs, single_output=single,
+                         threads=platform.threads)  # fmt: skip
+    compiled = load(path)
+
+    def run() -> list[np.ndarray]:
+        return _flat(compiled(*model.inputs))
+
     return run
 
 
@@ -320,6 +362,7 @@ def plot_e2e(results: list[E2EResult], out: str | Path) -> None:
     import matplotlib.pyplot as plt
 
     names = [TUNED, *[n for n in ANCHORS if any(n in r.systems for r in results)]]
+    # the routes run the tuned kernels: they belong in the table, not in this comparison
     fig, ax = plt.subplots(figsize=(1.6 + 1.5 * len(results), 3.8))
     width = 0.8 / len(names)
     for k, name in enumerate(names):

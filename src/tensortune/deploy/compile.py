@@ -90,7 +90,7 @@ def compile_model(
     for name, value, least in (("repeat", repeat, 1), ("rounds", rounds, 1), ("retime", retime, 0)):
         if value < least:
             raise TensortuneError(f"must be at least {least}, not {value}", param=name)
-    from tensortune.compat import ms, tvm
+    from tensortune.compat import tvm
     from tensortune.records.ms_database import StoreDatabase
     from tensortune.workloads.models import Model, load_model
 
@@ -127,7 +127,7 @@ def compile_model(
     threads = platform.threads
     builds = {
         "untuned": tvm.compile(m.mod, target=tvm_target),
-        "tuned": ms.relax_integration.compile_relax(db, m.mod, tvm_target, None),
+        "tuned": build_tuned(db, m.mod, tvm_target),
     }
     torch_rounds: list[float] = []
 
@@ -161,6 +161,66 @@ def compile_model(
                                             single_output=single, threads=threads,
                                             extra=extra))  # fmt: skip
     return report
+
+
+def apply_tuned(database: object, mod: object, target: object) -> object:
+    """``mod`` (a model's Relax module, weights bound) fused, with ``database``'s schedules
+    applied and the weights laid out for them; ``build_tuned`` lowers and builds the result.
+
+    The tuned part of MetaSchedule's ``compile_relax``, with one difference: a tuned kernel
+    that rewrote a weight's layout carries that rewrite as a block run at every call; here it
+    is split off (``SplitLayoutRewritePreproc``) and folded into the constant weight, so it
+    runs once, now.  Kernels with no record keep their untuned TIR on CPUs (as in
+    ``compile_relax``) and get DLight's default schedules on GPUs, which cannot run
+    unscheduled TIR.
+    """
+    from tensortune.compat import tvm
+    from tensortune.workloads.models import fuse
+
+    relax = tvm.relax
+    with target, database, tvm.transform.PassContext(opt_level=3):
+        mod = fuse(mod, target)
+        mod = relax.transform.MetaScheduleApplyDatabase()(mod)
+        mod = relax.transform.SplitLayoutRewritePreproc()(mod)
+        mod = relax.transform.FoldConstant()(mod)
+        mod = relax.transform.DeadCodeElimination()(mod)  # the folded layout rewrites
+        if relax.pipeline.BackendDispatcher.is_gpu_target(target):
+            from tvm.s_tir import dlight as dl
+
+            rules = (dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(),
+                     dl.gpu.GeneralReduction(), dl.gpu.Fallback())  # fmt: skip
+            mod = dl.ApplyDefaultSchedule(*rules)(mod)
+    return mod
+
+
+def build_tuned(database: object, mod: object, target: object) -> object:
+    """``mod`` built with ``database``'s schedules (see ``apply_tuned``): a Relax VM
+    executable."""
+    from tensortune.compat import tvm
+
+    relax = tvm.relax
+    applied = apply_tuned(database, mod, target)
+    with target, tvm.transform.PassContext(opt_level=3):
+        return relax.build(applied, target=target,
+                           relax_pipeline=tvm.transform.Sequential(_lowering(target)))  # fmt: skip
+
+
+def _lowering(target: object) -> list:
+    """The target's Relax passes after fusion: dataflow lowering, then finalization."""
+    from tensortune.compat import tvm
+
+    pipeline = tvm.relax.pipeline
+    try:
+        return [*pipeline.dataflow_lower_passes(target), *pipeline.finalize_passes(target)]
+    except AttributeError:
+        if target.kind.name != "llvm":
+            raise
+        # TVM 0.27's CPU backend package leaves its dataflow lowering out of its exports
+        from tvm.relax.backend.cpu_generic import pipeline as cpu
+
+        return [*cpu.dataflow_lower_passes(target), *cpu.finalize_passes(target)]
+    except ValueError as e:
+        raise TensortuneError(f"TVM has no Relax pipeline for target {target}: {e}") from e
 
 
 _WORKER_TIMEOUT_S = 3600.0  # an untuned BERT-base call alone takes 85 s here

@@ -138,7 +138,8 @@ def _bound(gm: Any, state: dict[int, Any], n_inputs: int) -> Any:
 def _build(gm: Any, inputs: tuple, platform: Any, opts: dict) -> tuple[Any, int, int]:
     """A Relax VM of ``gm`` built with the store's best records; with how many of its tasks
     have none, of how many."""
-    from tensortune.compat import ms, tvm
+    from tensortune.compat import tvm
+    from tensortune.deploy.compile import build_tuned
     from tensortune.records import open_records
     from tensortune.records.ms_database import StoreDatabase
     from tensortune.workloads.models import load_model
@@ -155,7 +156,7 @@ def _build(gm: Any, inputs: tuple, platform: Any, opts: dict) -> tuple[Any, int,
         db = StoreDatabase(store, target=platform)
         untuned = sum(db.query_tuning_record(t.mod, platform.tvm_target, t.name) is None
                       for t in m.tasks)  # fmt: skip
-        executable = ms.relax_integration.compile_relax(db, m.mod, platform.tvm_target, None)
+        executable = build_tuned(db, m.mod, platform.tvm_target)
     return tvm.relax.VirtualMachine(executable, tvm.cpu()), untuned, len(m.tasks)
 
 

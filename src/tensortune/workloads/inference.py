@@ -9,15 +9,18 @@ from __future__ import annotations
 import math
 
 from tensortune.compat import tvm
+from tensortune.workloads.winograd import winograd_convs
 
 # Part of the key of anything derived from a model's task list (the zoo's cached task counts):
 # raise it whenever a rewrite here changes the tasks a model is cut into.
-REWRITES_VERSION = 2
+REWRITES_VERSION = 3  # 3: weights marked layout-free (models.fuse)
 
 
-def for_inference(mod: tvm.IRModule, *, fast_math: bool = True) -> tvm.IRModule:
+def for_inference(mod: tvm.IRModule, *, fast_math: bool = True,
+                  winograd: bool = False) -> tvm.IRModule:  # fmt: skip
     """Fold batch norms into convolutions and, with ``fast_math``, replace the transcendental
-    functions by polynomial approximations that vectorize.
+    functions by polynomial approximations that vectorize; with ``winograd`` (experimental),
+    run eligible 3×3 convolutions as Winograd's (``workloads.winograd``).
 
     Left alone, an inference-mode batch norm legalizes to a tuple-returning PrimFunc that
     FuseOps cannot merge with its neighbours, so every conv → BN → ReLU (→ residual add) costs
@@ -41,7 +44,8 @@ def for_inference(mod: tvm.IRModule, *, fast_math: bool = True) -> tvm.IRModule:
     ]
     if fast_math:
         passes += [_ExpandGelu(), relax.transform.FastMathTransform()]
-    return tvm.transform.Sequential(passes)(mod)
+    mod = tvm.transform.Sequential(passes)(mod)
+    return winograd_convs(mod) if winograd else mod
 
 
 @tvm.transform.module_pass(opt_level=0, name="tensortune.ExpandGelu")

@@ -39,7 +39,7 @@ class Model:
     """A model ready to tune.
 
     ``mod`` is the Relax module with weights bound as constants, before the fusion pipeline:
-    what ``tvm.compile`` (untuned) or ``ms.relax_integration.compile_relax`` take.
+    what ``tvm.compile`` (untuned) or ``deploy.compile.build_tuned`` take.
     """
 
     name: str
@@ -58,6 +58,7 @@ def load_model(
     example_inputs: tuple[torch.Tensor, ...] | torch.Tensor | None = None,
     name: str | None = None,
     fast_math: bool = True,
+    winograd: bool = False,
 ) -> Model:
     """Import ``source`` and extract its tuning tasks for ``target``.
 
@@ -66,6 +67,8 @@ def load_model(
     module is switched to eval mode).  ``name`` overrides the model's name.
     Batch norms are folded into convolutions, and ``fast_math`` replaces erf, exp and tanh
     (GELU, softmax) with vectorizable approximations (see ``workloads.inference``).
+    ``winograd`` (experimental, off by default) runs eligible 3×3 convolutions as Winograd
+    F(4×4, 3×3) (see ``workloads.winograd``).
     Raises ``WorkloadError`` for anything the user can fix.
     """
     if _is_torch_module(source):
@@ -75,7 +78,8 @@ def load_model(
         if isinstance(example_inputs, sys.modules["torch"].Tensor):
             example_inputs = (example_inputs,)  # tuple() would split a lone tensor along dim 0
         module_name = name or type(source).__name__
-        return _from_torch(module_name, source, tuple(example_inputs), target, fast_math)
+        return _from_torch(module_name, source, tuple(example_inputs), target, fast_math,
+                           winograd)  # fmt: skip
     if not isinstance(source, str | os.PathLike):
         raise WorkloadError(
             f"cannot load a model from {type(source).__name__}; "
@@ -83,11 +87,11 @@ def load_model(
         )
     if _names_a_file(source):
         path = Path(source)
-        return _from_onnx(name or path.stem, path, target, input_shapes, fast_math)
+        return _from_onnx(name or path.stem, path, target, input_shapes, fast_math, winograd)
     network = get_network(str(source))
     _reject_input_shapes(input_shapes)
     module, inputs = network.make()
-    return _from_torch(name or network.name, module, inputs, target, fast_math)
+    return _from_torch(name or network.name, module, inputs, target, fast_math, winograd)
 
 
 # --------------------------------------------------------------------------------------------
@@ -124,6 +128,7 @@ def _from_torch(
     inputs: tuple[torch.Tensor, ...],
     target: tvm.target.Target,
     fast_math: bool = True,
+    winograd: bool = False,
 ) -> Model:
     import torch
     from tvm.relax.frontend.torch import from_exported_program
@@ -144,7 +149,7 @@ def _from_torch(
             )
         except Exception as exc:
             raise _import_error(name, exc) from exc
-    mod = for_inference(_bind_params(mod), fast_math=fast_math)
+    mod = for_inference(_bind_params(mod), fast_math=fast_math, winograd=winograd)
     return Model(
         name=name,
         mod=mod,
@@ -177,6 +182,7 @@ def _from_onnx(
     target: tvm.target.Target,
     input_shapes: dict[str, list[int]] | None,
     fast_math: bool = True,
+    winograd: bool = False,
 ) -> Model:
     from tvm.relax.frontend.onnx import from_onnx
 
@@ -186,7 +192,7 @@ def _from_onnx(
         mod = from_onnx(graph, shape_dict=shapes)  # weights become constants
     except Exception as exc:
         raise _import_error(name, exc) from exc
-    mod = for_inference(mod, fast_math=fast_math)
+    mod = for_inference(mod, fast_math=fast_math, winograd=winograd)
     rng = np.random.default_rng(0)
     inputs = [_example_array(rng, shapes[k], dtypes[k]) for k in shapes]
     return Model(name=name, mod=mod, tasks=_extract_tasks(name, mod, target), inputs=inputs)
@@ -252,7 +258,7 @@ def _example_array(rng: np.random.Generator, shape: list[int], dtype: np.dtype) 
 def _extract_tasks(name: str, mod: tvm.IRModule, target: tvm.target.Target) -> list[Task]:
     from tvm.s_tir.analysis import estimate_tir_flops
 
-    extracted = ms.relax_integration.extract_tasks(_fuse(mod, target), target)
+    extracted = ms.relax_integration.extract_tasks(fuse(mod, target), target)
     tasks = []
     for task in extracted:
         # the module tune_relax hands to its TuneContext (extracted_tasks_to_tune_contexts)
@@ -271,22 +277,26 @@ def _extract_tasks(name: str, mod: tvm.IRModule, target: tvm.target.Target) -> l
     return tasks
 
 
-def _fuse(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
-    """Lower and fuse as ``compile_relax`` does, so task keys match at compile time.
+def fuse(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
+    """Lower and fuse ``mod`` into the PrimFuncs that are tuned; ``build_tuned`` starts with
+    this very function, so the tasks tuned and the kernels built have the same keys.
 
-    ``extract_tasks`` only sees ``call_tir``'ed PrimFuncs, so an un-legalized module has none.
-    ``compile_relax`` runs the target's library dispatch (sort/scan/sampling on CPU) before
-    legalization; the zero pipeline does not, so the dispatch passes run first here.
+    The target's library dispatch (sort/scan/sampling on CPU) runs before legalization, as in
+    TVM's own pipelines.  Weights (the module's constants) are then marked layout-free: on the
+    tasks that read them, MetaSchedule's RewriteLayout may store each weight in the order its
+    schedule reads it (for a convolution, output-channel tiles innermost, so the vector loads
+    are contiguous), and ``build_tuned`` does that rewrite once, at compile time.
     """
     from tvm import relax
 
     try:
         dispatch = relax.pipeline.library_dispatch_passes(target)
     except (ValueError, AttributeError):
-        dispatch = []  # the same fallback as compile_relax, for unregistered targets
+        dispatch = []  # a target kind with no registered pipeline has nothing to dispatch
     with target:
         mod = tvm.transform.Sequential(dispatch)(mod)
-        return relax.get_pipeline("zero")(mod)
+        mod = relax.get_pipeline("zero")(mod)
+        return relax.transform.AttachAttrLayoutFreeBuffers()(mod)
 
 
 def _is_scheduled(mod: tvm.IRModule) -> bool:
@@ -314,4 +324,4 @@ def _first_line(exc: BaseException) -> str:
     return text if len(text) <= 300 else text[:297] + "..."
 
 
-__all__ = ["Model", "load_model"]
+__all__ = ["Model", "fuse", "load_model"]
