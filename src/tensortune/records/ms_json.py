@@ -112,6 +112,11 @@ def _check_record(entry: object, workloads: int | None) -> None:
         raise _Malformed("args_info is not a list of argument descriptions")
 
 
+# Attributes that may be null: TransformLayout's pad value (none: the layout needs no padding),
+# which MetaSchedule's RewriteLayout writes into every record of a kernel with weights.
+_OPTIONAL_ATTRS = {"TransformLayout": (2,)}
+
+
 def _check_trace(trace: object) -> None:
     """``[instructions, decisions]``: each instruction ``[kind, inputs, attrs, outputs]``, each
     decision ``[index of an instruction, value]``."""
@@ -131,7 +136,9 @@ def _check_trace(trace: object) -> None:
             raise _Malformed(f"trace instruction {k} is not [kind, inputs, attrs, outputs]")
         # TVM type-checks most inputs, but takes a null attribute, or a null for the block or
         # loop that an instruction acts on (its first input), for a value it can use.
-        if _holds_null(inst[2]) or (inst[1] and inst[1][0] is None):
+        optional = _OPTIONAL_ATTRS.get(inst[0], ())
+        attrs = [a for i, a in enumerate(inst[2]) if i not in optional or a is not None]
+        if _holds_null(attrs) or (inst[1] and inst[1][0] is None):
             raise _Malformed(f"trace instruction {k} has a null attribute or acts on null")
     for decision in decisions:
         if not (
