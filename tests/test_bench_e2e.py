@@ -9,6 +9,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from test_compile import TinyMLP  # noqa: E402
+
 from tensortune.compare import e2e  # noqa: E402
 from tensortune.compat import tvm  # noqa: E402
 from tensortune.errors import TensortuneError  # noqa: E402
@@ -16,16 +18,6 @@ from tensortune.hardware import resolve_platform  # noqa: E402
 from tensortune.hardware.fingerprint import affinity_kept  # noqa: E402
 from tensortune.tuning.tune import tune  # noqa: E402
 from tensortune.workloads.models import load_model  # noqa: E402
-
-
-class TinyMLP(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.fc1 = torch.nn.Linear(32, 64)
-        self.fc2 = torch.nn.Linear(64, 8)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.softmax(self.fc2(torch.relu(self.fc1(x))), dim=-1)
 
 
 @pytest.fixture(scope="module")
