@@ -74,6 +74,21 @@ def test_a_missing_runtime_is_named_and_skipped(tuned, monkeypatch):
     assert systems[e2e.TUNED][1].rounds and not timing.rounds
 
 
+def test_a_system_that_fails_to_set_up_is_named_with_its_error_and_skipped(tuned, monkeypatch):
+    model, store, platform, work = tuned
+
+    def broken(*args):
+        raise RuntimeError("Traceback (most recent call last):\n  ...\nScheduleError: no block")
+
+    monkeypatch.setattr(e2e, "_ort_runner", broken)
+    systems = e2e._set_up(model, store, platform, ("pytorch", "onnxruntime"), work,
+                          lambda text: None)  # fmt: skip
+    run, timing = systems["onnxruntime"]
+    assert run is None and timing.missing == "failed: RuntimeError: ScheduleError: no block"
+    e2e._time_in_turns(systems, rounds=1, repeat=1)
+    assert systems["pytorch"][1].rounds and not timing.rounds
+
+
 def test_tvm_running_another_thread_count_is_refused(tuned):
     model, store, platform, _ = tuned
     other = resolve_platform({"kind": "llvm", "num-cores": platform.threads + 1})

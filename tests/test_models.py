@@ -56,6 +56,16 @@ def assert_tunable(model: Model) -> None:
     assert isinstance(model.mod["main"], tvm.relax.Function)
 
 
+def assert_matches_torch(model: Model, module: torch.nn.Module, inputs: tuple,
+                         atol: float) -> None:  # fmt: skip
+    """The model built untuned gives the module's output on the module's input."""
+    vm = tvm.relax.VirtualMachine(tvm.compile(model.mod, target=TARGET), tvm.cpu())
+    got = vm["main"](tvm.runtime.tensor(model.inputs[0])).numpy()
+    with torch.no_grad():
+        want = module(*inputs).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=atol)
+
+
 def test_torch_module() -> None:
     module, inputs = tiny()
     model = load_model(module, example_inputs=inputs, target=TARGET)
@@ -78,11 +88,46 @@ def test_batch_norm_folds_into_the_conv_and_outputs_match_torch() -> None:
     names = [task.name for task in model.tasks]
     assert not any("batch_norm" in name for name in names), names
     assert any("conv2d" in name and "relu" in name for name in names), names
-    vm = tvm.relax.VirtualMachine(tvm.compile(model.mod, target=TARGET), tvm.cpu())
-    got = vm["main"](tvm.runtime.tensor(model.inputs[0])).numpy()
-    with torch.no_grad():
-        want = module(*inputs).numpy()
-    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    assert_matches_torch(model, module, inputs, atol=1e-5)
+
+
+class Blocks(torch.nn.Module):
+    """What MobileNet and ResNet blocks hold: ReLU6, a depthwise and a strided convolution, a
+    residual add and a max pool; the output is a feature map."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.expand = torch.nn.Conv2d(4, 16, 1)
+        self.depthwise = torch.nn.Conv2d(16, 16, 3, padding=1, groups=16)
+        self.project = torch.nn.Conv2d(16, 4, 1)
+        self.down = torch.nn.Conv2d(4, 8, 3, stride=2, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.nn.functional.relu6(self.depthwise(torch.nn.functional.relu6(self.expand(x))))
+        y = self.project(y) + x
+        return torch.nn.functional.max_pool2d(torch.relu(self.down(y)), 2)
+
+
+def _calls(mod: tvm.IRModule, op: str) -> list:
+    calls: list = []
+    tvm.relax.analysis.post_order_visit(
+        mod["main"],
+        lambda e: calls.append(e) if isinstance(e, tvm.relax.Call) and e.op.name == op else None,
+    )
+    return calls
+
+
+def test_convolutions_run_channels_last_with_one_transpose_at_each_end() -> None:
+    torch.manual_seed(0)
+    module, inputs = Blocks().eval(), (torch.randn(1, 4, 12, 12),)
+    model = load_model(module, example_inputs=inputs, target=TARGET)
+    convs = _calls(model.mod, "relax.nn.conv2d")
+    assert len(convs) == 4 and {c.attrs.data_layout for c in convs} == {"NHWC"}
+    # ReLU6 (clip) and the pool take NHWC too: no transposes inside the graph
+    assert len(_calls(model.mod, "relax.permute_dims")) == 2
+    assert_matches_torch(model, module, inputs, atol=1e-5)
+    as_imported = load_model(module, example_inputs=inputs, target=TARGET, channels_last=False)
+    assert {c.attrs.data_layout for c in _calls(as_imported.mod, "relax.nn.conv2d")} == {"NCHW"}
 
 
 @pytest.mark.parametrize(("approximate", "fast_op"), [("none", "fast_erf"), ("tanh", "fast_tanh")])
@@ -95,11 +140,7 @@ def test_gelu_and_softmax_use_fast_math_and_outputs_match_torch(approximate, fas
     model = load_model(module, example_inputs=inputs, target=TARGET)
     names = " ".join(task.name for task in model.tasks)
     assert fast_op in names and "fast_softmax" in names, names
-    vm = tvm.relax.VirtualMachine(tvm.compile(model.mod, target=TARGET), tvm.cpu())
-    got = vm["main"](tvm.runtime.tensor(model.inputs[0])).numpy()
-    with torch.no_grad():
-        want = module(*inputs).numpy()
-    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
+    assert_matches_torch(model, module, inputs, atol=1e-6)
     exact = load_model(module, example_inputs=inputs, target=TARGET, fast_math=False)
     assert "fast_" not in " ".join(task.name for task in exact.tasks)
 

@@ -12,7 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from tensortune.compat import ms, structural_equal, tvm, tvm_logging_guard
+from tensortune.compat import (
+    PySearchStrategy,
+    derived_object,
+    ms,
+    sblocks,
+    structural_equal,
+    tvm,
+    tvm_logging_guard,
+)
 from tensortune.errors import TensortuneError
 from tensortune.hardware import current_hardware, target_key
 from tensortune.measure.builder import PersistentBuilder
@@ -53,6 +61,51 @@ def test_tune_fills_the_store_and_resumes_to_the_same_budget(tmp_path):
         assert all(len(r.run_secs) == 5 for r in records if r.ok)
 
 
+@derived_object
+class _BreaksOn(PySearchStrategy):
+    """MetaSchedule's replay-trace, except that the search of tasks named ``broken`` raises
+    (as TVM's own strategies do when a schedule rule mishandles a kernel)."""
+
+    def __init__(self, broken: str, inner: object | None = None) -> None:
+        super().__init__()
+        self.broken = broken
+        self.inner = inner or ms.search_strategy.ReplayTrace()
+        self.task = ""
+
+    def _initialize_with_tune_context(self, context) -> None:
+        self.task = context.task_name
+        self.inner._initialize_with_tune_context(context)
+
+    def pre_tuning(self, max_trials, num_trials_per_iter, design_spaces, database=None,
+                   cost_model=None) -> None:  # fmt: skip
+        self.inner.pre_tuning(max_trials, num_trials_per_iter, design_spaces, database,
+                              cost_model)  # fmt: skip
+
+    def post_tuning(self) -> None:
+        self.inner.post_tuning()
+
+    def generate_measure_candidates(self):
+        if self.broken in self.task:
+            raise RuntimeError("ScheduleError: The block no longer exists in the IRModule")
+        return self.inner.generate_measure_candidates()
+
+    def notify_runner_results(self, candidates, results) -> None:
+        self.inner.notify_runner_results(candidates, results)
+
+    def clone(self) -> _BreaksOn:
+        return _BreaksOn(self.broken, self.inner.clone())
+
+
+def test_a_task_whose_search_breaks_stops_and_the_others_go_on(tmp_path):
+    fast = {**FAST, "strategy": _BreaksOn("softmax")}
+    result = tune(["matmul:16,16,16", "softmax:4,32"], trials=8, records=f"sqlite:///{tmp_path}/r.db",
+                  work_dir=tmp_path / "w", trials_per_round=2, **fast)  # fmt: skip
+    matmul, softmax = result.tasks
+    assert matmul.trials == 8 and not matmul.error
+    assert softmax.trials == 0
+    assert softmax.error.endswith("ScheduleError: The block no longer exists in the IRModule")
+
+
 def test_several_tasks_share_one_budget(tmp_path):
     result = tune(["matmul:16,16,16", "softmax:4,32"], trials=8, records=f"sqlite:///{tmp_path}/r.db",
                   work_dir=tmp_path / "w", trials_per_round=2, **FAST)  # fmt: skip
@@ -86,6 +139,38 @@ def test_kill_9_loses_at_most_the_batch_in_flight(tmp_path):
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     with open_records(f"sqlite:///{db}") as store:
         assert store.count() == 12
+
+
+def _layer_norm(input_name: str) -> tvm.IRModule:
+    """A layer norm whose blocks TOPI names after its input (``x_sum``, ``x_mean``, ...)."""
+    from tvm import te, topi
+
+    x = te.placeholder((4, 64), name=input_name)
+    gamma, beta = te.placeholder((64,), name="gamma"), te.placeholder((64,), name="beta")
+    out = topi.nn.layer_norm(x, gamma, beta, axis=[1])
+    return tvm.IRModule({"main": te.create_prim_func([x, gamma, beta, out])})
+
+
+def test_a_record_applies_to_a_twin_kernel_whose_blocks_are_named_otherwise(tmp_path):
+    # the same layer norm cut from two graphs: structurally equal, blocks named after each
+    # graph's variable; the trace also fetches by name a block that its rfactor made
+    tuned, twin = _layer_norm("x"), _layer_norm("y")
+    assert structural_equal(tuned, twin)
+    sch = tvm.s_tir.Schedule(tuned)
+    _, k = sch.get_loops(sch.get_sblock("x_sum"))
+    sch.rfactor(sch.split(k, [None, 8])[1], 0)
+    sch.parallel(sch.get_loops(sch.get_sblock("x_sum_rf"))[0])
+    target = tvm.target.Target(TARGET)
+    with open_records(f"sqlite:///{tmp_path / 'r.db'}") as store:
+        db = StoreDatabase(store, target=TARGET)
+        db.commit_tuning_record(ms.database.TuningRecord(
+            sch.trace, db.commit_workload(tuned), [1e-5], target,
+            ms.arg_info.ArgInfo.from_prim_func(tuned["main"]),
+        ))  # fmt: skip
+        applied = db.query_schedule(twin, target, "layer_norm")
+    assert applied is not None
+    names = [b.name_hint for b in sblocks(applied.mod["main"].body)]
+    assert "y_sum_rf" in names and not [n for n in names if n.startswith("x_")]
 
 
 def test_tvm_tune_tir_and_compile_tir_use_the_store(tmp_path):

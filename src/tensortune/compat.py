@@ -22,7 +22,7 @@ import os
 import platform
 import sys
 import types
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 _GPU_INTRIN_MODULES = ("cuda", "rocm", "hexagon")
 # Tensor intrinsics of each CPU ISA, by the prefixes of ``platform.machine()`` that run it.
@@ -135,6 +135,49 @@ def structural_equal(a: object, b: object) -> bool:
     return bool(tvm_ffi.structural_equal(a, b))
 
 
+def task_func(mod: tvm.IRModule) -> tvm.tirx.PrimFunc:
+    """A task module's PrimFunc: the one called ``main``, or its only function."""
+    if "main" in [g.name_hint for g in mod.get_global_vars()]:
+        return mod["main"]
+    funcs = list(mod.functions.values())
+    if len(funcs) != 1:
+        raise ValueError("a task module has one function, or one called 'main'")
+    return funcs[0]
+
+
+# TVM 0.27 exposes no TIR visitor to Python: walk the node fields that can hold statements or
+# expressions.  Anything else (buffers, ranges, annotations) holds no block and no call.
+_CHILDREN = ("body", "block", "init", "seq", "then_case", "else_case", "value", "a", "b",
+             "args", "condition", "true_value", "false_value", "indices", "source")  # fmt: skip
+
+
+def walk_tir(node: object, visit: Callable[[object], None]) -> None:
+    """Call ``visit`` on ``node`` and every statement and expression under it, parents first."""
+    visit(node)
+    for name in _CHILDREN:
+        child = getattr(node, name, None)
+        if child is None or isinstance(child, str | int | float):
+            continue
+        if isinstance(child, list | tuple) or type(child).__name__ == "Array":
+            for c in child:
+                if not isinstance(c, str | int | float):
+                    walk_tir(c, visit)
+        else:
+            walk_tir(child, visit)
+
+
+def sblocks(body: object) -> list:
+    """The blocks under ``body``, in program order (outer blocks before inner ones)."""
+    found: list = []
+    walk_tir(body, lambda n: found.append(n) if isinstance(n, tvm.s_tir.SBlock) else None)
+    return found
+
+
+def block_names(mod: tvm.IRModule) -> list[str]:
+    """The names of a task's blocks but ``root``, in program order: what traces refer to."""
+    return [b.name_hint for b in sblocks(task_func(mod).body) if b.name_hint != "root"]
+
+
 __all__ = [
     "TVM_VERSION",
     "ArgInfo",
@@ -154,15 +197,19 @@ __all__ = [
     "TuneContext",
     "TuningRecord",
     "Workload",
+    "block_names",
     "derived_object",
     "load_tensor_intrinsics",
     "ms",
     "rpc_base",
     "rpc_listen_loop",
+    "sblocks",
     "structural_equal",
     "structural_hash",
+    "task_func",
     "tvm",
     "tvm_ffi",
     "tvm_logging_guard",
     "tvm_rpc",
+    "walk_tir",
 ]

@@ -198,6 +198,9 @@ def tune(
         console.print(f"the store already holds {result.trials_before} trials of these tasks "
                       f"(budget {trials}): nothing to do")  # fmt: skip
     print_table(result_table(result))
+    for r in result.tasks:
+        if r.error:
+            console.print(f"{r.name}: its search broke and stopped: {r.error}", style="yellow")
     if result.out_of_time:
         console.print(f"stopped: the time budget ({time_budget}) is spent after "
                       f"{fmt_duration(result.seconds)}; run again to go on")  # fmt: skip

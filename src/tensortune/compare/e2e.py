@@ -19,7 +19,7 @@ For each network, in one process on one machine:
    given as a share of it.
 
 The runtimes are an optional extra (``pip install tensortune[anchors]``); a missing one is named
-in the result and skipped.
+in the result and skipped, and so is a system that fails to set up (with its error).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from tensortune.deploy.compile import build_tuned, seconds_per_call
-from tensortune.errors import TensortuneError
+from tensortune.errors import TensortuneError, last_line
 from tensortune.hardware import Platform, resolve_platform
 from tensortune.hardware.fingerprint import affinity_kept
 
@@ -192,7 +192,7 @@ def _set_up(model, store: Path, platform: Platform, anchors: tuple[str, ...], wo
         reference = _flat(module(*args))
     built: dict = {}  # the tuned executable, for the artifact
     makers = {TUNED: lambda: _tvm_runner(model, store, platform, built),
-              "tensortune.load": lambda: _artifact_runner(built["executable"], model, platform,
+              "tensortune.load": lambda: _artifact_runner(built.get("executable"), model, platform,
                                                           work)}  # fmt: skip
     if model.torch_module is not None:
         options = {"records": f"sqlite:///{store}", "target": platform.target}
@@ -221,6 +221,11 @@ def _set_up(model, store: Path, platform: Platform, anchors: tuple[str, ...], wo
             outputs = run()  # also the warm-up: first calls pay one-off costs
         except ImportError as e:
             timing.missing = f"not installed ({e.name or e}): pip install tensortune[anchors]"
+            systems[name] = (None, timing)
+            continue
+        except Exception as e:  # one system failing must not cost the others' figures
+            timing.missing = f"failed: {type(e).__name__}: {last_line(e)}"
+            say(f"{model.name}: {name} {timing.missing}")
             systems[name] = (None, timing)
             continue
         timing.setup_s = time.perf_counter() - start
@@ -285,13 +290,12 @@ def _tvm_runner(model, store: Path, platform: Platform, built: dict) -> Runner:
 
 
 def _artifact_runner(executable, model, platform: Platform, work: Path) -> Runner:
-    from tensortune.compat import tvm
     from tensortune.deploy.artifact import load, save_artifact
 
-    single = not isinstance(model.mod["main"].ret_ty, tvm.ir.TupleType)
-    path = save_artifact(executable, work / f"{model.name}.tt", model=model.name,
-                         target=platform.target, inputs=model.inputs, single_output=single,
-                         threads=platform.threads)  # fmt: skip
+    if executable is None:
+        raise TensortuneError("there is no tuned build to ship: it failed to set up")
+    path = save_artifact(executable, work / f"{model.name}.tt", model=model,
+                         target=platform.target, threads=platform.threads)  # fmt: skip
     compiled = load(path)
 
     def run() -> list[np.ndarray]:
@@ -363,7 +367,7 @@ def plot_e2e(results: list[E2EResult], out: str | Path) -> None:
 
     names = [TUNED, *[n for n in ANCHORS if any(n in r.systems for r in results)]]
     # the routes run the tuned kernels: they belong in the table, not in this comparison
-    fig, ax = plt.subplots(figsize=(1.6 + 1.5 * len(results), 3.8))
+    fig, ax = plt.subplots(figsize=(3.2 + 1.5 * len(results), 3.8))
     width = 0.8 / len(names)
     for k, name in enumerate(names):
         xs, ys, lo, hi = [], [], [], []
@@ -379,8 +383,9 @@ def plot_e2e(results: list[E2EResult], out: str | Path) -> None:
     ax.axhline(1.0, color="grey", lw=0.8, ls="--")
     ax.set_xticks(range(len(results)), [r.network for r in results])
     ax.set_ylabel("latency / tensortune's (median)")
-    ax.set_title(f"{results[0].cpu}, {results[0].threads} threads" if results else "")
-    ax.legend(fontsize=8)
+    ax.set_title(f"{results[0].cpu}, {results[0].threads} threads" if results else "",
+                 fontsize=9)  # fmt: skip
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))  # off the bars
     fig.tight_layout()
     fig.savefig(out, dpi=120)
     plt.close(fig)

@@ -16,12 +16,15 @@ import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from tensortune.errors import TensortuneError, last_line
 from tensortune.hardware.fingerprint import affinity_kept
+
+if TYPE_CHECKING:
+    from tensortune.workloads.models import Model
 
 FORMAT = "tensortune-artifact"
 VERSION = 1
@@ -46,21 +49,23 @@ class TensorSpec:
     dtype: str
 
 
-def save_artifact(executable: Any, path: str | os.PathLike, *, model: str, target: dict,
-                  inputs: list[np.ndarray], single_output: bool, threads: int,
-                  extra: dict | None = None) -> Path:  # fmt: skip
-    """Write ``executable`` (a built Relax executable) and its manifest to ``path``."""
+def save_artifact(executable: Any, path: str | os.PathLike, *, model: Model, target: dict,
+                  threads: int, extra: dict | None = None) -> Path:  # fmt: skip
+    """Write ``executable`` (``model``'s module, built) and its manifest to ``path``."""
     from importlib.metadata import version
 
     from tensortune.compat import tvm
 
     path = Path(path)
+    inputs = model.inputs
+    # A one-output model returns its array itself, not a one-element list
+    single_output = not isinstance(model.mod["main"].ret_ty, tvm.ir.TupleType)
     manifest = {
         "format": FORMAT,
         "version": VERSION,
         "tensortune": version("tensortune"),
         "tvm": tvm.__version__,
-        "model": model,
+        "model": model.name,
         "target": target,
         "arch": host.machine(),
         "cpu_features": sorted(_needed_features(target)),

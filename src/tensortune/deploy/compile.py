@@ -153,13 +153,10 @@ def compile_model(
         from tensortune.deploy.artifact import save_artifact
         from tensortune.records import redact
 
-        single = not isinstance(m.mod["main"].ret_ty, tvm.ir.TupleType)
         extra = {"records": redact(store.url), "tuned_seconds": report.tuned_seconds,
                  "tasks_tuned": sum(s.tuned for s in statuses), "tasks": len(statuses)}  # fmt: skip
-        report.artifact = str(save_artifact(builds["tuned"], out, model=m.name,
-                                            target=platform.target, inputs=m.inputs,
-                                            single_output=single, threads=threads,
-                                            extra=extra))  # fmt: skip
+        report.artifact = str(save_artifact(builds["tuned"], out, model=m, target=platform.target,
+                                            threads=threads, extra=extra))  # fmt: skip
     return report
 
 

@@ -41,9 +41,33 @@ def args_info_text(args_info) -> str:
     return json.dumps([to_plain(a.as_json()) for a in args_info])
 
 
-def to_tuning_record(record: Record, workload: Workload) -> TuningRecord:
+def renamed_blocks(trace: list, names: dict[str, str]) -> list:
+    """A trace's JSON with the blocks it fetches by name renamed (``names``: old → new).
+
+    Blocks the schedule itself made are named after the block they came from (``rfactor``
+    makes ``lv35_sum_rf`` of ``lv35_sum``): they follow their origin's new name."""
+    origins = sorted(names, key=len, reverse=True)  # the longest origin a name starts with
+
+    def rename(name: str) -> str:
+        if name in names:
+            return names[name]
+        origin = next((o for o in origins if name.startswith(o + "_")), None)
+        return name if origin is None else names[origin] + name[len(origin) :]
+
+    insts, decisions = trace
+    renamed = [[kind, inputs, [rename(attrs[0]), *attrs[1:]], outputs]
+               if kind == "GetSBlock" else [kind, inputs, attrs, outputs]
+               for kind, inputs, attrs, outputs in insts]  # fmt: skip
+    return [renamed, decisions]
+
+
+def to_tuning_record(record: Record, workload: Workload,
+                     names: dict[str, str] | None = None) -> TuningRecord:  # fmt: skip
+    """``record`` as MetaSchedule's record of ``workload``; ``names`` renames its blocks
+    (``renamed_blocks``) for a workload that names them differently from the record's."""
+    trace = record.trace_json()
     payload = [
-        record.trace_json(),
+        renamed_blocks(trace, names) if names else trace,
         list(record.run_secs) if record.ok else [FAILED_COST],
         json.loads(record.target),
         json.loads(record.args_info),

@@ -14,6 +14,7 @@ from tensortune.compat import (
     PyDatabase,
     TuningRecord,
     Workload,
+    block_names,
     derived_object,
     tvm,
 )
@@ -52,6 +53,7 @@ class StoreDatabase(PyDatabase):
         self.hardware_id = store.register_hardware(hardware or current_hardware())
         self.run_id = run_id
         self.pinned = dict(pinned or {})
+        self._stored_names: dict[int, list[str]] = {}  # workload id → its blocks' names
 
     def has_workload(self, mod) -> bool:
         return self.store.workload_id(mod, create=False) is not None
@@ -94,9 +96,27 @@ class StoreDatabase(PyDatabase):
             )
         )
 
+    def _names(self, mod) -> dict[str, str] | None:
+        """How ``mod`` names the blocks that its stored twin's records fetch, where it differs.
+
+        Structural equality ignores block names, and TOPI names some after the graph variable
+        they read (``lv35_sum``): the same layer norm cut from another graph of the same model
+        (a ``torch.compile`` graph, say) finds the records tuned on the first, whose traces
+        fetch blocks by the first's names.  Blocks pair up in program order."""
+        wid = self.store.workload_id(mod, create=False)
+        if wid is None:
+            return None
+        if wid not in self._stored_names:
+            self._stored_names[wid] = block_names(self.store.workload(wid).mod())
+        stored, asked = self._stored_names[wid], block_names(mod)
+        if stored == asked or len(stored) != len(asked):
+            return None
+        return dict(zip(stored, asked, strict=True))
+
     def get_top_k(self, workload: Workload, top_k: int) -> list[TuningRecord]:
         records = self._records(workload.mod, self.target, top_k)
-        return [to_tuning_record(r, workload) for r in records]
+        names = self._names(workload.mod) if records else None
+        return [to_tuning_record(r, workload, names) for r in records]
 
     def get_all_tuning_records(self) -> list[TuningRecord]:
         out = []
@@ -111,9 +131,11 @@ class StoreDatabase(PyDatabase):
         tkey = target_key(target)
         pinned = self.pinned.get(self.store.workload_id(mod, create=False)) if self.pinned else None
         if pinned is not None and pinned.target == tkey:
-            return to_tuning_record(pinned, Workload(mod))
+            return to_tuning_record(pinned, Workload(mod), self._names(mod))
         records = self._records(mod, tkey, 1)
-        return to_tuning_record(records[0], Workload(mod)) if records else None
+        if not records:
+            return None
+        return to_tuning_record(records[0], Workload(mod), self._names(mod))
 
     def query_schedule(self, mod, target, workload_name: str | None = None):
         record = self.query_tuning_record(mod, target, workload_name)

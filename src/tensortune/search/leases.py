@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import psutil
 
 from tensortune.compat import PySearchStrategy, derived_object
-from tensortune.errors import RecordsError
+from tensortune.errors import RecordsError, TensortuneError, last_line
 from tensortune.records.convert import trace_text
 from tensortune.records.schema import trace_hash
 from tensortune.records.storage import RecordStore
@@ -81,6 +81,8 @@ class SharedBudget:
         # What stopped a lease (the store's error), for the caller to re-raise: TVM turns an
         # exception raised inside a search strategy into a plain RuntimeError.
         self.error: Exception | None = None
+        # Tasks whose search broke (workload id → the error's line): they stop, the others go on.
+        self.failed: dict[int, str] = {}
         for other in self.store.lease_holders():
             if other != self.worker and _gone(other):
                 self.store.release(other)
@@ -157,7 +159,15 @@ class Leased(PySearchStrategy):
             left = min(self.budget.left(self.workload_id), self.max_trials - self.trials)
             if left <= 0:
                 return None
-            cands = self.inner.generate_measure_candidates()
+            try:
+                cands = self.inner.generate_measure_candidates()
+            except TensortuneError:
+                raise
+            except Exception as e:
+                # TVM's search failing on one task (a schedule rule meeting a kernel it
+                # mishandles) must not end a run of many: that task stops, with its error.
+                self.budget.failed[self.workload_id] = f"{type(e).__name__}: {last_line(e)}"
+                return None
             if cands is None:
                 return None
             hashes = [candidate_hash(c) for c in cands]

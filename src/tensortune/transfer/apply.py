@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tensortune.errors import last_line
-from tensortune.transfer.classes import block_names
 
 if TYPE_CHECKING:
     from tensortune.compat import MeasureCandidate
@@ -80,7 +79,7 @@ def transfer_trace(source_mod: object, trace: list | str, target_mod: object,
     left line up with the source's one for one."""
     import json
 
-    from tensortune.compat import ArgInfo, MeasureCandidate, tvm
+    from tensortune.compat import ArgInfo, MeasureCandidate, block_names, tvm
 
     try:
         src = tvm.s_tir.Schedule(source_mod)

@@ -61,8 +61,10 @@ class KernelClass:
 
 def kernel_class(mod: tvm.IRModule) -> KernelClass:
     """The class of a task's unscheduled module (its ``main`` function)."""
-    func = mod["main"] if "main" in [g.name_hint for g in mod.get_global_vars()] else _only(mod)
-    found = _blocks(func.body)
+    from tensortune.compat import sblocks, task_func
+
+    func = task_func(mod)
+    found = sblocks(func.body)
     # Buffers the function allocates are intermediates; the rest are its parameters.
     local = {buf.name for b in found for buf in b.alloc_buffers}
     buffers = {r.source.name for b in found for r in [*b.reads, *b.writes]} - local
@@ -92,50 +94,17 @@ def _anchor(reduces: list[bool]) -> int | None:
 
 def epilogue_blocks(mod: tvm.IRModule) -> list[str]:
     """The names of the blocks after the last reducing one, in order (see ``KernelClass``)."""
-    func = mod["main"] if "main" in [g.name_hint for g in mod.get_global_vars()] else _only(mod)
-    found = [b for b in _blocks(func.body) if b.name_hint != "root"]
+    from tensortune.compat import sblocks, task_func
+
+    func = task_func(mod)
+    found = [b for b in sblocks(func.body) if b.name_hint != "root"]
     anchor = _anchor([any(int(iv.iter_type) == 2 for iv in b.iter_vars) for b in found])
     return [] if anchor is None else [b.name_hint for b in found[anchor + 1 :]]
 
 
-def _only(mod: tvm.IRModule) -> object:
-    funcs = list(mod.functions.values())
-    if len(funcs) != 1:
-        raise ValueError("a task module has one function, or one called 'main'")
-    return funcs[0]
-
-
-# TVM 0.27 exposes no TIR visitor to Python: walk the node fields that can hold statements or
-# expressions.  Anything else (buffers, ranges, annotations) holds no block and no call.
-_CHILDREN = ("body", "block", "init", "seq", "then_case", "else_case", "value", "a", "b",
-             "args", "condition", "true_value", "false_value", "indices", "source")  # fmt: skip
-
-
-def _walk(node: object, visit: object) -> None:
-    visit(node)
-    for name in _CHILDREN:
-        child = getattr(node, name, None)
-        if child is None or isinstance(child, str | int | float):
-            continue
-        if isinstance(child, list | tuple) or type(child).__name__ == "Array":
-            for c in child:
-                if not isinstance(c, str | int | float):
-                    _walk(c, visit)
-        else:
-            _walk(child, visit)
-
-
-def _blocks(body: object) -> list:
-    from tensortune.compat import tvm
-
-    found: list = []
-    _walk(body, lambda n: found.append(n) if isinstance(n, tvm.s_tir.SBlock) else None)
-    return found
-
-
 def _block_signature(block: object, local: set, params: list[str]) -> tuple[str, str, bool]:
     """The block's class name, its signature, and whether it reduces."""
-    from tensortune.compat import tvm
+    from tensortune.compat import tvm, walk_tir
 
     undefined_vars = tvm.tirx.analysis.undefined_vars
     name = block.name_hint
@@ -163,14 +132,8 @@ def _block_signature(block: object, local: set, params: list[str]) -> tuple[str,
         if hasattr(node, "args") and hasattr(getattr(node, "op", None), "name"):
             calls.add(str(node.op.name))
 
-    _walk(block.body, call)
+    walk_tir(block.body, call)
     reads = " ".join(access(r) for r in block.reads)
     writes = " ".join(access(w) for w in block.writes)
     intrinsics = ",".join(sorted(calls))
     return name, f"{name}({kinds}) {reads} -> {writes} {{{intrinsics}}}", "R" in kinds
-
-
-def block_names(mod: tvm.IRModule) -> list[str]:
-    """The names of a task's blocks, in the order ``kernel_class`` reads them."""
-    func = mod["main"] if "main" in [g.name_hint for g in mod.get_global_vars()] else _only(mod)
-    return [b.name_hint for b in _blocks(func.body) if b.name_hint != "root"]

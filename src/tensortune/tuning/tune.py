@@ -48,6 +48,7 @@ class TaskResult:
     trials: int
     ok: int
     best_seconds: float | None
+    error: str = ""  # why its search stopped early, when it broke
 
     @property
     def gflops(self) -> float | None:
@@ -328,7 +329,12 @@ def _search(store: RecordStore, plan: TunePlan, session: Callable[[], MeasureSes
         finally:
             budget.close()
         result.out_of_time = budget.expired
+        failed = budget.failed
+    else:
+        failed = {}
     result.tasks = [_task_result(store, t, w) for t, w in zip(tasks, where, strict=True)]
+    for r, wid in zip(result.tasks, wids, strict=True):
+        r.error = failed.get(wid, "")
     return result
 
 

@@ -59,6 +59,7 @@ def load_model(
     name: str | None = None,
     fast_math: bool = True,
     winograd: bool = False,
+    channels_last: bool = True,
 ) -> Model:
     """Import ``source`` and extract its tuning tasks for ``target``.
 
@@ -66,11 +67,13 @@ def load_model(
     dynamic or missing input dimensions), or an ``nn.Module`` (``example_inputs`` required; the
     module is switched to eval mode).  ``name`` overrides the model's name.
     Batch norms are folded into convolutions, and ``fast_math`` replaces erf, exp and tanh
-    (GELU, softmax) with vectorizable approximations (see ``workloads.inference``).
+    (GELU, softmax) with vectorizable approximations, and ``channels_last`` runs 2-d
+    convolutions in NHWC whatever the source's layout (see ``workloads.inference``).
     ``winograd`` (experimental, off by default) runs eligible 3×3 convolutions as Winograd
     F(4×4, 3×3) (see ``workloads.winograd``).
     Raises ``WorkloadError`` for anything the user can fix.
     """
+    rewrites = {"fast_math": fast_math, "winograd": winograd, "channels_last": channels_last}
     if _is_torch_module(source):
         if example_inputs is None:
             raise WorkloadError("an nn.Module source needs example_inputs=(tensor, ...)")
@@ -78,8 +81,7 @@ def load_model(
         if isinstance(example_inputs, sys.modules["torch"].Tensor):
             example_inputs = (example_inputs,)  # tuple() would split a lone tensor along dim 0
         module_name = name or type(source).__name__
-        return _from_torch(module_name, source, tuple(example_inputs), target, fast_math,
-                           winograd)  # fmt: skip
+        return _from_torch(module_name, source, tuple(example_inputs), target, rewrites)
     if not isinstance(source, str | os.PathLike):
         raise WorkloadError(
             f"cannot load a model from {type(source).__name__}; "
@@ -87,11 +89,11 @@ def load_model(
         )
     if _names_a_file(source):
         path = Path(source)
-        return _from_onnx(name or path.stem, path, target, input_shapes, fast_math, winograd)
+        return _from_onnx(name or path.stem, path, target, input_shapes, rewrites)
     network = get_network(str(source))
     _reject_input_shapes(input_shapes)
     module, inputs = network.make()
-    return _from_torch(name or network.name, module, inputs, target, fast_math, winograd)
+    return _from_torch(name or network.name, module, inputs, target, rewrites)
 
 
 # --------------------------------------------------------------------------------------------
@@ -127,8 +129,7 @@ def _from_torch(
     module: torch.nn.Module,
     inputs: tuple[torch.Tensor, ...],
     target: tvm.target.Target,
-    fast_math: bool = True,
-    winograd: bool = False,
+    rewrites: dict[str, bool],
 ) -> Model:
     import torch
     from tvm.relax.frontend.torch import from_exported_program
@@ -149,7 +150,7 @@ def _from_torch(
             )
         except Exception as exc:
             raise _import_error(name, exc) from exc
-    mod = for_inference(_bind_params(mod), fast_math=fast_math, winograd=winograd)
+    mod = for_inference(_bind_params(mod), **rewrites)
     return Model(
         name=name,
         mod=mod,
@@ -181,8 +182,7 @@ def _from_onnx(
     path: Path,
     target: tvm.target.Target,
     input_shapes: dict[str, list[int]] | None,
-    fast_math: bool = True,
-    winograd: bool = False,
+    rewrites: dict[str, bool],
 ) -> Model:
     from tvm.relax.frontend.onnx import from_onnx
 
@@ -192,7 +192,7 @@ def _from_onnx(
         mod = from_onnx(graph, shape_dict=shapes)  # weights become constants
     except Exception as exc:
         raise _import_error(name, exc) from exc
-    mod = for_inference(mod, fast_math=fast_math, winograd=winograd)
+    mod = for_inference(mod, **rewrites)
     rng = np.random.default_rng(0)
     inputs = [_example_array(rng, shapes[k], dtypes[k]) for k in shapes]
     return Model(name=name, mod=mod, tasks=_extract_tasks(name, mod, target), inputs=inputs)
