@@ -127,7 +127,7 @@ def test_tune_a_zoo_network_then_compile_it(cli: Cli) -> None:
     url = "sqlite:///net.db"
     result = _json(cli("tune", "--model", "resnet18", "--trials", "2", "--records", url,
                        "--json"))  # fmt: skip
-    assert len(result["tasks"]) == 18 and result["trials_total"] == 2
+    assert len(result["tasks"]) == 19 and result["trials_total"] == 2  # 18 + the input transpose
     tuned = [t["name"] for t in result["tasks"] if t["best_seconds"] is not None]
     assert tuned
 
