@@ -81,8 +81,7 @@ class StoreDatabase(PyDatabase):
             )
         ])  # fmt: skip
 
-    def _records(self, mod, target: str | None, limit: int | None) -> list[Record]:
-        wid = self.store.workload_id(mod, create=False)
+    def _records(self, wid: int | None, target: str | None, limit: int | None) -> list[Record]:
         if wid is None:
             return []
         return list(
@@ -96,27 +95,27 @@ class StoreDatabase(PyDatabase):
             )
         )
 
-    def _names(self, mod) -> dict[str, str] | None:
-        """How ``mod`` names the blocks that its stored twin's records fetch, where it differs.
+    def _as_asked(self, records: list[Record], wid: int | None, mod) -> list[TuningRecord]:
+        """``records`` of workload ``wid`` as MetaSchedule's records of ``mod``, their traces'
+        blocks renamed to ``mod``'s where its names differ from the stored twin's.
 
         Structural equality ignores block names, and TOPI names some after the graph variable
         they read (``lv35_sum``): the same layer norm cut from another graph of the same model
         (a ``torch.compile`` graph, say) finds the records tuned on the first, whose traces
         fetch blocks by the first's names.  Blocks pair up in program order."""
-        wid = self.store.workload_id(mod, create=False)
-        if wid is None:
-            return None
+        if not records:
+            return []
         if wid not in self._stored_names:
             self._stored_names[wid] = block_names(self.store.workload(wid).mod())
         stored, asked = self._stored_names[wid], block_names(mod)
-        if stored == asked or len(stored) != len(asked):
-            return None
-        return dict(zip(stored, asked, strict=True))
+        differ = stored != asked and len(stored) == len(asked)
+        names = dict(zip(stored, asked, strict=True)) if differ else None
+        workload = Workload(mod)
+        return [to_tuning_record(r, workload, names) for r in records]
 
     def get_top_k(self, workload: Workload, top_k: int) -> list[TuningRecord]:
-        records = self._records(workload.mod, self.target, top_k)
-        names = self._names(workload.mod) if records else None
-        return [to_tuning_record(r, workload, names) for r in records]
+        wid = self.store.workload_id(workload.mod, create=False)
+        return self._as_asked(self._records(wid, self.target, top_k), wid, workload.mod)
 
     def get_all_tuning_records(self) -> list[TuningRecord]:
         out = []
@@ -129,13 +128,14 @@ class StoreDatabase(PyDatabase):
 
     def query_tuning_record(self, mod, target, workload_name: str | None = None):
         tkey = target_key(target)
-        pinned = self.pinned.get(self.store.workload_id(mod, create=False)) if self.pinned else None
+        wid = self.store.workload_id(mod, create=False)
+        pinned = self.pinned.get(wid) if self.pinned else None
         if pinned is not None and pinned.target == tkey:
-            return to_tuning_record(pinned, Workload(mod), self._names(mod))
-        records = self._records(mod, tkey, 1)
-        if not records:
-            return None
-        return to_tuning_record(records[0], Workload(mod), self._names(mod))
+            records = [pinned]
+        else:
+            records = self._records(wid, tkey, 1)
+        found = self._as_asked(records, wid, mod)
+        return found[0] if found else None
 
     def query_schedule(self, mod, target, workload_name: str | None = None):
         record = self.query_tuning_record(mod, target, workload_name)

@@ -305,6 +305,7 @@ def _search(store: RecordStore, plan: TunePlan, session: Callable[[], MeasureSes
     remaining = trials - sum(done)
     todo = [i for i, d in enumerate(done) if d < cap]
     per_round = plan.trials_per_round
+    failed: dict[int, str] = {}  # workload id → why its search broke
     if per_round is None and deadline is not None:
         per_round = TIMED_TRIALS_PER_ROUND
     if remaining > 0 and todo:
@@ -330,8 +331,6 @@ def _search(store: RecordStore, plan: TunePlan, session: Callable[[], MeasureSes
             budget.close()
         result.out_of_time = budget.expired
         failed = budget.failed
-    else:
-        failed = {}
     result.tasks = [_task_result(store, t, w) for t, w in zip(tasks, where, strict=True)]
     for r, wid in zip(result.tasks, wids, strict=True):
         r.error = failed.get(wid, "")
