@@ -72,6 +72,7 @@ def one_error(result: tuple[int, str, str], option: str, *fragments: str) -> str
 # ---- bad inputs, each named by the option that carried it ---------------------------------
 
 TUNE = ["tune", "-w", MM, "--target", TJ]
+SELECT = ["dataset", "select", "--dataset", "default", "--out", "never-written"]
 
 BAD = {
     "cuda target": (["tune", "-w", MM, "--target", '{"kind": "cuda"}'], "--target", "cuda"),
@@ -118,6 +119,32 @@ BAD = {
         ["bench", "tune", "-w", MM, "--draft-option", "population=-1"],
         "--draft-option",
     ),
+    "collect unknown sampler": (
+        ["dataset", "collect", "--network", "resnet18", "--sampler", "nosuch"],
+        "--sampler",
+        "unknown selector 'nosuch'",
+    ),
+    "collect zero heaviest": (
+        ["dataset", "collect", "--network", "resnet18", "--heaviest", "0"],
+        "--heaviest",
+        "positive",
+    ),
+    "bench al unknown selector": (
+        ["bench", "al", "--dataset", "default", "--held-out", "gpt2-block", "--selector", "x"],
+        "--selector",
+        "unknown selector 'x'",
+    ),
+    "bench al bad fraction": (
+        ["bench", "al", "--dataset", "default", "--held-out", "gpt2-block", "--fractions", "2"],
+        "--fractions",
+    ),
+    "bench al unknown held-out network": (
+        ["bench", "al", "--dataset", "default", "--held-out", "nosuch", "--hardware", "x"],
+        "--held-out",
+        "nosuch",
+    ),
+    "select unknown selector": ([*SELECT, "--selector", "x", "--fraction", "0.1"], "--selector"),
+    "select zero fraction": ([*SELECT, "--selector", "random", "--fraction", "0"], "--fraction"),
     "collect unknown config": (
         ["dataset", "collect", "--network", "resnet18", "--config", "nosuch"],
         "--config",
@@ -130,7 +157,8 @@ BAD = {
 def test_bad_input_is_one_line_and_touches_no_store(cli: Cli, store, case: str) -> None:
     url, unchanged = store
     args, option, *fragments = BAD[case]
-    if args[0] in ("tune", "records", "compile", "dataset"):  # the commands that open a store
+    opens_store = args[0] in ("tune", "records", "compile") or args[:2] == ["dataset", "collect"]
+    if opens_store:
         args = [*args, "--records", url]
     one_error(cli(*args), option, *fragments)
     unchanged()

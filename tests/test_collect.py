@@ -83,3 +83,52 @@ def test_the_shipped_configurations_differ_in_isa_and_threads():
     assert a.target["mcpu"] != b.target["mcpu"]
     with pytest.raises(TensortuneError, match="unknown hardware configuration"):
         collect(["gpt2-block"], configs=["no-such-config"], records="sqlite:///:memory:")
+
+
+def test_a_selector_collects_its_budget_in_rounds_and_resumes(tiny, tmp_path):
+    from tensortune.collect.active import collect_active
+
+    url = f"sqlite:///{tmp_path / 'a.db'}"
+    steps = []
+    first = collect_active([tiny], config=SMALL[0], selector="balto", budget=4, rounds=2,
+                           records=url, work_dir=tmp_path / "w", progress=steps.append)  # fmt: skip
+    key = target_key(SMALL[0].target)
+    with open_records(url) as store:
+        counts = {s.task_name: store.count(workload_id=s.workload_id, target=key)
+                  for s in store.task_sources("tiny")}  # fmt: skip
+        assert all(2 <= n <= 4 for n in counts.values()), counts  # tiny spaces may run dry
+        assert first.measured == sum(counts.values()) == store.count()
+        assert all(r.run_id.startswith("collect-balto-") for r in store.query())
+    assert [s.have for s in steps][:1] == [0] and max(s.have for s in steps) >= 2
+    # After a round there is a model to choose with.
+    from tensortune.collect.active import _Features, _fit
+    from tensortune.costmodel.gbdt import XGBoostModel
+    from tensortune.hardware import resolve_platform
+
+    platform = resolve_platform(SMALL[0].target)
+    with open_records(url) as store:
+        by_name = {t.name: t for t in tiny.tasks}
+        feats = {s.workload_id: _Features(by_name[s.task_name], platform)
+                 for s in store.task_sources("tiny")}  # fmt: skip
+        assert _fit(XGBoostModel, store, platform, feats, 0).fitted
+    # A larger budget tops every task up; the same budget again measures nothing.
+    more = collect_active([tiny], config=SMALL[0], selector="balto", budget=6, rounds=2,
+                          records=url, work_dir=tmp_path / "w")  # fmt: skip
+    again = collect_active([tiny], config=SMALL[0], selector="balto", budget=6, rounds=2,
+                           records=url, work_dir=tmp_path / "w")  # fmt: skip
+    assert more.measured > 0 and again.measured == 0
+    with pytest.raises(TensortuneError, match="unknown selector"):
+        collect_active([tiny], config=SMALL[0], selector="nosuch", records=url)
+
+
+def test_collection_can_keep_the_heaviest_tasks_and_leave_out_a_held_out_network(tiny):
+    from tensortune.collect.programs import chosen_tasks
+
+    by_net = {"tiny": tiny.tasks}
+    heaviest = chosen_tasks(by_net, heaviest=1)["tiny"]
+    assert heaviest == [max(tiny.tasks, key=lambda t: t.flop)]
+    with pytest.raises(TensortuneError, match="every task occurs in an excluded network"):
+        chosen_tasks(by_net, exclude={"same": tiny.tasks})
+    with pytest.raises(TensortuneError, match="must be positive"):
+        chosen_tasks(by_net, heaviest=0)
+    assert chosen_tasks(by_net) == by_net  # the model's own order when nothing is asked

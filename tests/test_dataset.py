@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 
@@ -149,3 +150,17 @@ def test_workloads_table_replays_every_trace_and_feeds_the_draft_check(dataset):
     assert all(0.0 <= r <= 1.0 for r in q.recall.values()) and 0 < q.best_in_draft <= 1.0
     with pytest.raises(TensortuneError, match="no task"):
         draft_quality(out, min_programs=10_000)
+
+
+def test_held_out_networks_must_be_the_datasets_and_a_card_must_list_them_as_names(
+    dataset, store_url, tmp_path
+):
+    with pytest.raises(TensortuneError, match="held-out network nosuch has no records here"):
+        build_dataset(store_url, tmp_path / "d", held_out=["nosuch"])
+    out, _ = dataset
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    card = json.loads((copy / "card.json").read_text())
+    (copy / "card.json").write_text(json.dumps({**card, "held_out": 5}))
+    with pytest.raises(TensortuneError, match="held_out is not a list of network names"):
+        read_card(copy)

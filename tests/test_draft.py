@@ -306,3 +306,57 @@ def test_draft_then_verify_learns_whom_to_trust_from_its_measured_picks(target):
     picked = strategy.generate_measure_candidates()
     assert draft.scores([picked[0].sch.mod])[0] == best
     strategy.post_tuning()
+
+
+def test_alt_policy_filters_what_fails_audits_some_and_alternates_picks(target):
+    """Real candidates of a matmul; failures decided by a feature (as a deep unroll would)."""
+    from tensortune.compat import ms
+    from tensortune.search.alt import AltPolicy
+    from tensortune.search.space import sample_candidates, tune_context
+
+    mod = parse_spec("matmul:64,64,64").to_module()
+    plat = platform(target)
+    cands = sample_candidates(mod, plat, 120, seed=1)
+    ctx = tune_context(mod, plat, seed=0)
+    stats = dict.fromkeys(("dropped", "audited", "audited_valid", "measured",
+                           "measured_failed"), 0)  # fmt: skip
+    policy = AltPolicy(validity=True, pingpong=True, audit=0.2, stats=stats, seed=0)
+    feats = policy.features(ctx, cands)
+    column = int(np.argmax([np.ptp([f[:, k].max() for f in feats]) for k in range(164)]))
+    cut = np.median([f[:, column].max() for f in feats])
+    fails = np.array([f[:, column].max() > cut for f in feats])
+
+    def results(idx):
+        return [ms.runner.RunnerResult(None, "timeout") if fails[i] else
+                ms.runner.RunnerResult([1e-3 * (1 + i % 7)], None) for i in idx]  # fmt: skip
+
+    first = list(range(60))
+    assert policy.allowed(ctx, cands, np.random.default_rng(0)).all()  # nothing learned yet
+    policy.observe(ctx, [cands[i] for i in first], results(first))
+    assert stats["measured"] == 60 and stats["measured_failed"] == fails[:60].sum()
+    rest = list(range(60, 120))
+    allowed = policy.allowed(ctx, [cands[i] for i in rest], np.random.default_rng(1))
+    removed = (~allowed & fails[60:]).sum() / fails[60:].sum()
+    assert removed > 0.5 and stats["dropped"] > 0
+    assert (allowed & ~fails[60:]).sum() >= 0.9 * (~fails[60:]).sum()
+    audited = [rest[i] for i in np.flatnonzero(allowed & fails[60:])]
+    policy.observe(ctx, [cands[i] for i in audited], results(audited))
+    assert stats["audited"] >= stats["audited_valid"] >= 0
+    pool = [cands[i] for i in rest]
+    assert policy.explore(ctx, pool, allowed, 5, round_=0) is None  # the verifier's turn
+    picks = policy.explore(ctx, pool, allowed, 5, round_=1)
+    assert len(picks) == 5 == len(set(picks)) and all(allowed[i] for i in picks)
+
+
+def test_draft_then_verify_tunes_with_alts_filter_and_ping_pong(tmp_path, target):
+    from tensortune.search.draft_verify import DraftThenVerify
+    from tensortune.tuning.tune import tune
+
+    strategy = DraftThenVerify(population=32, draft_size=16, per_round=4, verify_mutants=4,
+                               validity=1, pingpong=1)  # fmt: skip
+    result = tune(["matmul:64,64,64"], trials=24, records=f"sqlite:///{tmp_path / 'r.db'}",
+                  work_dir=tmp_path / "w", target=target, strategy=strategy,
+                  cost_model="xgb", check_correctness=False)  # fmt: skip
+    assert result.tasks[0].trials == 24 and result.tasks[0].ok > 0
+    assert strategy.alt_stats["measured"] == 24
+    assert strategy.timings["alt"] > 0

@@ -263,3 +263,14 @@ def test_only_this_hosts_cpu_intrinsics_are_imported(monkeypatch, host, cpu_env,
         monkeypatch.setenv("TENSORTUNE_CPU_INTRINSICS", cpu_env)
     stub_unused_intrinsics()
     assert {n for n in names if f"tvm.s_tir.tensor_intrin.{n}" in sys.modules} == stubbed
+
+
+def test_a_worker_is_replaced_after_its_share_of_jobs():
+    """A long collection loads tens of thousands of kernels: a fresh runner process every
+    ``max_jobs`` keeps one process from running out of memory mappings."""
+    from tensortune.measure.pool import WorkerPool
+
+    with WorkerPool(1, max_jobs=3) as pool:
+        pids = [o.value for o in pool.map("ping", [()] * 7, timeout_s=60)]
+        assert pool.restarts == 2
+    assert pids[0] == pids[1] == pids[2] != pids[3] == pids[4] == pids[5] != pids[6]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import zipfile
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +21,7 @@ from tensortune.costmodel.factory import cost_model_from
 from tensortune.costmodel.registry import load_cost_model
 from tensortune.costmodel.shipped import CARD, SHIPPED_DIR, checked, shipped_card, shipped_model
 from tensortune.datasets.build import build_dataset, load_table, read_card
-from tensortune.datasets.shipped import DATASET_DIR
+from tensortune.datasets.shipped import DATASET_DIR, POOL_DIR
 from tensortune.errors import TensortuneError
 from tensortune.features import schema_hash
 from tensortune.hardware import resolve_platform
@@ -84,11 +85,26 @@ def test_a_shipped_model_that_differs_from_its_card_is_refused(tmp_path, monkeyp
 
 
 def test_the_shipped_datasets_match_their_cards():
-    for directory in (DATASET_DIR, DATASET_DIR.parent / "ttset-cpu-v1"):
+    for directory in (DATASET_DIR, DATASET_DIR.parent / "ttset-cpu-v1", POOL_DIR):
         card = read_card(directory).data
         table = load_table(directory, ["task_id", "hardware"])  # checks the sha256
         assert table.num_rows == card["programs"]
         assert len(set(table.column("hardware").to_pylist())) == len(card["hardware"])
+
+
+def test_the_pool_keeps_its_held_out_networks_kernels_apart():
+    card = read_card(POOL_DIR).data
+    cols = load_table(POOL_DIR, ["task", "networks"]).to_pydict()
+    held = set(card["held_out"])
+    assert held == {"resnet50", "gpt2-block"}
+    tasks: dict[str, set[str]] = {}
+    for task, nets in zip(cols["task"], cols["networks"], strict=True):
+        tasks.setdefault(task, set()).update(nets)
+    assert all(not (nets & held) or nets <= held for nets in tasks.values())
+    sizes = Counter(t for t, nets in zip(cols["task"], cols["networks"], strict=True)
+                    if not set(nets) & held)  # fmt: skip
+    # 800 programs a pool task, but where a design space holds a single program (GELU).
+    assert all(n >= 800 for n in sizes.values() if n > 1) and len(sizes) >= 24
 
 
 # ---- ranking real programs -----------------------------------------------------------------

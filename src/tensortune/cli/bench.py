@@ -49,8 +49,8 @@ def tune(
         typer.Option(
             "--method",
             metavar="NAME",
-            help="default (MetaSchedule's) | draft | pretrained | moa; repeatable "
-            "(default: all four).",
+            help="default (MetaSchedule's) | draft | pretrained | moa | alt (pretrained with "
+            "ALT's validity filter and ping-pong); repeatable (default: the first four).",
         ),
     ] = None,
     max_tasks: Annotated[
@@ -106,11 +106,11 @@ def tune(
     Example: tensortune bench tune --model resnet50 --max-tasks 2 --trials-per-task 128 --seed
     0 --seed 1 --plot b.png
     """
-    from tensortune.compare.search_methods import METHODS
+    from tensortune.compare.search_methods import DEFAULT_METHODS
     from tensortune.compare.seeds import bench_seeds, seed_plot, summarize_seeds
 
     seeds = seed or [0]
-    methods = method or list(METHODS)
+    methods = method or list(DEFAULT_METHODS)
     with Reporter(console, quiet=as_json) as reporter:
         bars: dict[str, object] = {}
 
@@ -355,5 +355,119 @@ def e2e(
     if results:
         console.print(f"practical peak: {results[0].peak_gflops:.1f} GFLOP/s (best fp32 "
                       f"matrix product of 512³–2048³, {results[0].threads} threads)")  # fmt: skip
+    if plot is not None:
+        console.print(f"plot: {plot}")
+
+
+@app.command("al")
+def active_learning(
+    selector: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--selector",
+            metavar="NAME",
+            help="random | diversity | balto | balto-weighted | uncertainty | alt; "
+            "repeatable (default: all).",
+        ),
+    ] = None,
+    dataset: Annotated[
+        str,
+        typer.Option(metavar="DATASET", help="The pool: a dataset directory, or pool (shipped)."),
+    ] = "pool",
+    held_out: Annotated[
+        str,
+        typer.Option(
+            metavar="NET[,NET...]",
+            help="Networks to score on; their tasks are kept out of the pool "
+            "(default: the dataset card's held_out).",
+        ),
+    ] = "",
+    test_dataset: Annotated[
+        str | None,
+        typer.Option(
+            metavar="DATASET", help="Where the held-out rows come from (default: --dataset)."
+        ),
+    ] = None,
+    hardware: Annotated[
+        str | None,
+        typer.Option(metavar="HW", help="The pool's hardware, when the dataset has several."),
+    ] = None,
+    fractions: Annotated[
+        str, typer.Option(metavar="F[,F...]", help="Shares of the pool to measure.")
+    ] = "0.01,0.02,0.03,0.05,0.1,0.2,1",
+    models: Annotated[
+        str, typer.Option(metavar="KIND[,KIND...]", help="Cost models trained on each selection.")
+    ] = "xgb,mlp",
+    seeds: Annotated[int, typer.Option(metavar="N", help="Seeds 0..N-1 of every selector.")] = 3,
+    param: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--param",
+            metavar="KIND.KEY=VALUE",
+            help="A model setting, e.g. mlp.epochs=20; repeatable.",
+        ),
+    ] = None,
+    plot: Annotated[
+        Path | None,
+        typer.Option("--plot", metavar="PNG", help="Accuracy against measurements, all selectors."),
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Active learning offline: each selector picks programs from a measured pool, a model is
+    trained on its picks at each fraction and scored on held-out networks (PCA, top-1, top-5
+    score, and how many of its top-5 are truly slow), over several seeds.
+
+    Example: tensortune bench al --selector random --selector balto --fractions 0.01,0.05,1
+    """
+    from tensortune.cli.options import rename_options
+    from tensortune.compare.active_learning import SELECTOR_NAMES, plot_study, study
+    from tensortune.costmodel.registry import model_settings
+    from tensortune.datasets.build import read_card
+    from tensortune.datasets.shipped import dataset_path
+    from tensortune.errors import TensortuneError, about
+
+    rename_options({"held_out": "--held-out", "fractions": "--fractions", "seeds": "--seeds",
+                    "selectors": "--selector", "models": "--models"})  # fmt: skip
+    held = [n for n in held_out.split(",") if n]
+    if not held:
+        with about("dataset"):
+            held = list(read_card(dataset_path(dataset)).data.get("held_out") or [])
+    with about("fractions"):
+        try:
+            fracs = [float(f) for f in fractions.split(",") if f]
+        except ValueError:
+            raise TensortuneError(
+                f"expected numbers such as 0.01,0.05,1, got {fractions!r}"
+            ) from None
+    settings: dict[str, dict] = {}
+    with about("params"):
+        for key, value in key_values(param or [], "--param").items():
+            kind, _, name = key.partition(".")
+            if not name:
+                raise TensortuneError(f"expected KIND.KEY=VALUE, got {key}={value}")
+            settings.setdefault(kind, {}).update(model_settings(kind, {name: value}))
+    with Reporter(console, quiet=as_json) as reporter:
+        result = study(dataset, held_out=held, selectors=selector or SELECTOR_NAMES,
+                       fractions=fracs, models=[m for m in models.split(",") if m],
+                       seeds=range(seeds), test_dataset=test_dataset, hardware=hardware,
+                       params=settings, progress=reporter.line)  # fmt: skip
+    if plot is not None:
+        plot_study(result, plot)
+    if as_json:
+        print(json.dumps({"setup": result.setup, "summary": result.summary(),
+                          "runs": result.rows}))  # fmt: skip
+        return
+    s = result.setup
+    t = table(f"{s['pool_programs']} programs of {s['pool_tasks']} tasks on {s['hardware']}; "
+              f"held out: {', '.join(s['held_out'])} ({s['test_programs']} programs, "
+              f"{s['test_tasks']} tasks); {len(s['seeds'])} seeds, mean ± sd",
+              {"model": "left", "selector": "left", "measured": "right", "PCA": "right",
+               "top-1 score": "right", "top-5 score": "right",
+               "top-5 in slow half": "right"})  # fmt: skip
+    for e in result.summary():
+        t.add_row(e["model"], e["selector"], f"{e['measured']} ({e['fraction']:.0%})",
+                  *(f"{e[k]:.3f} ± {e[k + '_std']:.3f}"
+                    for k in ("pca", "top1_score", "top5_score", "overestimation")))  # fmt: skip
+    print_table(t)
     if plot is not None:
         console.print(f"plot: {plot}")

@@ -41,6 +41,7 @@ def collect(
         typer.Option(
             "--trials-per-task",
             "--per-task",
+            "--budget",
             metavar="N",
             help="Programs to measure of each task on each configuration.",
         ),
@@ -64,6 +65,35 @@ def collect(
             "collectors ever measure the same program.",
         ),
     ] = False,
+    heaviest: Annotated[
+        int | None,
+        typer.Option(
+            metavar="N",
+            help="Only each network's N tasks with the most FLOPs (e.g. a dense pool for "
+            "an active-learning study).",
+        ),
+    ] = None,
+    exclude_network: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--exclude-network",
+            metavar="NET",
+            help="Leave out every task that also occurs in NET (e.g. a network a study "
+            "holds out); repeatable.",
+        ),
+    ] = None,
+    sampler: Annotated[
+        str,
+        typer.Option(
+            metavar="NAME",
+            help="random (TenSet: random programs, then evolved ones), or a selector of "
+            "tensortune.active (balto, diversity, uncertainty, alt, ...): measure only its "
+            "picks among fresh random programs, in rounds, the model refitted between them.",
+        ),
+    ] = "random",
+    rounds: Annotated[
+        int, typer.Option(metavar="N", help="Rounds of a selector's collection.")
+    ] = 4,
 ) -> None:
     """Measure programs of every task of the networks on each hardware configuration.
 
@@ -72,7 +102,7 @@ def collect(
     Example: tensortune dataset collect --network resnet18 --config avx2-1c --records
     sqlite:///collect.db
     """
-    from tensortune.collect import DEFAULT_CONFIGS, CollectStep
+    from tensortune.collect import DEFAULT_CONFIGS, CollectResult, CollectStep
     from tensortune.collect import collect as run_collect
 
     configs = config or list(DEFAULT_CONFIGS)
@@ -92,10 +122,30 @@ def collect(
             reporter.update(bar, completed=sum(counted.values()),
                             description=f"{step.config} {step.task.name}")  # fmt: skip
 
-        rename_options({"programs_per_task": "--trials-per-task"})
-        result = run_collect(network or None, configs=configs, programs_per_task=trials_per_task,
-                             evolved_share=evolved_share, records=records, work_dir=work_dir,
-                             progress=progress, worker=worker)  # fmt: skip
+        rename_options({"programs_per_task": "--trials-per-task", "budget": "--trials-per-task",
+                    "selector": "--sampler", "config": "--config"})  # fmt: skip
+        if sampler != "random":
+            from tensortune.collect.active import collect_active
+            from tensortune.errors import TensortuneError
+
+            if worker:
+                raise TensortuneError("a selector's collection runs alone: drop --worker",
+                                      param="--sampler")  # fmt: skip
+            from tensortune.workloads.networks import NETWORKS
+
+            # One configuration at a time, each with its own model.
+            runs = [collect_active(network or list(NETWORKS), config=name, selector=sampler,
+                                   budget=trials_per_task, rounds=rounds, records=records,
+                                   work_dir=work_dir, progress=progress, heaviest=heaviest,
+                                   exclude=exclude_network or ()) for name in configs]  # fmt: skip
+            result = CollectResult(runs[0].records_url, configs, runs[0].tasks,
+                                   sum(r.measured for r in runs))  # fmt: skip
+        else:
+            result = run_collect(network or None, configs=configs,
+                                 programs_per_task=trials_per_task,
+                                 evolved_share=evolved_share, records=records,
+                                 work_dir=work_dir, progress=progress, worker=worker,
+                                 heaviest=heaviest, exclude=exclude_network or ())  # fmt: skip
     console.print(f"measured {result.measured} programs of {result.tasks} tasks on "
                   f"{', '.join(result.configs)} into {result.records_url}")  # fmt: skip
 
@@ -110,6 +160,14 @@ def build(
         str,
         typer.Option(metavar="TEXT", help="How the records were collected, for the card."),
     ] = "",
+    held_out: Annotated[
+        str,
+        typer.Option(
+            metavar="NET[,NET...]",
+            help="Networks a study of this dataset holds out (scored on, never trained on): "
+            "recorded in the card, the default of bench al and dataset select.",
+        ),
+    ] = "",
 ) -> None:
     """Turn records into a Parquet dataset with labels and cached features.
 
@@ -119,10 +177,62 @@ def build(
 
     rename_options({"out_dir": "DIR"})
     with console.status("replaying traces and extracting features..."):
-        card = build_dataset(records, out, description=description)
+        card = build_dataset(records, out, description=description,
+                             held_out=[n for n in held_out.split(",") if n])  # fmt: skip
     d = card.data
     console.print(f"{d['programs']} programs ({d['successful']} successful) of {d['tasks']} tasks "
                   f"on {len(d['hardware'])} hardware → {out}")  # fmt: skip
+
+
+@app.command("select")
+def select(
+    out: Annotated[Path, typer.Option("--out", metavar="DIR", help="Directory for the dataset.")],
+    selector: Annotated[
+        str,
+        typer.Option(
+            metavar="NAME",
+            help="random | diversity | balto | balto-weighted | uncertainty | alt.",
+        ),
+    ],
+    fraction: Annotated[float, typer.Option(metavar="F", help="Share of the programs to keep.")],
+    dataset: Annotated[
+        str,
+        typer.Option(metavar="DATASET", help="A dataset directory, or pool / default (shipped)."),
+    ] = "pool",
+    seed: Annotated[int, typer.Option(metavar="N", help="Seed of the selection.")] = 0,
+    hardware: Annotated[
+        str | None,
+        typer.Option(metavar="HW", help="The hardware to select on, when there are several."),
+    ] = None,
+    held_out: Annotated[
+        str,
+        typer.Option(
+            metavar="NET[,NET...]",
+            help="Networks whose tasks are left out (default: the card's held_out).",
+        ),
+    ] = "",
+) -> None:
+    """Write one selector's picks of a dataset's programs as a dataset that train reads, so a
+    selection can be checked on any test tasks.
+
+    Example: tensortune dataset select --selector balto --fraction 0.05 --seed 0 --out picks
+    """
+    from tensortune.datasets.build import read_card
+    from tensortune.datasets.shipped import dataset_path
+    from tensortune.errors import about
+    from tensortune.train.selection import select_dataset
+
+    rename_options({"out": "--out", "fraction": "--fraction", "selector": "--selector"})
+    held = tuple(n for n in held_out.split(",") if n)
+    if not held:
+        with about("dataset"):
+            held = tuple(read_card(dataset_path(dataset)).data.get("held_out") or ())
+    with console.status(f"selecting with {selector}..."):
+        card = select_dataset(dataset, selector, fraction, out, seed=seed, hardware=hardware,
+                              held_out=held)  # fmt: skip
+    sel = card["selection"]
+    console.print(f"{sel['programs']} of {sel['of']} programs ({card['tasks']} tasks) on "
+                  f"{sel['hardware']} → {out}")  # fmt: skip
 
 
 @app.command("info")
@@ -131,7 +241,7 @@ def info(
         str,
         typer.Argument(
             metavar="DATASET",
-            help="Dataset directory, or default (the dataset shipped with tensortune).",
+            help="Dataset directory, or a shipped dataset: default (the main one) or pool.",
         ),
     ] = "default",
     as_json: JsonOpt = False,
@@ -150,6 +260,8 @@ def info(
     summary = {k: d[k] for k in ("programs", "successful", "tasks", "networks")}
     summary["hardware"] = sorted(d["hardware"])
     summary["feature_schema"] = d["feature_schema"]
+    if d.get("held_out"):
+        summary["held_out"] = d["held_out"]
     if as_json:
         print(json.dumps(summary))
         return

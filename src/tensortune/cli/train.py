@@ -16,8 +16,8 @@ from tensortune.errors import TensortuneError
 DatasetOpt = Annotated[
     str | None,
     typer.Option("--dataset", metavar="DIR",
-                 help="Dataset directory (from `tensortune dataset build`), or default (the "
-                 "dataset shipped with tensortune)."),
+                 help="Dataset directory (from `tensortune dataset build`), or the name of a "
+                 "shipped dataset: default (the main one) or pool (the dense pool)."),
 ]  # fmt: skip
 SplitOpt = Annotated[
     str | None,

@@ -75,7 +75,8 @@ def tune(
         str,
         typer.Option(
             metavar="NAME",
-            help="draft-verify (ours: the analyzer drafts, the cost model verifies) | "
+            help="draft-verify (ours: the analyzer drafts, the cost model verifies) | alt "
+            "(draft-verify with ALT's validity filter and uncertainty/score ping-pong) | "
             "evolutionary (MetaSchedule's; with --cost-model left out, with its "
             "XGBModel) | replay-trace | replay-func.",
         ),

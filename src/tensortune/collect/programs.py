@@ -77,6 +77,45 @@ def network_tasks(networks: Sequence[object], platform: Platform) -> dict[str, l
     return out
 
 
+def register_tasks(store: RecordStore, by_network: dict[str, list[Task]]) -> dict[int, Task]:
+    """Each distinct task by its workload id in ``store``, with this machine and every task's
+    networks recorded there."""
+    store.register_hardware(current_hardware())
+    tasks: dict[int, Task] = {}
+    sources = []
+    for net, net_tasks in by_network.items():
+        for t in net_tasks:
+            wid = store.workload_id(t.mod, t.name)
+            tasks.setdefault(wid, t)
+            sources.append(TaskSource(net, wid, t.name, t.weight))
+    store.add_task_sources(sources)
+    return tasks
+
+
+def chosen_tasks(
+    by_network: dict[str, list[Task]],
+    *,
+    heaviest: int | None = None,
+    exclude: dict[str, list[Task]] | None = None,
+) -> dict[str, list[Task]]:
+    """Each network's tasks less those that also occur in ``exclude``'s networks (held out of
+    a study: a shared kernel would leak its labels), then its ``heaviest`` by FLOPs."""
+    from tensortune.compat import structural_hash
+
+    banned = {structural_hash(t.mod) for ts in (exclude or {}).values() for t in ts}
+    if heaviest is not None and heaviest < 1:
+        raise TensortuneError(f"must be positive, not {heaviest}", param="heaviest")
+    out = {}
+    for net, ts in by_network.items():
+        kept = [t for t in ts if structural_hash(t.mod) not in banned]
+        if heaviest is not None:
+            kept = sorted(kept, key=lambda t: -t.flop)[:heaviest]
+        out[net] = kept
+    if banned and not any(out.values()):
+        raise TensortuneError("every task occurs in an excluded network: nothing to collect")
+    return out
+
+
 def _evolution() -> object:
     """MetaSchedule's evolutionary search with a smaller population: collection needs evolved
     programs, not the best possible ones, and a default round costs 10-35 s on 2 cores."""
@@ -98,6 +137,8 @@ def collect(
     timing: object | None = None,
     progress: Progress | None = None,
     worker: bool = False,
+    heaviest: int | None = None,
+    exclude: Sequence[object] = (),
 ) -> CollectResult:
     """Measure ``programs_per_task`` programs of each distinct task, on every configuration.
 
@@ -105,6 +146,8 @@ def collect(
     large tasks run for tens of milliseconds each, and the dataset needs many of them.
     ``worker``: one of several collectors sharing ``records``; it starts at a task of its own
     (collectors never measure the same program, ``worker`` or not).
+    ``heaviest``: only each network's N tasks with the most FLOPs (dense pools for studies);
+    ``exclude``: networks whose tasks are left out, e.g. those a study holds out.
     """
     from tensortune.measure.runner import TimingConfig
     from tensortune.measure.session import MeasureSession
@@ -114,6 +157,8 @@ def collect(
     if programs_per_task < 1:
         raise TensortuneError(f"must be positive, not {programs_per_task}",
                               param="programs_per_task")  # fmt: skip
+    if heaviest is not None and heaviest < 1:  # before the networks load
+        raise TensortuneError(f"must be positive, not {heaviest}", param="heaviest")
     if not 0 <= evolved_share <= 1:
         raise TensortuneError(f"must be from 0 to 1, not {evolved_share}", param="evolved_share")
     sampler = sampler or RandomSampler()
@@ -121,17 +166,11 @@ def collect(
         hw_configs = [c if isinstance(c, HardwareConfig) else get_config(c) for c in configs]
         platforms = [resolve_platform(c.target) for c in hw_configs]
     with about("networks"):
-        by_network = network_tasks(list(networks or NETWORKS), platforms[0])
+        by_network = chosen_tasks(network_tasks(list(networks or NETWORKS), platforms[0]),
+                                  heaviest=heaviest,
+                                  exclude=network_tasks(list(exclude), platforms[0]))  # fmt: skip
     with records_from(records) as store:
-        store.register_hardware(current_hardware())
-        tasks: dict[int, Task] = {}
-        sources = []
-        for net, net_tasks in by_network.items():
-            for t in net_tasks:
-                wid = store.workload_id(t.mod, t.name)
-                tasks.setdefault(wid, t)
-                sources.append(TaskSource(net, wid, t.name, t.weight))
-        store.add_task_sources(sources)
+        tasks = register_tasks(store, by_network)
         result = CollectResult(store.url, [c.name for c in hw_configs], len(tasks))
         for config, platform in zip(hw_configs, platforms, strict=True):
             with MeasureSession(platform, log_dir=Path(work_dir) / "logs",

@@ -8,7 +8,9 @@ Methods:
 - ``pretrained``: draft-then-verify, verifier pre-trained on this hardware, adapted online as
   MoA adapts (a neural model; other kinds are refined after every round);
 - ``moa``: draft-then-verify, a neural verifier pre-trained on *other* hardware, adapted online
-  with momentum (MoA).
+  with momentum (MoA);
+- ``alt`` (not run unless asked): ``pretrained`` with ALT's validity filter and
+  uncertainty/score ping-pong (``search/alt.py``); its run keeps what the filter did.
 
 Each method tunes into a store of its own.  The curve is the network latency estimate
 (Σ task weight x best latency) after every measured batch, against wall time and trials; the
@@ -34,7 +36,8 @@ from tensortune.hardware import Platform, resolve_platform
 from tensortune.workloads.resolve import resolve_tasks
 from tensortune.workloads.task import Task
 
-METHODS = ("default", "draft", "pretrained", "moa")
+METHODS = ("default", "draft", "pretrained", "moa", "alt")
+DEFAULT_METHODS = METHODS[:4]
 # Saved runs of another version are measured again: 2 starts each clock after the one-off
 # process costs and drafts a task's first candidates without evolution; 3 adapts the
 # pre-trained verifier as MoA does.
@@ -53,6 +56,7 @@ class MethodRun:
     breakdown: dict[str, float] = field(default_factory=dict)  # seconds per activity
     draft_options: dict[str, float] | None = None  # draft-then-verify's; None: the default run
     verifier: str | None = None  # the model file given for pretrained/moa; None: the shipped one
+    alt_stats: dict[str, int] = field(default_factory=dict)  # the alt method's filter counts
 
     def time_to_reach(self, latency: float) -> float | None:
         return self._first(latency, 0)
@@ -115,7 +119,7 @@ def bench_tune(
     trials_per_task: int,
     work_dir: str | os.PathLike,
     target: dict | str | Platform | None = None,
-    methods: Sequence[str] = METHODS,
+    methods: Sequence[str] = DEFAULT_METHODS,
     pretrained: str | None = None,
     moa_source: str | None = None,
     max_tasks: int | None = None,
@@ -152,7 +156,7 @@ def bench_tune(
     options = check_options(draft_options or {})
     with about("target"):
         platform = resolve_platform(target)
-    given = {"pretrained": pretrained, "moa": moa_source}
+    given = {"pretrained": pretrained, "moa": moa_source, "alt": pretrained}
     files = {name: given[name] or _shipped(platform, other=name == "moa")
              for name in sorted(set(given) & set(methods))}  # fmt: skip
     for name, path in files.items():  # a broken file fails now, not after the default's minutes
@@ -212,13 +216,15 @@ def _method(name: str, platform: Platform, verifier: str | None, options: dict[s
 
     if name == "default":
         return strategy_from("evolutionary"), cost_model_from("xgb", platform)
+    if name == "alt":
+        options = {**options, "validity": 1, "pingpong": 1}
     strategy = DraftThenVerify(timings=timings, **options)  # tune() hands it build times
     if name == "draft":
         return strategy, cost_model_from(XGBoostModel(), platform, online=True)
     # pretrained: adapted as MoA adapts when it is a neural model ("auto": refining it after
     # every round fell behind, benchmarks/RESULTS.md, ninth session); moa: MoA, always.
-    return strategy, cost_model_from(verifier, platform, online="auto" if name == "pretrained"
-                                     else "moa")  # fmt: skip
+    return strategy, cost_model_from(verifier, platform, online="moa" if name == "moa"
+                                     else "auto")  # fmt: skip
 
 
 def _run_method(name: str, tasks: list[Task], trials_per_task: int, work: Path,
@@ -270,6 +276,8 @@ def _run_method(name: str, tasks: list[Task], trials_per_task: int, work: Path,
                      **timings}  # fmt: skip
     known = sum(v for k, v in run.breakdown.items() if k != "verify")
     run.breakdown["other_search"] = max(run.wall_s - known, 0.0)
+    if name == "alt":
+        run.alt_stats = dict(strategy.alt_stats)
     return run
 
 

@@ -80,6 +80,18 @@ class ProgramSet:
         )
 
 
+def concat_programs(sets: list[ProgramSet]) -> ProgramSet:
+    """The programs of ``sets`` in order, groups as they are (labels only if all have them)."""
+    if not sets:
+        raise ValueError("nothing to concatenate")
+    labels = None if any(s.labels is None for s in sets) else np.concatenate(
+        [s.labels for s in sets])  # fmt: skip
+    return ProgramSet([p for s in sets for p in s.per_store], [t for s in sets for t in s.tokens],
+                      np.concatenate([s.workload for s in sets]),
+                      np.concatenate([s.hardware for s in sets]),
+                      np.concatenate([s.groups for s in sets]), labels)  # fmt: skip
+
+
 def one_program() -> ProgramSet:
     """One program of one block and one trace instruction, all zeros: what a model's input
     width is measured on, to check a model file against the features computed here."""

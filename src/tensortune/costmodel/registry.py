@@ -56,6 +56,15 @@ def model_settings(kind: str, raw: dict[str, str]) -> dict[str, object]:
     return out
 
 
+def new_model(kind: str, seed: int, settings: dict | None = None) -> CostModel:
+    """An unfitted ``kind`` model with ``settings``, seeded with ``seed`` when it takes one."""
+    cls = model_class(kind)
+    settings = dict(settings or {})
+    if "seed" in inspect.signature(cls).parameters:
+        settings.setdefault("seed", seed)
+    return cls(**settings)
+
+
 def load_cost_model(path: str | Path) -> CostModel:
     """Read a model file written by :meth:`CostModel.save`, refusing foreign or stale ones.
 

@@ -46,13 +46,15 @@ def hardware_label(target: str, hardware_id: str) -> str:
 
 
 def build_dataset(
-    records: str | RecordStore, out_dir: str | Path, *, description: str = ""
+    records: str | RecordStore,
+    out_dir: str | Path,
+    *,
+    description: str = "",
+    held_out: list[str] | None = None,
 ) -> Card:
-    """Write ``programs.parquet`` and ``card.json`` into ``out_dir`` from every record."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from tensortune.compat import TVM_VERSION
+    """Write ``programs.parquet`` and ``card.json`` into ``out_dir`` from every record.
+    ``held_out``: networks a study of the dataset scores on and never trains on (the card's
+    ``held_out``, read by ``bench al`` and ``dataset select``)."""
     from tensortune.workloads.sources import estimate_flop
 
     store = open_records(records, create=False) if isinstance(records, str) else records
@@ -104,12 +106,31 @@ def build_dataset(
                 columns["hardware_vector"].append(hw_vec.tolist())
     if not columns:
         raise TensortuneError(f"{store.url} holds no records to build a dataset from")
+    present = {n for ns in columns["networks"] for n in ns}
+    unknown = [n for n in held_out or [] if n not in present]
+    if unknown:
+        raise TensortuneError(f"held-out network {unknown[0]} has no records here; the "
+                              f"networks are: {', '.join(sorted(present))}")  # fmt: skip
+    return write_dataset(out_dir, dict(columns), dict(modules), description=description,
+                         task_weights=weights, hardware=hw_seen,
+                         extra={"held_out": list(held_out)} if held_out else None)  # fmt: skip
+
+
+def write_dataset(out_dir: str | Path, columns: dict, modules: dict, *, description: str,
+                  task_weights: dict, hardware: dict,
+                  extra: dict | None = None) -> Card:  # fmt: skip
+    """Write the table, the workloads and the card (``extra`` merged into it)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from tensortune.compat import TVM_VERSION
+
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    table = pa.table(dict(columns), schema=_schema())
+    table = pa.table(columns, schema=_schema())
     pq.write_table(table, out / TABLE, compression="zstd", compression_level=9)
-    pq.write_table(pa.table(dict(modules)), out / WORKLOADS, compression="zstd",
-                   compression_level=9)  # fmt: skip
+    pq.write_table(pa.table(modules, schema=_workloads_schema()), out / WORKLOADS,
+                   compression="zstd", compression_level=9)  # fmt: skip
     labels = np.array(columns["label"])
     present = {n for ns in columns["networks"] for n in ns}
     card = {
@@ -124,13 +145,39 @@ def build_dataset(
         "successful": int((labels > 0).sum()),
         "tasks": len(set(columns["task"])),
         "networks": sorted(present),
-        "task_weights": {n: w for n, w in weights.items() if n in present},
-        "hardware": hw_seen,
+        "task_weights": {n: w for n, w in task_weights.items() if n in present},
+        "hardware": {h: v for h, v in hardware.items() if h in set(columns["hardware"])},
         "files": {TABLE: file_sha256(out / TABLE), WORKLOADS: file_sha256(out / WORKLOADS)},
+        **(extra or {}),
     }  # fmt: skip
     (out / CARD).write_text(json.dumps(card, indent=1))
     (out / "README.md").write_text(card_markdown(card, columns))
     return Card(card)
+
+
+def write_subset(dataset: str | Path, rows: np.ndarray, out_dir: str | Path, *,
+                 description: str, extra: dict | None = None) -> Card:  # fmt: skip
+    """A dataset of some rows of ``dataset``.  Labels are recomputed against the best program
+    kept of each task: what a learner that measured only these would know."""
+    directory = Path(dataset)
+    card = read_card(directory).data
+    columns = load_table(directory).to_pydict()
+    rows = np.asarray(rows, dtype=int)
+    kept = {k: [v[i] for i in rows] for k, v in columns.items()}
+    best: dict[tuple, float] = {}
+    for t, h, c in zip(kept["task_id"], kept["hardware"], kept["cost"], strict=True):
+        if c is not None:
+            best[(t, h)] = min(c, best.get((t, h), c))
+    kept["label"] = [0.0 if c is None else best[(t, h)] / c
+                     for t, h, c in zip(kept["task_id"], kept["hardware"], kept["cost"],
+                                        strict=True)]  # fmt: skip
+    tasks = set(kept["task_id"])
+    modules = load_table(directory, table=WORKLOADS).to_pydict()
+    keep_mod = [i for i, t in enumerate(modules["task_id"]) if t in tasks]
+    modules = {k: [v[i] for i in keep_mod] for k, v in modules.items()}
+    return write_dataset(out_dir, kept, modules, description=description,
+                         task_weights=card.get("task_weights") or {},
+                         hardware=card["hardware"], extra=extra)  # fmt: skip
 
 
 def card_markdown(card: dict, columns: dict) -> str:
@@ -222,6 +269,9 @@ def _card_problem(card: dict) -> str | None:
         return "files or networks hold something other than text"
     if not isinstance(card.get("name", ""), str):
         return "name is not text"
+    held = card.get("held_out", [])
+    if not isinstance(held, list) or not all(isinstance(n, str) for n in held):
+        return "held_out is not a list of network names"
     weights = card.get("task_weights") or {}
     if not isinstance(weights, dict) or not all(
         isinstance(w, dict)

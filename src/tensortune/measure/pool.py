@@ -56,6 +56,7 @@ class _Worker:
         child.close()
         self.conn = Connection(parent.detach())
         self.ready = False
+        self.jobs = 0  # answered so far
 
     def wait_ready(self) -> None:
         if self.ready:
@@ -84,15 +85,28 @@ class _Worker:
         self.conn.close()
 
 
+# Jobs a worker answers before a fresh process takes its place.  Every kernel a runner loads
+# leaves memory mappings behind even once released: after about 14,600 kernels one runner hit
+# Linux's limit of 65,530 mappings and every later load failed ("failed to map segment from
+# shared object"), which recorded 2,199 good programs as run errors in a long collection.
+MAX_JOBS = 2000
+
+
 class WorkerPool:
-    """``size`` persistent workers that share the same environment (e.g. ``TVM_NUM_THREADS``)."""
+    """``size`` persistent workers that share the same environment (e.g. ``TVM_NUM_THREADS``),
+    each replaced by a fresh one after ``max_jobs`` jobs."""
 
     def __init__(
-        self, size: int, env: dict[str, str] | None = None, log_path: str | None = None
+        self,
+        size: int,
+        env: dict[str, str] | None = None,
+        log_path: str | None = None,
+        max_jobs: int = MAX_JOBS,
     ) -> None:
         self.size = max(1, size)
         self.env = dict(env or {})
         self.log_path = log_path
+        self.max_jobs = max_jobs
         self._workers: list[_Worker] = []
         self.restarts = 0
 
@@ -107,6 +121,12 @@ class WorkerPool:
         for w in self._workers:
             w.wait_ready()
         return self._workers
+
+    def _retire(self, w: _Worker) -> _Worker:
+        """A fresh worker in place of one that has done its share, which exits when told."""
+        with contextlib.suppress(OSError):
+            w.conn.send(None)
+        return self._replace(w)
 
     def _replace(self, w: _Worker) -> _Worker:
         w.kill()
@@ -145,7 +165,8 @@ class WorkerPool:
                     results[i] = Outcome("ok", value=value, seconds=elapsed)
                 else:
                     results[i] = Outcome("error", message=str(value), seconds=elapsed)
-                idle.append(w)
+                w.jobs += 1
+                idle.append(w if w.jobs < self.max_jobs else self._retire(w))
             now = time.monotonic()
             for conn, (w, i, start) in list(busy.items()):
                 if now - start >= timeout_s:

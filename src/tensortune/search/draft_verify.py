@@ -51,6 +51,7 @@ from tensortune.costmodel.timed import TimedCostModel
 from tensortune.errors import TensortuneError
 from tensortune.hardware import Platform, current_hardware, target_key
 from tensortune.measure.status import run_seconds
+from tensortune.search.alt import STAT_KEYS, AltPolicy
 from tensortune.search.analyzer.cost_model import AnalyzerCostModel
 from tensortune.search.analyzer.machine import machine_for
 from tensortune.search.analyzer.roofline import Analyzer
@@ -64,7 +65,7 @@ OPTION_RANGES: dict[str, tuple[float, float]] = {
     "first_draft_generations": (0, math.inf), "draft_size": (1, math.inf),
     "redraft_every": (1, math.inf), "verify_mutants": (0, math.inf), "per_round": (1, math.inf),
     "eps": (0.0, 1.0), "init_measured_ratio": (0.0, 1.0), "build_cost_weight": (0.0, math.inf),
-    "blend": (0, 1),
+    "blend": (0, 1), "validity": (0, 1), "pingpong": (0, 1), "audit": (0.0, 1.0),
 }  # fmt: skip
 
 
@@ -131,7 +132,9 @@ class DraftThenVerify(PySearchStrategy):
                  eps: float = 0.1, init_measured_ratio: float = 0.1,
                  timings: dict[str, float] | None = None,
                  build_times: dict[str, float] | None = None, build_cost_weight: float = 0.0,
-                 first_draft_generations: int = 0, blend: int = 0) -> None:  # fmt: skip
+                 first_draft_generations: int = 0, blend: int = 0, validity: int = 0,
+                 pingpong: int = 0, audit: float = 0.1,
+                 alt_stats: dict[str, int] | None = None) -> None:  # fmt: skip
         super().__init__()
         self.population = population
         self.draft_generations = draft_generations
@@ -143,11 +146,17 @@ class DraftThenVerify(PySearchStrategy):
         self.eps = eps
         self.init_measured_ratio = init_measured_ratio
         self.timings = timings if timings is not None else {}
-        for key in ("draft", "analyzer", "verify"):
+        for key in ("draft", "analyzer", "verify", "alt"):
             self.timings.setdefault(key, 0.0)
         self.build_times = build_times
         self.build_cost_weight = build_cost_weight
         self.blend = blend
+        self.validity = validity
+        self.pingpong = pingpong
+        self.audit = audit
+        self.alt_stats = alt_stats if alt_stats is not None else {}
+        for key in STAT_KEYS:
+            self.alt_stats.setdefault(key, 0)
 
     def settings(self) -> dict[str, object]:
         """The settings (``OPTION_RANGES``' names) this strategy was made with."""
@@ -155,7 +164,7 @@ class DraftThenVerify(PySearchStrategy):
 
     def clone(self) -> DraftThenVerify:
         return DraftThenVerify(**self.settings(), timings=self.timings,
-                               build_times=self.build_times)  # fmt: skip
+                               build_times=self.build_times, alt_stats=self.alt_stats)  # fmt: skip
 
     def watch_builder(self, builder: object) -> None:
         """Learn what builds cost from ``builder``'s timings when they weigh in the picks
@@ -200,6 +209,10 @@ class DraftThenVerify(PySearchStrategy):
         self.trust = TrustBlend()
         self.picked_scores: list[tuple[float, float | None]] = []
         self.analyzer_memo: dict[int, tuple[object, float]] = {}
+        self.alt = (AltPolicy(validity=bool(self.validity), pingpong=bool(self.pingpong),
+                              audit=self.audit, stats=self.alt_stats,
+                              seed=int(self.rng.integers(1 << 30)))
+                    if self.validity or self.pingpong else None)  # fmt: skip
         # The drafter never stops on its own: we count trials, it hands out drafts.
         if self.first_draft_generations != self.draft_generations:
             self.first_drafter = self._evolution(self.context, self.first_draft_generations)
@@ -232,8 +245,18 @@ class DraftThenVerify(PySearchStrategy):
         with self._clock("verify"):
             pool, by_analyzer, by_verifier = self._verify(self.cache)
             scores = self._rank(by_analyzer, by_verifier)
-        order = list(np.argsort(-scores, kind="stable"))
-        greedy = self._cheap_first(pool, order)[: n - round(n * self.eps)]
+        allowed, uncertain = np.ones(len(pool), dtype=bool), None
+        if self.alt is not None:
+            with self._clock("alt"):
+                allowed = self.alt.allowed(self.context, pool, self.rng)
+                uncertain = self.alt.explore(self.context, pool, allowed, n, self.rounds)
+                dropped = {id(pool[i]) for i in np.flatnonzero(~allowed)}
+                self.cache = [c for c in self.cache if id(c) not in dropped]
+        order = [i for i in np.argsort(-scores, kind="stable") if allowed[i]]
+        if uncertain is not None:  # ALT's exploring round: the ensemble's picks
+            greedy = uncertain
+        else:
+            greedy = self._cheap_first(pool, order)[: n - round(n * self.eps)]
         taken = set(greedy)
         rest = [i for i in order if i not in taken]
         explore = list(self.rng.permutation(rest)[: n - len(greedy)]) if rest else []
@@ -245,6 +268,8 @@ class DraftThenVerify(PySearchStrategy):
             ]
         chosen = {id(c) for c in picked}
         self.cache = [c for c in self.cache if id(c) not in chosen]
+        if self.alt is not None:
+            self.alt.forget(self.cache + picked)
         self.rounds += 1
         return picked
 
@@ -348,4 +373,7 @@ class DraftThenVerify(PySearchStrategy):
                 seconds = self.build_times.pop(structural_hash(cand.sch.mod), None)
                 if seconds is not None:
                     self.build_costs.observe(unroll_step(cand.sch.trace), seconds)
+        if self.alt is not None:
+            with self._clock("alt"):
+                self.alt.observe(self.context, measure_candidates, results)
         self.drafter.notify_runner_results(measure_candidates, results)

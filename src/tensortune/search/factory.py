@@ -12,7 +12,7 @@ if TYPE_CHECKING:
 
 # MetaSchedule's own strategies, by the names its TuneContext takes.
 MS_STRATEGIES = ("evolutionary", "replay-trace", "replay-func")
-STRATEGIES = ("draft-verify", *MS_STRATEGIES)
+STRATEGIES = ("draft-verify", "alt", *MS_STRATEGIES)
 
 
 def strategy_from(spec: object) -> object:
@@ -20,10 +20,11 @@ def strategy_from(spec: object) -> object:
     MetaSchedule's).  It is a prototype: every task searches with a clone of it."""
     from tensortune.compat import ms
 
-    if spec == "draft-verify":
+    if spec in ("draft-verify", "alt"):
         from tensortune.search.draft_verify import DraftThenVerify
 
-        return DraftThenVerify()
+        # alt: ALT's validity filter and uncertainty/score ping-pong (search/alt.py)
+        return DraftThenVerify(validity=1, pingpong=1) if spec == "alt" else DraftThenVerify()
     if isinstance(spec, str):
         if spec not in MS_STRATEGIES:
             raise TensortuneError(f"'{spec}' is not a search strategy; known: "

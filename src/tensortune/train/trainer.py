@@ -50,7 +50,7 @@ def split_masks(columns: dict, spec: str) -> tuple[np.ndarray, np.ndarray]:
     raise TensortuneError(f"unknown split {spec!r}; use one of: {', '.join(SPLITS)}")
 
 
-def _columns(dataset: str | Path) -> tuple[dict, dict]:
+def dataset_columns(dataset: str | Path) -> tuple[dict, dict]:
     """The table's columns and the card of a dataset directory or shipped dataset's name."""
     from tensortune.datasets.build import load_table, read_card
     from tensortune.datasets.shipped import dataset_path
@@ -61,7 +61,7 @@ def _columns(dataset: str | Path) -> tuple[dict, dict]:
         return load_table(directory).to_pydict(), card
 
 
-def _networks(card: dict) -> dict[str, dict[int, int]] | None:
+def card_networks(card: dict) -> dict[str, dict[int, int]] | None:
     weights = card.get("task_weights") or {}
     return {n: {int(t): int(w) for t, w in ws.items()} for n, ws in weights.items()} or None
 
@@ -91,7 +91,7 @@ def _score(model: CostModel, columns: dict, test: np.ndarray, card: dict,
         raise TensortuneError(f"the {model.kind} model predicts NaN for "
                               f"{int(np.isnan(pred).sum())} of {len(pred)} programs")  # fmt: skip
     rows = scored_rows(columns, test)
-    networks = _networks(card)
+    networks = card_networks(card)
     if networks is not None:
         present = set(rows["task_id"].tolist())
         networks = {n: w for n, w in networks.items() if present & set(w)} or None
@@ -127,7 +127,7 @@ def train(
         else:
             estimator = cost_model
     tell("read", 0, 1)
-    columns, card = _columns(dataset)
+    columns, card = dataset_columns(dataset)
     with about("split"):
         train_mask, test_mask = split_masks(columns, split)
     train_set = ProgramSet.from_columns(columns, train_mask)
@@ -167,7 +167,7 @@ def evaluate(
             return _evaluate_records(estimator, test_records, plot)
     if dataset is None:
         raise TensortuneError("give a dataset (with its split) or test records", param="dataset")
-    columns, card = _columns(dataset)
+    columns, card = dataset_columns(dataset)
     split = split or (getattr(estimator, "provenance_", None) or {}).get("split")
     if split is None:
         raise TensortuneError("the model file does not say how it was trained: give the split",
@@ -201,7 +201,7 @@ def _evaluate_records(estimator: CostModel, directory: str | Path, plot=None) ->
         with open_records(url) as store:
             import_records(store, directory)
             card = build_dataset(store, Path(tmp) / "dataset").data
-        columns, _ = _columns(Path(tmp) / "dataset")
+        columns, _ = dataset_columns(Path(tmp) / "dataset")
         everything = np.ones(len(columns["task_id"]), bool)
         scores, _ = _score(estimator, columns, everything, card, plot)
     return scores

@@ -1,0 +1,101 @@
+"""Online active collection against random collection at 20x the budget (issue 20, item 4).
+
+Method, all on one hardware configuration the shipped dataset does not hold (default
+``avx2-2c``) and in one records store per arm, so nothing is shared between them:
+  test     the held-out networks' heaviest tasks, ``--test-per-task`` programs each
+           (``dataset collect``: random programs, then evolved ones), measured first;
+  active   the pool networks' heaviest tasks (held-out networks' kernels excluded), ``--budget``
+           programs each, chosen by ``--selector`` in ``--rounds`` rounds
+           (``dataset collect --sampler``);
+  random   the same tasks, ``--ratio`` x ``--budget`` random programs each (TenSet's sampling).
+Each arm's records become a dataset; an XGBoost model is trained on each (``--seeds`` seeds)
+and scored on the test rows with TenSet's metrics (PCA, top-1, top-5 score).  Every
+measurement is timed with nothing else running; the script prints what it measured, the
+time each arm took and the scores (mean ± sd over seeds).
+
+Run:  .venv/bin/python benchmarks/active_collection.py --work ac [--config avx2-2c]
+      [--budget 8] [--ratio 20] [--selector balto]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform as host
+import statistics
+import time
+from pathlib import Path
+
+POOL = ["resnet18", "mobilenetv2", "vit-tiny", "bert-base-s64"]
+HELD_OUT = ["resnet50", "gpt2-block"]
+
+
+def _timed(what: str, fn) -> float:
+    start = time.perf_counter()
+    fn()
+    seconds = time.perf_counter() - start
+    print(f"{what}: {seconds / 60:.1f} min", flush=True)
+    return seconds
+
+
+def main() -> None:
+    from tensortune.collect import collect
+    from tensortune.collect.active import collect_active
+    from tensortune.compare.active_learning import load_study_data
+    from tensortune.costmodel.registry import new_model
+    from tensortune.datasets.build import build_dataset
+    from tensortune.train import metrics
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--work", type=Path, required=True)
+    ap.add_argument("--config", default="avx2-2c")
+    ap.add_argument("--selector", default="balto")
+    ap.add_argument("--budget", type=int, default=8)
+    ap.add_argument("--ratio", type=int, default=20)
+    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--heaviest", type=int, default=6)
+    ap.add_argument("--test-heaviest", type=int, default=8)
+    ap.add_argument("--test-per-task", type=int, default=64)
+    ap.add_argument("--seeds", type=int, default=3)
+    args = ap.parse_args()
+    work = args.work
+    work.mkdir(parents=True, exist_ok=True)
+    print(f"CPU: {host.processor() or host.machine()}; config {args.config}; pool {POOL}, "
+          f"held out {HELD_OUT}")  # fmt: skip
+    stores = {arm: f"sqlite:///{work / (arm + '.db')}" for arm in ("test", "active", "random")}
+    seconds = {
+        "test": _timed("test rows", lambda: collect(
+            HELD_OUT, configs=[args.config], programs_per_task=args.test_per_task,
+            evolved_share=0.25, records=stores["test"], work_dir=work / "w",
+            heaviest=args.test_heaviest)),
+        "active": _timed(f"{args.selector} collection", lambda: collect_active(
+            POOL, config=args.config, selector=args.selector, budget=args.budget,
+            rounds=args.rounds, records=stores["active"], work_dir=work / "w",
+            heaviest=args.heaviest, exclude=[*HELD_OUT, "bert-base"])),
+        "random": _timed("random collection", lambda: collect(
+            POOL, configs=[args.config], programs_per_task=args.ratio * args.budget,
+            evolved_share=0.0, records=stores["random"], work_dir=work / "w",
+            heaviest=args.heaviest, exclude=[*HELD_OUT, "bert-base"])),
+    }  # fmt: skip
+    for arm, url in stores.items():
+        build_dataset(url, work / f"ds-{arm}", held_out=HELD_OUT if arm == "test" else None)
+    report = {"config": args.config, "selector": args.selector, "budget": args.budget,
+              "ratio": args.ratio, "seconds": seconds, "arms": {}}  # fmt: skip
+    for arm in ("active", "random"):
+        data = load_study_data(work / f"ds-{arm}", HELD_OUT, test_dataset=work / "ds-test")
+        runs = []
+        for seed in range(args.seeds):
+            model = new_model("xgb", seed).fit(data.pool.labelled(range(len(data.pool))))
+            s = metrics.score_predictions(data.test_rows, model.predict(data.test),
+                                          networks=data.networks)  # fmt: skip
+            runs.append({k: s[k] for k in ("pca", "top1_score", "top5_score")})
+        summary = {k: (statistics.mean(r[k] for r in runs),
+                       statistics.pstdev(r[k] for r in runs)) for k in runs[0]}  # fmt: skip
+        report["arms"][arm] = {"programs": len(data.pool), "runs": runs, "summary": summary}
+        print(f"{arm:7s} {len(data.pool):6d} programs  " + "  ".join(
+            f"{k} {m:.3f} ± {sd:.3f}" for k, (m, sd) in summary.items()), flush=True)  # fmt: skip
+    (work / "report.json").write_text(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,67 @@
+"""ALT's validity filter: will a candidate build and run within its limits?
+
+A binary classifier over the same per-store features the cost models read (pooled per program:
+mean and max over blocks, log-scaled), trained on measured programs: 1 = it ran, 0 = it failed
+to build, crashed or timed out.  Before measurement, candidates it rates below ``threshold``
+are dropped, so a search whose space is full of failures (large unrolls, tight timeouts, odd
+shapes) stops spending measurements on them.  Gradient-boosted trees (XGBoost's logistic
+objective), because failures follow thresholds on a few features (an unroll factor, a tile
+size that overflows a cache or a time limit), which trees find from a handful of examples.
+
+Until it has seen ``min_each`` programs of each kind it keeps everything: a filter that has
+never seen a failure cannot know what one looks like.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tensortune.active.pool import pooled
+from tensortune.errors import TensortuneError
+
+
+class ValidityFilter:
+    """Predicts P(a program builds and runs) from its per-store features (module docstring).
+
+    Settings in ``__init__``; ``fit`` learns ``booster_`` (``None`` while either kind has fewer
+    than ``min_each`` examples).
+    """
+
+    def __init__(self, threshold: float = 0.5, min_each: int = 3, rounds: int = 40,
+                 max_depth: int = 4, seed: int = 0) -> None:  # fmt: skip
+        self.threshold = threshold
+        self.min_each = min_each
+        self.rounds = rounds
+        self.max_depth = max_depth
+        self.seed = seed
+
+    def fit(self, per_store: list[np.ndarray], ok: np.ndarray) -> ValidityFilter:
+        import xgboost as xgb
+
+        ok = np.asarray(ok, dtype=bool)
+        if len(ok) != len(per_store):
+            raise TensortuneError(f"{len(per_store)} programs but {len(ok)} outcomes")
+        self.booster_ = None
+        if min(int(ok.sum()), int((~ok).sum())) < self.min_each:
+            return self
+        params = {"objective": "binary:logistic", "max_depth": self.max_depth, "eta": 0.3,
+                  "seed": self.seed, "nthread": 1, "verbosity": 0}  # fmt: skip
+        self.booster_ = xgb.train(params, xgb.DMatrix(pooled(per_store), label=ok.astype(float)),
+                                  num_boost_round=self.rounds)  # fmt: skip
+        return self
+
+    @property
+    def active(self) -> bool:
+        return getattr(self, "booster_", None) is not None
+
+    def p_valid(self, per_store: list[np.ndarray]) -> np.ndarray:
+        """P(valid) per program; 1 for every program while the filter is not active."""
+        import xgboost as xgb
+
+        if not self.active or not per_store:
+            return np.ones(len(per_store))
+        return self.booster_.predict(xgb.DMatrix(pooled(per_store))).astype(np.float64)
+
+    def keep(self, per_store: list[np.ndarray]) -> np.ndarray:
+        """Which programs to measure: those rated at least ``threshold``."""
+        return self.p_valid(per_store) >= self.threshold

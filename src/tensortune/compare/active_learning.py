@@ -1,0 +1,253 @@
+"""The offline active-learning study (``tensortune bench al``): measurement simulated on a
+labelled pool.
+
+Each selector grows a labelled set from nothing to each fraction of the pool in a few rounds;
+between rounds an acquisition model (GBDT by default) is refitted on what was "measured" and
+the selector picks the next batch with it.  At each fraction the models under study are fitted
+on the selection and scored on the held-out networks with TenSet's metrics
+(``train/metrics.py``): PCA, top-1 and top-5 score.  Fraction 1 (the whole pool) is the same
+for every selector and is fitted once per seed.
+
+The overestimation diagnostic (BALTO's failure of plain diversity): per held-out task, the
+share of the model's top-``k`` predicted programs whose true speed is in the task's slow
+half (label below the task's median) or that failed, averaged over tasks.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from tensortune.active import ROUNDS_PER_STEP, Pool, grow, make_selector, pool_from_programs
+from tensortune.costmodel.base import CostModel
+from tensortune.costmodel.data import ProgramSet
+from tensortune.costmodel.registry import model_class, new_model
+from tensortune.errors import TensortuneError, about
+from tensortune.train import metrics
+from tensortune.train.selection import pool_mask
+
+FRACTIONS = (0.01, 0.02, 0.03, 0.05, 0.1, 0.2, 1.0)
+SELECTOR_NAMES = ("random", "diversity", "balto", "balto-weighted", "uncertainty", "alt")
+OVERESTIMATION_K = 5
+Progress = Callable[[str], None]
+
+
+@dataclass
+class StudyData:
+    """A pool to select from and the held-out rows to score on (one hardware)."""
+
+    pool: Pool
+    test: ProgramSet
+    test_rows: dict[str, np.ndarray]
+    networks: dict[str, dict[int, int]] | None
+    pool_rows: np.ndarray  # the dataset rows of the pool's programs, in pool order
+    hardware: str
+    held_out: list[str]
+
+
+@dataclass
+class StudyResult:
+    rows: list[dict] = field(default_factory=list)
+    setup: dict = field(default_factory=dict)
+
+    def summary(self) -> list[dict]:
+        """Mean and standard deviation over seeds per selector, model and fraction."""
+        groups: dict[tuple, list[dict]] = defaultdict(list)
+        for r in self.rows:
+            groups[(r["selector"], r["model"], r["fraction"])].append(r)
+        out = []
+        for (sel, kind, frac), rs in groups.items():
+            entry: dict = {"selector": sel, "model": kind, "fraction": frac,
+                           "measured": rs[0]["measured"], "seeds": len(rs)}  # fmt: skip
+            for key in ("pca", "top1_score", "top5_score", "overestimation"):
+                vals = np.array([r[key] for r in rs], dtype=float)
+                entry[key] = float(np.nanmean(vals))
+                entry[f"{key}_std"] = float(np.nanstd(vals)) if len(vals) > 1 else 0.0
+            out.append(entry)
+        return sorted(out, key=lambda e: (e["model"], e["selector"], e["fraction"]))
+
+
+def load_study_data(dataset: str | Path, held_out: Sequence[str], *,
+                    test_dataset: str | Path | None = None,
+                    hardware: str | None = None) -> StudyData:  # fmt: skip
+    """The pool (rows of ``dataset`` on one hardware whose tasks occur in no held-out network)
+    and the test rows (held-out networks' rows of ``test_dataset``, default the same dataset,
+    on the same hardware configuration)."""
+    from tensortune.train.trainer import card_networks, dataset_columns, scored_rows
+
+    held = [n for n in held_out if n]
+    if not held:
+        raise TensortuneError("name the held-out networks to score on", param="held_out")
+    columns, card = dataset_columns(dataset)
+    test_columns, test_card = (columns, card) if test_dataset is None else dataset_columns(
+        test_dataset)  # fmt: skip
+    unknown = [n for n in held if n not in test_card["networks"]]
+    if unknown:
+        raise TensortuneError(f"{unknown[0]} is not a network of the test dataset; it has: "
+                              f"{', '.join(test_card['networks'])}", param="held_out")  # fmt: skip
+    pool_rows, hardware = pool_mask(columns, held, hardware)
+    config = hardware.split("@")[0]
+    test_hw = np.array([h.split("@")[0] == config for h in test_columns["hardware"]])
+    is_test = test_hw & np.array([bool(set(ns) & set(held)) for ns in test_columns["networks"]])
+    if not is_test.any():
+        raise TensortuneError(f"the held-out networks have no rows on {config}", param="held_out")
+    # A kernel of a held-out network that the pool holds too would leak its labels.
+    banned = {test_columns["task"][i] for i in np.flatnonzero(is_test)}
+    pool_rows = np.array([i for i in pool_rows if columns["task"][i] not in banned], dtype=int)
+    if not len(pool_rows):
+        raise TensortuneError("no pool left: every task of it is a held-out network's")
+    pool = pool_from_programs(ProgramSet.from_columns(columns, pool_rows))
+    networks = card_networks(test_card)
+    rows = scored_rows(test_columns, is_test)
+    if networks is not None:
+        present = set(rows["task_id"].tolist())
+        networks = {n: w for n, w in networks.items() if n in held and present & set(w)} or None
+    return StudyData(pool, ProgramSet.from_columns(test_columns, is_test), rows, networks,
+                     pool_rows, hardware, held)  # fmt: skip
+
+
+def overestimation(pred: np.ndarray, rows: dict[str, np.ndarray],
+                   k: int = OVERESTIMATION_K) -> float:  # fmt: skip
+    """Mean over test tasks of the share of the top-``k`` predicted programs that are in the
+    task's slow half (see the module docstring)."""
+    shares = []
+    keys = np.array([f"{h}|{t}" for h, t in zip(rows["hardware"], rows["task_id"], strict=True)])
+    for key in np.unique(keys):
+        idx = np.flatnonzero(keys == key)
+        if len(idx) < 2 * k:
+            continue
+        label = rows["label"][idx]
+        top = idx[metrics._picks(pred[idx], label)[:k]]  # ties worst-first, as every metric
+        slow = (rows["label"][top] < np.median(label)) | (rows["label"][top] <= 0)
+        shares.append(float(np.mean(slow)))
+    return float(np.mean(shares)) if shares else math.nan
+
+
+def study(
+    dataset: str | Path = "pool",
+    *,
+    held_out: Sequence[str],
+    selectors: Sequence[str] = SELECTOR_NAMES,
+    fractions: Sequence[float] = FRACTIONS,
+    models: Sequence[str] = ("xgb", "mlp"),
+    seeds: Sequence[int] = (0, 1, 2),
+    acquisition: str = "xgb",
+    test_dataset: str | Path | None = None,
+    hardware: str | None = None,
+    params: dict[str, dict] | None = None,
+    progress: Progress | None = None,
+    data: StudyData | None = None,
+) -> StudyResult:
+    """Each selector's picks at each fraction of the pool, each model fitted on them and scored
+    on the held-out networks, for each seed (see the module docstring).  ``params`` maps a
+    model kind to its settings (the acquisition model's too)."""
+    tell = progress or (lambda _: None)
+    with about("selectors"):
+        for s in selectors:
+            make_selector(s)
+    with about("models"):
+        for kind in {*models, acquisition}:
+            model_class(kind)
+    with about("fractions"):
+        fracs = sorted({float(f) for f in fractions})
+        if not fracs or not all(0 < f <= 1 for f in fracs):  # NaN fails too
+            raise TensortuneError(f"fractions must lie in (0, 1], not {list(fractions)}")
+    if not models:
+        raise TensortuneError("name at least one model to train", param="models")
+    if not seeds or min(seeds) < 0:
+        raise TensortuneError(f"give one or more seeds, none negative, not {list(seeds)}",
+                              param="seeds")  # fmt: skip
+    params = params or {}
+    data = data or load_study_data(dataset, held_out, test_dataset=test_dataset,
+                                   hardware=hardware)  # fmt: skip
+    pool = data.pool
+    result = StudyResult(setup={
+        "pool_programs": len(pool), "pool_tasks": len(np.unique(pool.task)),
+        "test_programs": len(data.test), "test_tasks": len(np.unique(data.test_rows["task_id"])),
+        "held_out": data.held_out, "hardware": data.hardware, "acquisition": acquisition,
+        "rounds_per_step": ROUNDS_PER_STEP, "overestimation_k": OVERESTIMATION_K,
+        "models": list(models), "seeds": list(seeds), "fractions": fracs,
+    })  # fmt: skip
+
+    def make(kind: str, seed: int) -> CostModel:
+        return new_model(kind, seed, params.get(kind))
+
+    def score(selector: str, seed: int, labelled: np.ndarray, fraction: float) -> None:
+        train = pool.labelled(labelled)
+        for kind in models:
+            if not np.any(train.labels > 0):
+                continue
+            model = make(kind, seed).fit(train)
+            pred = model.predict(data.test)
+            if np.isnan(pred).any():  # e.g. a network diverged under the settings given
+                raise TensortuneError(f"the {kind} model trained on {selector}'s picks predicts "
+                                      f"NaN for {int(np.isnan(pred).sum())} programs")  # fmt: skip
+            scores = metrics.score_predictions(data.test_rows, pred, networks=data.networks)
+            result.rows.append({
+                "selector": selector, "model": kind, "fraction": fraction, "seed": seed,
+                "measured": len(labelled), "pca": scores["pca"],
+                "top1_score": scores["top1_score"], "top5_score": scores["top5_score"],
+                "overestimation": overestimation(pred, data.test_rows),
+            })  # fmt: skip
+            tell(f"{selector} seed {seed} {fraction:g} ({len(labelled)} programs) {kind}: "
+                 f"PCA {scores['pca']:.3f} top-1 {scores['top1_score']:.3f}")  # fmt: skip
+
+    partial = [f for f in fracs if f < 1]
+    sizes = [max(1, round(f * len(pool))) for f in partial]
+    for seed in seeds:
+        if fracs[-1] == 1:
+            score("all", seed, np.arange(len(pool)), 1.0)
+        for name in selectors:
+            grow(name, pool, sizes, seed=seed, acquisition=lambda s=seed: make(acquisition, s),
+                 on_size=lambda i, lab, name=name, seed=seed: score(
+                     name, seed, lab, partial[i]))  # fmt: skip
+    return result
+
+
+def plot_study(result: StudyResult, out: str | Path) -> None:
+    """PCA, top-1 score and the overestimation diagnostic against programs measured, one line
+    per selector (mean ± standard deviation over seeds), one row of panels per model; the
+    whole-pool model as a dashed line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullFormatter
+
+    summary = result.summary()
+    kinds = sorted({e["model"] for e in summary})
+    panels = (("pca", "PCA"), ("top1_score", "top-1 score"), ("overestimation",
+              f"top-{OVERESTIMATION_K} predicted in slow half"))  # fmt: skip
+    fig, axes = plt.subplots(len(kinds), len(panels), figsize=(4.2 * len(panels),
+                             3.4 * len(kinds)), squeeze=False)  # fmt: skip
+    for row, kind in zip(axes, kinds, strict=True):
+        mine = [e for e in summary if e["model"] == kind]
+        for ax, (key, title) in zip(row, panels, strict=True):
+            for sel in dict.fromkeys(e["selector"] for e in mine if e["selector"] != "all"):
+                pts = sorted((e for e in mine if e["selector"] == sel), key=lambda e: e["measured"])
+                ax.errorbar([e["measured"] for e in pts], [e[key] for e in pts],
+                            yerr=[e[f"{key}_std"] for e in pts], label=sel, marker="o",
+                            ms=3, capsize=2)  # fmt: skip
+            full = [e for e in mine if e["selector"] == "all"]
+            if full:
+                ax.axhline(full[0][key], color="grey", ls="--", lw=1, label="whole pool")
+            ax.set_xscale("log")
+            ax.xaxis.set_minor_formatter(NullFormatter())  # 2x10^2, 3x10^2... overlap
+            ax.set_xlabel("programs measured")
+            ax.set_title(f"{kind}: {title}", fontsize=10)
+    axes[0][-1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1))
+    setup = result.setup
+    fig.suptitle(
+        f"held out: {', '.join(setup.get('held_out', []))}; pool "
+        f"{setup.get('pool_programs')} programs of {setup.get('pool_tasks')} tasks on "
+        f"{setup.get('hardware')}; {len(setup.get('seeds', []))} seeds",
+        fontsize=10,
+    )
+    fig.tight_layout()
+    fig.savefig(out, dpi=120, bbox_inches="tight")
+    plt.close(fig)

@@ -1,0 +1,87 @@
+"""Which programs of a dataset a model trains on: the pool on one hardware less the held-out
+networks' tasks, and one active-learning selector's picks of it written as a dataset
+(``tensortune dataset select``), so that anyone can check a selection on their own test tasks."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from tensortune.active import grow, make_selector, pool_from_programs
+from tensortune.costmodel.data import ProgramSet
+from tensortune.costmodel.registry import new_model
+from tensortune.errors import TensortuneError, about
+
+
+def pool_mask(columns: dict, held_out: Sequence[str],
+              hardware: str | None) -> tuple[np.ndarray, str]:  # fmt: skip
+    """The rows (with features) of one hardware, ``hardware`` or the dataset's only one, whose
+    tasks occur in none of the ``held_out`` networks; and that hardware."""
+    hw = np.asarray(columns["hardware"])
+    choices = sorted(set(hw.tolist()))
+    if hardware is None and len(choices) > 1:
+        raise TensortuneError(f"the dataset holds several hardware ({', '.join(choices)}): "
+                              "name one", param="hardware")  # fmt: skip
+    hardware = hardware or choices[0]
+    if hardware not in choices:
+        raise TensortuneError(f"no rows on {hardware}; the dataset has {', '.join(choices)}",
+                              param="hardware")  # fmt: skip
+    held = set(held_out)
+    held_tasks = {t for t, ns in zip(columns["task"], columns["networks"], strict=True)
+                  if held & set(ns)}  # fmt: skip
+    keep = [
+        i
+        for i in np.flatnonzero(hw == hardware)
+        if columns["per_store"][i] is not None and columns["task"][i] not in held_tasks
+    ]
+    if not keep:
+        raise TensortuneError(f"no programs left on {hardware} once the held-out networks' "
+                              "tasks are out")  # fmt: skip
+    return np.array(keep, dtype=int), hardware
+
+
+def select_dataset(dataset: str | Path, selector: str, fraction: float, out: str | Path, *,
+                   seed: int = 0, hardware: str | None = None, held_out: tuple[str, ...] = (),
+                   acquisition: str = "xgb", params: dict | None = None) -> dict:  # fmt: skip
+    """Write ``selector``'s picks of ``fraction`` of ``dataset``'s programs on one hardware
+    (less the tasks of ``held_out`` networks) to ``out`` as a dataset that ``train`` reads.
+    The picks are the study's for the same seed (``grow``, an ``acquisition`` model with
+    ``params``, seeded with ``seed``).  Returns the new card."""
+    from tensortune.datasets.build import write_subset
+    from tensortune.datasets.shipped import dataset_path
+    from tensortune.train.trainer import dataset_columns
+
+    if not 0 < fraction <= 1:
+        raise TensortuneError(f"must lie in (0, 1], not {fraction}", param="fraction")
+    if seed < 0:
+        raise TensortuneError(f"must not be negative, not {seed}", param="seed")
+    with about("selector"):
+        make_selector(selector)
+    with about("acquisition"):
+        new_model(acquisition, seed, params)
+    source = dataset_path(dataset)
+    if Path(out).resolve() == source.resolve():
+        raise TensortuneError("the selection would overwrite its own dataset: give another "
+                              "directory", param="out")  # fmt: skip
+    columns, card = dataset_columns(dataset)
+    unknown = [n for n in held_out if n not in card["networks"]]
+    if unknown:
+        raise TensortuneError(f"{unknown[0]} is not a network of {card.get('name')}; it has: "
+                              f"{', '.join(card['networks'])}", param="held_out")  # fmt: skip
+    rows, hardware = pool_mask(columns, held_out, hardware)
+    pool = pool_from_programs(ProgramSet.from_columns(columns, rows))
+    size = max(1, round(fraction * len(pool)))
+    picked = grow(selector, pool, [size], seed=seed,
+                  acquisition=lambda: new_model(acquisition, seed, params))  # fmt: skip
+    chosen = np.sort(rows[picked])
+    provenance = {"selection": {"source": card.get("name"), "selector": selector,
+                                "fraction": fraction, "seed": seed, "hardware": hardware,
+                                "held_out": list(held_out), "acquisition": acquisition,
+                                "programs": len(chosen), "of": len(pool)}}  # fmt: skip
+    note = (f"{len(chosen)} of the {len(pool)} programs of {card.get('name')} on {hardware}"
+            f"{' less the tasks of ' + ', '.join(held_out) if held_out else ''}, chosen by "
+            f"`tensortune dataset select --selector {selector} --fraction {fraction:g} "
+            f"--seed {seed}`; labels are against the best program kept of each task.")  # fmt: skip
+    return write_subset(source, chosen, out, description=note, extra=provenance).data

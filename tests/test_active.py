@@ -1,0 +1,264 @@
+"""Active learning: one conformance test every selector passes, what each selector is for
+(diversity spreads out, biased diversity leans fast, uncertainty goes where an ensemble
+disagrees), the offline study on the shipped dataset, and ``dataset select`` → ``train``."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from test_costmodels import synthetic
+
+from tensortune.active import SELECTORS, grow, make_selector, pool_from_programs
+from tensortune.active.selectors import _distances, _ensemble_spread
+from tensortune.compare.active_learning import overestimation, study
+from tensortune.costmodel.gbdt import XGBoostModel
+from tensortune.errors import TensortuneError
+from tensortune.train.selection import select_dataset
+
+FAST_XGB = {"n_rounds": 40, "threads": 1}
+# The shipped dataset's Xeon AVX-512 rows; gpt2-block held out (its kernels are bert-base's).
+HW = "avx512-2c@eab22ab1"
+
+
+@pytest.fixture(scope="module")
+def pool():
+    return pool_from_programs(synthetic(400, seed=3))
+
+
+@pytest.fixture(scope="module")
+def seeded(pool):
+    """40 labelled programs and an XGBoost model fitted on them."""
+    labelled = np.random.default_rng(0).choice(len(pool), 40, replace=False)
+    return labelled, XGBoostModel(**FAST_XGB).fit(pool.labelled(labelled))
+
+
+@pytest.mark.parametrize("name", sorted(SELECTORS))
+def test_every_selector_picks_distinct_unmeasured_programs_spread_over_tasks(name, pool, seeded):
+    selector = make_selector(name)
+    labelled, model = seeded
+    for lab, mod in ((np.zeros(0, int), None), (labelled, model)):
+        picks = selector.select(pool, lab, mod, 30, seed=1)
+        assert len(picks) == 30 == len(set(picks.tolist()))
+        assert not set(picks.tolist()) & set(lab.tolist())
+        assert picks.min() >= 0 and picks.max() < len(pool)
+        # Each task's share follows what it has left to measure (largest remainder: ±1).
+        left = np.bincount(pool.task[np.setdiff1d(np.arange(len(pool)), lab)], minlength=4)
+        got = np.bincount(pool.task[picks], minlength=4)
+        assert np.all(np.abs(got - 30 * left / left.sum()) < 1 + 1e-9), (got, left)
+        again = selector.select(pool, lab, mod, 30, seed=1)
+        assert np.array_equal(np.sort(picks), np.sort(again))  # a seed fixes the choice
+    assert len(selector.select(pool, labelled, model, 0)) == 0
+    everything_else = selector.select(pool, labelled, model, 10_000, seed=2)
+    assert sorted(everything_else.tolist() + labelled.tolist()) == list(range(len(pool)))
+    assert len(selector.select(pool, np.arange(len(pool)), model, 5)) == 0
+    with pytest.raises(TensortuneError, match="negative"):
+        selector.select(pool, labelled, model, -1)
+    with pytest.raises(TensortuneError, match="outside the pool"):
+        selector.select(pool, np.array([len(pool)]), model, 5)
+
+
+def test_unknown_selector_names_the_known_ones():
+    with pytest.raises(TensortuneError, match="known: random, diversity, balto"):
+        make_selector("nosuch")
+
+
+def _spread_out(pool, picks) -> float:
+    """Mean distance from each pick to its nearest other pick of the same task."""
+    out = []
+    for t in np.unique(pool.task[picks]):
+        x = pool.vectors[picks[pool.task[picks] == t]].astype(np.float64)
+        for i in range(len(x)):
+            out.append(_distances(x[i : i + 1], np.delete(x, i, axis=0))[0])
+    return float(np.mean(out))
+
+
+def test_diversity_spreads_its_picks_farther_apart_than_random(pool):
+    def gap(name: str, seed: int) -> float:
+        return _spread_out(pool, make_selector(name).select(pool, [], None, 40, seed=seed))
+
+    gaps = {name: np.mean([gap(name, s) for s in range(5)]) for name in ("random", "diversity")}
+    assert gaps["diversity"] > 1.2 * gaps["random"], gaps
+
+
+def test_biased_diversity_leans_to_fast_programs_and_plain_diversity_does_not(pool, seeded):
+    labelled, model = seeded
+
+    # 3 picks a task of ~90: candidate-then-diversify keeps the predicted top eighth.
+    def picked(name: str, seed: int) -> float:
+        return pool.labels[make_selector(name).select(pool, labelled, model, 12, seed=seed)].mean()
+
+    names = ("random", "diversity", "balto", "balto-weighted")
+    mean_label = {name: np.mean([picked(name, s) for s in range(5)]) for name in names}
+    assert mean_label["balto"] > 1.3 * mean_label["random"], mean_label
+    assert mean_label["balto-weighted"] > 1.3 * mean_label["random"], mean_label
+    assert mean_label["diversity"] < mean_label["random"], mean_label  # what BALTO fixes
+
+
+def test_uncertainty_picks_where_the_bootstrap_ensemble_disagrees(pool, seeded):
+    labelled, model = seeded
+    # The selector's own ensemble: the same draws as its select(seed=5, round=0).
+    spread = _ensemble_spread(pool, np.unique(labelled), model, np.random.default_rng([5, 0]))
+    assert spread.std() > 0.01  # bootstrap members do disagree
+    picks = make_selector("uncertainty").select(pool, labelled, model, 40, seed=5)
+    for t in np.unique(pool.task):
+        mine = picks[pool.task[picks] == t]
+        rest = np.setdiff1d(np.flatnonzero(pool.task == t), np.concatenate([mine, labelled]))
+        assert spread[mine].min() >= spread[rest].max() - 1e-6
+    rand = make_selector("random").select(pool, labelled, model, 40, seed=5)
+    assert spread[picks].mean() > 1.3 * spread[rand].mean()
+
+
+def test_alt_alternates_exploiting_and_exploring(pool, seeded):
+    labelled, model = seeded
+    alt = make_selector("alt")
+    exploit = alt.select(pool, labelled, model, 12, seed=1, round=0)
+    explore = alt.select(pool, labelled, model, 12, seed=1, round=1)
+    assert len(set(exploit.tolist()) & set(explore.tolist())) < 6
+    assert pool.labels[exploit].mean() > pool.labels[explore].mean()
+
+
+def test_a_learner_knows_labels_only_relative_to_what_it_measured(pool):
+    some = np.concatenate([np.flatnonzero(pool.task == t)[:10] for t in (0, 1)])
+    saved = pool.labels[some[3]]
+    pool.labels[some[3]] = 0.0  # a failed program stays failed
+    try:
+        data = pool.labelled(some)
+    finally:
+        pool.labels[some[3]] = saved
+    assert data.labels[3] == 0.0
+    measured = pool.labels[some].copy()
+    measured[3] = 0.0
+    for t in (0, 1):  # each task against its own best measured program
+        mine = pool.task[some] == t
+        assert data.labels[mine].max() == pytest.approx(1.0)
+        assert np.allclose(data.labels[mine], measured[mine] / measured[mine].max())
+
+
+def test_grow_reaches_each_size_and_keeps_what_it_picked(pool):
+    sizes, seen = [10, 25, 60], []
+    final = grow("balto", pool, sizes, seed=0, acquisition=lambda: XGBoostModel(**FAST_XGB),
+                 on_size=lambda i, lab: seen.append(lab.copy()))  # fmt: skip
+    assert [len(s) for s in seen] == sizes
+    assert all(np.array_equal(seen[i], seen[i + 1][: len(seen[i])]) for i in range(2))
+    assert len(set(final.tolist())) == 60
+
+
+def test_overestimation_counts_top_predictions_in_the_slow_half():
+    label = np.array([1.0, 0.9, 0.8, 0.7, 0.6, 0.1, 0.1, 0.1, 0.1, 0.1])
+    rows = {"task_id": np.zeros(10, int), "hardware": np.array(["h"] * 10), "label": label}
+    assert overestimation(label, rows, k=5) == 0.0  # a perfect model
+    assert overestimation(-label, rows, k=5) == 1.0  # an inverted one
+    assert overestimation(np.zeros(10), rows, k=2) == 1.0  # ties go worst-first, as in metrics
+    failed = dict(rows, label=np.array([1.0, 0.9, 0.8, 0, 0, 0, 0, 0, 0, 0]))
+    assert overestimation(np.arange(10.0), failed, k=5) == 1.0  # failures are slow
+
+
+def test_the_study_scores_every_selector_and_the_whole_pool_on_held_out_networks():
+    result = study("default", held_out=["gpt2-block"], hardware=HW,
+                   selectors=["random", "balto"], fractions=[0.01, 0.03, 1], models=["xgb"],
+                   seeds=[0, 1], params={"xgb": FAST_XGB})  # fmt: skip
+    s = result.setup
+    assert s["pool_programs"] > 3000 and s["test_tasks"] > 10
+    summary = {(e["selector"], e["fraction"]): e for e in result.summary()}
+    assert set(summary) == {("all", 1.0), *((sel, f) for sel in ("random", "balto")
+                                            for f in (0.01, 0.03))}  # fmt: skip
+    for e in summary.values():
+        assert e["seeds"] == 2 and 0.3 < e["pca"] < 1 and 0 <= e["overestimation"] <= 1
+    assert summary[("random", 0.03)]["measured"] == round(0.03 * s["pool_programs"])
+
+
+def test_the_study_refuses_what_it_cannot_do():
+    with pytest.raises(TensortuneError, match="held-out networks"):
+        study("default", held_out=[], hardware=HW)
+    with pytest.raises(TensortuneError, match="not a network of the test dataset"):
+        study("default", held_out=["nosuch"], hardware=HW)
+    with pytest.raises(TensortuneError, match="several hardware"):
+        study("default", held_out=["gpt2-block"])
+    with pytest.raises(TensortuneError, match="unknown selector"):
+        study("default", held_out=["gpt2-block"], hardware=HW, selectors=["nosuch"])
+    with pytest.raises(TensortuneError, match="fractions"):
+        study("default", held_out=["gpt2-block"], hardware=HW, fractions=[0, 2])
+
+
+def test_a_selection_is_a_dataset_that_train_reads(tmp_path):
+    from tensortune.train.trainer import train
+
+    card = select_dataset("default", "balto", 0.02, tmp_path / "picks", seed=4, hardware=HW,
+                          held_out=("gpt2-block",), acquisition="xgb")  # fmt: skip
+    sel = card["selection"]
+    assert sel["programs"] == round(0.02 * sel["of"]) == card["programs"]
+    assert "gpt2-block" not in card["networks"] and list(card["hardware"]) == [HW]
+    from tensortune.datasets.build import load_table
+
+    table = load_table(tmp_path / "picks").to_pydict()
+    best: dict[int, float] = {}
+    for t, y in zip(table["task_id"], table["label"], strict=True):
+        best[t] = max(y, best.get(t, 0.0))
+    assert all(y in (0.0, 1.0) or y == pytest.approx(1.0) for y in best.values())
+    result = train(tmp_path / "picks", cost_model="xgb", params=FAST_XGB, split="by-task")
+    assert 0 < result.metrics["pca"] <= 1
+    cli = [sys.executable, "-m", "tensortune.cli.app"]
+    out = subprocess.run([*cli, "dataset", "info", str(tmp_path / "picks"), "--json"],
+                         capture_output=True, text=True, check=True)  # fmt: skip
+    assert json.loads(out.stdout)["programs"] == card["programs"]
+    bad = subprocess.run([*cli, "dataset", "select", "--dataset", "default", "--selector",
+                          "nosuch", "--fraction", "0.1", "--out", str(tmp_path / "x"),
+                          "--hardware", HW], capture_output=True, text=True)  # fmt: skip
+    assert bad.returncode != 0 and "unknown selector 'nosuch'" in bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_bench_al_prints_json_and_draws_its_plot(tmp_path):
+    cli = [sys.executable, "-m", "tensortune.cli.app", "bench", "al", "--dataset", "default",
+           "--held-out", "gpt2-block", "--hardware", HW, "--fractions", "0.01,1", "--models",
+           "xgb", "--seeds", "1", "--param", "xgb.n_rounds=30"]  # fmt: skip
+    out = subprocess.run([*cli, "--selector", "random", "--selector", "diversity", "--json",
+                          "--plot", str(tmp_path / "al.png")],
+                         capture_output=True, text=True, check=True)  # fmt: skip
+    report = json.loads(out.stdout)
+    assert {e["selector"] for e in report["summary"]} == {"all", "random", "diversity"}
+    assert report["setup"]["held_out"] == ["gpt2-block"]
+    assert (tmp_path / "al.png").stat().st_size > 10_000
+    for extra, says in ((["--param", "xgb.nosuch=1"], "nosuch"), (["--seeds", "0"], "seeds"),
+                        (["--fractions", "nan"], "fractions")):  # fmt: skip
+        bad = subprocess.run([*cli, *extra], capture_output=True, text=True)
+        assert bad.returncode != 0 and says in bad.stderr
+        assert len(bad.stderr.strip().splitlines()) == 1
+
+
+def _failing(n: int, seed: int) -> tuple[list[np.ndarray], np.ndarray]:
+    """Programs that fail when one feature of any block is large (an unroll too deep)."""
+    data = synthetic(n, seed)
+    ok = np.array([p[:, 5].max() < 3.5 for p in data.per_store])
+    return data.per_store, ok
+
+
+def test_the_validity_filter_learns_which_programs_fail():
+    from tensortune.active.validity import ValidityFilter
+
+    train_x, train_ok = _failing(300, seed=11)
+    test_x, test_ok = _failing(300, seed=12)
+    assert 0.2 < (~test_ok).mean() < 0.8  # a space where failures are common
+    keep = ValidityFilter().fit(train_x, train_ok).keep(test_x)
+    removed = (~keep & ~test_ok).sum() / (~test_ok).sum()
+    wrongly = (~keep & test_ok).sum() / test_ok.sum()
+    assert removed >= 0.8 and wrongly < 0.05, (removed, wrongly)
+
+
+def test_the_validity_filter_keeps_everything_until_it_has_seen_failures():
+    from tensortune.active.validity import ValidityFilter
+
+    x, ok = _failing(60, seed=13)
+    f = ValidityFilter(min_each=3)
+    assert f.keep(x).all()  # not fitted
+    assert not f.fit(x, np.ones(len(x), bool)).active and f.keep(x).all()
+    two_failures = np.ones(len(x), bool)
+    two_failures[:2] = False
+    assert not f.fit(x, two_failures).active
+    assert f.fit(x, ok).active and not f.keep(x).all()
+    with pytest.raises(TensortuneError, match="outcomes"):
+        f.fit(x, ok[:-1])
