@@ -422,16 +422,12 @@ def active_learning(
     from tensortune.cli.options import rename_options
     from tensortune.compare.active_learning import SELECTOR_NAMES, plot_study, study
     from tensortune.costmodel.registry import model_settings
-    from tensortune.datasets.build import read_card
-    from tensortune.datasets.shipped import dataset_path
     from tensortune.errors import TensortuneError, about
+    from tensortune.train.selection import held_out_networks
 
     rename_options({"held_out": "--held-out", "fractions": "--fractions", "seeds": "--seeds",
                     "selectors": "--selector", "models": "--models"})  # fmt: skip
-    held = [n for n in held_out.split(",") if n]
-    if not held:
-        with about("dataset"):
-            held = list(read_card(dataset_path(dataset)).data.get("held_out") or [])
+    held = held_out_networks(dataset, held_out)
     with about("fractions"):
         try:
             fracs = [float(f) for f in fractions.split(",") if f]

@@ -217,16 +217,10 @@ def select(
 
     Example: tensortune dataset select --selector balto --fraction 0.05 --seed 0 --out picks
     """
-    from tensortune.datasets.build import read_card
-    from tensortune.datasets.shipped import dataset_path
-    from tensortune.errors import about
-    from tensortune.train.selection import select_dataset
+    from tensortune.train.selection import held_out_networks, select_dataset
 
     rename_options({"out": "--out", "fraction": "--fraction", "selector": "--selector"})
-    held = tuple(n for n in held_out.split(",") if n)
-    if not held:
-        with about("dataset"):
-            held = tuple(read_card(dataset_path(dataset)).data.get("held_out") or ())
+    held = tuple(held_out_networks(dataset, held_out))
     with console.status(f"selecting with {selector}..."):
         card = select_dataset(dataset, selector, fraction, out, seed=seed, hardware=hardware,
                               held_out=held)  # fmt: skip

@@ -130,23 +130,29 @@ def collect_active(
         features = {wid: _Features(t, platform) for wid, t in tasks.items()}
         with MeasureSession(platform, log_dir=Path(work_dir) / "logs",
                             timing=timing or TimingConfig(repeat=3)) as session:  # fmt: skip
+
+            def where(wid: int) -> dict:
+                return {"workload_id": wid, "hardware_id": platform.hardware.id,
+                        "target": platform.key}  # fmt: skip
+
             for r in range(rounds):
                 want = math.ceil(budget * (r + 1) / rounds)
+                if all(store.count(**where(wid)) >= want for wid in tasks):
+                    continue  # a round a resumed collection had finished: no model to fit
                 fitted = _fit(model_cls, store, platform, features, seed)
                 for i, (wid, task) in enumerate(tasks.items()):
-                    where = {"workload_id": wid, "hardware_id": platform.hardware.id,
-                             "target": platform.key}  # fmt: skip
-                    have = store.count(**where)
+                    have = store.count(**where(wid))
                     if progress is not None:
                         progress(CollectStep(hw_config.name, i, len(tasks), task, have, budget))
                     if have >= want:
                         continue
-                    picked = _choose(chooser, store, where, task, platform, features[wid],
-                                     fitted, want - have, seed=seed, round_=r)  # fmt: skip
-                    result.measured += _measure(store, session, picked, where, run_id)
+                    picked = _choose(chooser, store, where(wid), task, platform,
+                                     features[wid], fitted, want - have, seed=seed,
+                                     round_=r)  # fmt: skip
+                    result.measured += _measure(store, session, picked, where(wid), run_id)
                     if progress is not None:
                         progress(CollectStep(hw_config.name, i, len(tasks), task,
-                                             store.count(**where), budget))  # fmt: skip
+                                             store.count(**where(wid)), budget))  # fmt: skip
         result.per_config[hw_config.name] = result.measured
     return result
 

@@ -27,6 +27,8 @@ from tensortune.costmodel.data import ProgramSet, concat_programs
 from tensortune.measure.status import run_seconds
 
 STAT_KEYS = ("dropped", "audited", "audited_valid", "measured", "measured_failed")
+# Programs whose features are kept (a few KB each); the cache holds a few hundred at a time.
+MEMO_SIZE = 5000
 # Fewest measured programs (and successes) before the uncertainty ensemble is fitted.
 MIN_LABELLED = 8
 
@@ -50,19 +52,18 @@ class AltPolicy:
         self._costs: list[float] = []
 
     def features(self, context, cands) -> list[np.ndarray]:
-        """Per-store features of each candidate, extracted once while it is in play."""
+        """Per-store features of each candidate, extracted once (while the memo has room)."""
         cands = list(cands)
         keys = [_key(c) for c in cands]
         todo = {k: c for k, c in zip(keys, cands, strict=True) if k not in self._memo}
+        if len(self._memo) + len(todo) > MEMO_SIZE:
+            self._memo.clear()
+            todo = dict(zip(keys, cands, strict=True))
         if todo:
             found = self._extractor.extract_from(context, list(todo.values()))
             for k, f in zip(todo, found, strict=True):
                 self._memo[k] = f.numpy().astype(np.float32)
         return [self._memo[k] for k in keys]
-
-    def forget(self, keep: list) -> None:
-        alive = {_key(c) for c in keep}
-        self._memo = {k: v for k, v in self._memo.items() if k in alive}
 
     def allowed(self, context, pool: list, rng: np.random.Generator) -> np.ndarray:
         """Which candidates of ``pool`` may be measured this round."""

@@ -268,8 +268,6 @@ class DraftThenVerify(PySearchStrategy):
             ]
         chosen = {id(c) for c in picked}
         self.cache = [c for c in self.cache if id(c) not in chosen]
-        if self.alt is not None:
-            self.alt.forget(self.cache + picked)
         self.rounds += 1
         return picked
 

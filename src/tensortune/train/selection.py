@@ -15,6 +15,19 @@ from tensortune.costmodel.registry import new_model
 from tensortune.errors import TensortuneError, about
 
 
+def held_out_networks(dataset: str | Path, given: str) -> list[str]:
+    """The networks named in ``given`` (comma-separated), else the dataset card's
+    ``held_out`` (what ``dataset build --held-out`` recorded)."""
+    from tensortune.datasets.build import read_card
+    from tensortune.datasets.shipped import dataset_path
+
+    held = [n for n in given.split(",") if n]
+    if held:
+        return held
+    with about("dataset"):
+        return list(read_card(dataset_path(dataset)).data.get("held_out") or [])
+
+
 def pool_mask(columns: dict, held_out: Sequence[str],
               hardware: str | None) -> tuple[np.ndarray, str]:  # fmt: skip
     """The rows (with features) of one hardware, ``hardware`` or the dataset's only one, whose
