@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform as host
 import statistics
 import time
 from pathlib import Path
@@ -44,6 +43,7 @@ def main() -> None:
     from tensortune.compare.active_learning import load_study_data
     from tensortune.costmodel.registry import new_model
     from tensortune.datasets.build import build_dataset
+    from tensortune.hardware.fingerprint import current_hardware
     from tensortune.train import metrics
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -60,7 +60,7 @@ def main() -> None:
     args = ap.parse_args()
     work = args.work
     work.mkdir(parents=True, exist_ok=True)
-    print(f"CPU: {host.processor() or host.machine()}; config {args.config}; pool {POOL}, "
+    print(f"CPU: {current_hardware().cpu_model}; config {args.config}; pool {POOL}, "
           f"held out {HELD_OUT}")  # fmt: skip
     stores = {arm: f"sqlite:///{work / (arm + '.db')}" for arm in ("test", "active", "random")}
     seconds = {

@@ -308,23 +308,31 @@ def test_draft_then_verify_learns_whom_to_trust_from_its_measured_picks(target):
     strategy.post_tuning()
 
 
-def test_alt_policy_filters_what_fails_audits_some_and_alternates_picks(target):
-    """Real candidates of a matmul; failures decided by a feature (as a deep unroll would)."""
-    from tensortune.compat import ms
-    from tensortune.search.alt import AltPolicy
+@pytest.fixture(scope="module")
+def matmul_candidates():
+    """A matmul's tune context and 120 of its sampled candidates."""
     from tensortune.search.space import sample_candidates, tune_context
 
-    mod = parse_spec("matmul:64,64,64").to_module()
-    plat = platform(target)
-    cands = sample_candidates(mod, plat, 120, seed=1)
-    ctx = tune_context(mod, plat, seed=0)
-    stats = dict.fromkeys(("dropped", "audited", "audited_valid", "measured",
-                           "measured_failed"), 0)  # fmt: skip
-    policy = AltPolicy(validity=True, pingpong=True, audit=0.2, stats=stats, seed=0)
-    feats = policy.features(ctx, cands)
+    mod, plat = parse_spec("matmul:64,64,64").to_module(), platform()
+    return tune_context(mod, plat, seed=0), sample_candidates(mod, plat, 120, seed=1)
+
+
+def _failing_half(feats: list[np.ndarray]) -> np.ndarray:
+    """Which programs "fail": those above the median of the feature that varies most."""
     column = int(np.argmax([np.ptp([f[:, k].max() for f in feats]) for k in range(164)]))
     cut = np.median([f[:, column].max() for f in feats])
-    fails = np.array([f[:, column].max() > cut for f in feats])
+    return np.array([f[:, column].max() > cut for f in feats])
+
+
+def test_alt_policy_filters_what_fails_audits_some_and_alternates_picks(matmul_candidates):
+    """Real candidates of a matmul; failures decided by a feature (as a deep unroll would)."""
+    from tensortune.compat import ms
+    from tensortune.search.alt import STAT_KEYS, AltPolicy
+
+    ctx, cands = matmul_candidates
+    stats = dict.fromkeys(STAT_KEYS, 0)
+    policy = AltPolicy(validity=True, pingpong=True, audit=0.2, stats=stats, seed=0)
+    fails = _failing_half(policy.features(ctx, cands))
 
     def results(idx):
         return [ms.runner.RunnerResult(None, "timeout") if fails[i] else
@@ -360,3 +368,63 @@ def test_draft_then_verify_tunes_with_alts_filter_and_ping_pong(tmp_path, target
     assert result.tasks[0].trials == 24 and result.tasks[0].ok > 0
     assert strategy.alt_stats["measured"] == 24
     assert strategy.timings["alt"] > 0
+    # A second run on the same store starts from the first's outcomes (resuming: 8 more).
+    again = DraftThenVerify(population=32, draft_size=16, per_round=4, verify_mutants=4,
+                            validity=1, pingpong=1)  # fmt: skip
+    tune(["matmul:64,64,64"], trials=32, records=f"sqlite:///{tmp_path / 'r.db'}",
+         work_dir=tmp_path / "w", target=target, strategy=again, cost_model="xgb",
+         check_correctness=False)  # fmt: skip
+    assert again.alt_stats["earlier"] == 24 and again.alt_stats["measured"] == 8
+
+
+def test_a_filter_that_drops_most_candidates_still_spends_the_budget(tmp_path, target,
+                                                                     monkeypatch):  # fmt: skip
+    """Rounds whose pool the filter mostly rejects draw fresh drafts: MetaSchedule ends a
+    task whose strategy hands out nothing, so short rounds would end it early."""
+    from tensortune.compat import structural_hash
+    from tensortune.search import alt
+    from tensortune.search.draft_verify import DraftThenVerify
+    from tensortune.tuning.tune import tune
+
+    def picky(self, context, pool, rng):  # keeps one program in five, the same each time
+        return np.array([int(structural_hash(c.sch.mod)) % 5 == 0 for c in pool])
+
+    monkeypatch.setattr(alt.AltPolicy, "allowed", picky)
+    strategy = DraftThenVerify(population=32, draft_size=16, per_round=4, verify_mutants=4,
+                               validity=1)  # fmt: skip
+    result = tune(["matmul:64,64,64"], trials=24, records=f"sqlite:///{tmp_path / 'r.db'}",
+                  work_dir=tmp_path / "w", target=target, strategy=strategy,
+                  cost_model="xgb", check_correctness=False)  # fmt: skip
+    assert result.tasks[0].trials == 24
+
+
+def test_alt_starts_from_earlier_runs_failures_included(tmp_path, target, matmul_candidates):
+    """Failures of an earlier run (our store keeps them; MetaSchedule's queries leave them
+    out) train the validity filter before the next run measures anything."""
+    from tensortune.compat import ms
+    from tensortune.records import open_records
+    from tensortune.records.ms_database import StoreDatabase
+    from tensortune.search.alt import STAT_KEYS, AltPolicy
+
+    ctx, cands = matmul_candidates
+    mod, plat = ctx.mod, platform(target)
+    stats = dict.fromkeys(STAT_KEYS, 0)
+    policy = AltPolicy(validity=True, pingpong=False, audit=0.0, stats=stats, seed=0)
+    fails = _failing_half(policy.features(ctx, cands))
+    with open_records(f"sqlite:///{tmp_path / 'r.db'}") as store:
+        db = StoreDatabase(store, target=plat)
+        workload = db.commit_workload(mod)
+        for c, failed in zip(cands[:60], fails[:60], strict=True):
+            db.commit_tuning_record(ms.database.TuningRecord(
+                c.sch.trace, workload, None if failed else [1e-3], tvm.target.Target(target),
+                c.args_info))  # fmt: skip
+        earlier = db.outcomes(mod)
+        assert len(earlier) == 60 and sum(ok for _, ok in earlier) == (~fails[:60]).sum()
+        assert len(db.outcomes(mod, limit=5)) == 10  # the newest 5 of each kind
+        assert db.outcomes(parse_spec("matmul:32,32,32").to_module()) == []
+        assert len(db.get_top_k(workload, 100)) == (~fails[:60]).sum()  # MetaSchedule's view
+        policy.warm_start(ctx, earlier)
+    assert stats["earlier"] == 60 and stats["measured"] == 0 and policy.filter.active
+    allowed = policy.allowed(ctx, cands[60:], np.random.default_rng(0))
+    assert (~allowed & fails[60:]).sum() > 0.5 * fails[60:].sum()
+    assert (allowed & ~fails[60:]).sum() >= 0.9 * (~fails[60:]).sum()

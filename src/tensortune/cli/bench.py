@@ -359,6 +359,19 @@ def e2e(
         console.print(f"plot: {plot}")
 
 
+# Options the offline studies (bench al, bench prune) share.
+StudyHardwareOpt = Annotated[
+    str | None,
+    typer.Option(metavar="HW", help="The hardware to study, when the dataset has several."),
+]
+ModelParamOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--param", metavar="KIND.KEY=VALUE", help="A model setting, e.g. mlp.epochs=20; repeatable."
+    ),
+]
+
+
 @app.command("al")
 def active_learning(
     selector: Annotated[
@@ -388,10 +401,7 @@ def active_learning(
             metavar="DATASET", help="Where the held-out rows come from (default: --dataset)."
         ),
     ] = None,
-    hardware: Annotated[
-        str | None,
-        typer.Option(metavar="HW", help="The pool's hardware, when the dataset has several."),
-    ] = None,
+    hardware: StudyHardwareOpt = None,
     fractions: Annotated[
         str, typer.Option(metavar="F[,F...]", help="Shares of the pool to measure.")
     ] = "0.01,0.02,0.03,0.05,0.1,0.2,1",
@@ -399,14 +409,7 @@ def active_learning(
         str, typer.Option(metavar="KIND[,KIND...]", help="Cost models trained on each selection.")
     ] = "xgb,mlp",
     seeds: Annotated[int, typer.Option(metavar="N", help="Seeds 0..N-1 of every selector.")] = 3,
-    param: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--param",
-            metavar="KIND.KEY=VALUE",
-            help="A model setting, e.g. mlp.epochs=20; repeatable.",
-        ),
-    ] = None,
+    param: ModelParamOpt = None,
     plot: Annotated[
         Path | None,
         typer.Option("--plot", metavar="PNG", help="Accuracy against measurements, all selectors."),
@@ -421,27 +424,13 @@ def active_learning(
     """
     from tensortune.cli.options import rename_options
     from tensortune.compare.active_learning import SELECTOR_NAMES, plot_study, study
-    from tensortune.costmodel.registry import model_settings
-    from tensortune.errors import TensortuneError, about
     from tensortune.train.selection import held_out_networks
 
     rename_options({"held_out": "--held-out", "fractions": "--fractions", "seeds": "--seeds",
                     "selectors": "--selector", "models": "--models"})  # fmt: skip
     held = held_out_networks(dataset, held_out)
-    with about("fractions"):
-        try:
-            fracs = [float(f) for f in fractions.split(",") if f]
-        except ValueError:
-            raise TensortuneError(
-                f"expected numbers such as 0.01,0.05,1, got {fractions!r}"
-            ) from None
-    settings: dict[str, dict] = {}
-    with about("params"):
-        for key, value in key_values(param or [], "--param").items():
-            kind, _, name = key.partition(".")
-            if not name:
-                raise TensortuneError(f"expected KIND.KEY=VALUE, got {key}={value}")
-            settings.setdefault(kind, {}).update(model_settings(kind, {name: value}))
+    fracs = _shares(fractions, "fractions")
+    settings = _model_params(param)
     with Reporter(console, quiet=as_json) as reporter:
         result = study(dataset, held_out=held, selectors=selector or SELECTOR_NAMES,
                        fractions=fracs, models=[m for m in models.split(",") if m],
@@ -449,6 +438,98 @@ def active_learning(
                        params=settings, progress=reporter.line)  # fmt: skip
     if plot is not None:
         plot_study(result, plot)
+    _print_study(result, as_json, plot, picked="selector", counted="measured")
+
+
+@app.command("prune")
+def pruning(
+    method: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--method",
+            metavar="NAME",
+            help="random | cluster | low-perf | shape-dedup; repeatable (default: all).",
+        ),
+    ] = None,
+    dataset: Annotated[
+        str, typer.Option(metavar="DATASET", help="A dataset directory, or default (shipped).")
+    ] = "default",
+    held_out: Annotated[
+        str,
+        typer.Option(
+            metavar="NET[,NET...]",
+            help="Networks to score on; their tasks are kept out of what is pruned "
+            "(default: the dataset card's held_out).",
+        ),
+    ] = "",
+    hardware: StudyHardwareOpt = None,
+    keep: Annotated[
+        str, typer.Option(metavar="F[,F...]", help="Shares of the programs to keep.")
+    ] = "0.2,0.35,0.45,0.6,0.8,1",
+    models: Annotated[
+        str, typer.Option(metavar="KIND[,KIND...]", help="Cost models trained on each share.")
+    ] = "xgb",
+    seeds: Annotated[int, typer.Option(metavar="N", help="Seeds 0..N-1 of every method.")] = 3,
+    param: ModelParamOpt = None,
+    plot: Annotated[
+        Path | None,
+        typer.Option("--plot", metavar="PNG", help="Accuracy against programs kept, all methods."),
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Dataset pruning: each method keeps a share of a dataset's programs, a model is trained
+    on them and scored on held-out networks (PCA, top-1, top-5 score), over several seeds.
+
+    Example: tensortune bench prune --dataset default --held-out mobilenetv2,gpt2-block
+    --hardware avx512-2c@eab22ab1 --keep 0.35,0.45,1
+    """
+    from tensortune.cli.options import rename_options
+    from tensortune.compare.active_learning import plot_study
+    from tensortune.compare.pruning import prune_study
+    from tensortune.train.pruning import METHODS
+    from tensortune.train.selection import held_out_networks
+
+    rename_options({"held_out": "--held-out", "keeps": "--keep", "seeds": "--seeds",
+                    "methods": "--method", "models": "--models"})  # fmt: skip
+    held = held_out_networks(dataset, held_out)
+    with Reporter(console, quiet=as_json) as reporter:
+        result = prune_study(dataset, held_out=held, methods=method or METHODS,
+                             keeps=_shares(keep, "keeps"),
+                             models=[m for m in models.split(",") if m], seeds=range(seeds),
+                             hardware=hardware, params=_model_params(param),
+                             progress=reporter.line)  # fmt: skip
+    if plot is not None:
+        plot_study(result, plot, counted="kept")
+    _print_study(result, as_json, plot, picked="method", counted="kept")
+
+
+def _shares(text: str, param: str) -> list[float]:
+    from tensortune.errors import TensortuneError, about
+
+    with about(param):
+        try:
+            return [float(f) for f in text.split(",") if f]
+        except ValueError:
+            raise TensortuneError(f"expected numbers such as 0.01,0.05,1, got {text!r}") from None
+
+
+def _model_params(param: list[str] | None) -> dict[str, dict]:
+    """``--param KIND.KEY=VALUE`` options as each model kind's settings."""
+    from tensortune.costmodel.registry import model_settings
+    from tensortune.errors import TensortuneError, about
+
+    settings: dict[str, dict] = {}
+    with about("params"):
+        for key, value in key_values(param or [], "--param").items():
+            kind, _, name = key.partition(".")
+            if not name:
+                raise TensortuneError(f"expected KIND.KEY=VALUE, got {key}={value}")
+            settings.setdefault(kind, {}).update(model_settings(kind, {name: value}))
+    return settings
+
+
+def _print_study(result, as_json: bool, plot: Path | None, *, picked: str, counted: str) -> None:
+    """A study's summary as JSON or a table (mean ± sd over seeds)."""
     if as_json:
         print(json.dumps({"setup": result.setup, "summary": result.summary(),
                           "runs": result.rows}))  # fmt: skip
@@ -457,7 +538,7 @@ def active_learning(
     t = table(f"{s['pool_programs']} programs of {s['pool_tasks']} tasks on {s['hardware']}; "
               f"held out: {', '.join(s['held_out'])} ({s['test_programs']} programs, "
               f"{s['test_tasks']} tasks); {len(s['seeds'])} seeds, mean ± sd",
-              {"model": "left", "selector": "left", "measured": "right", "PCA": "right",
+              {"model": "left", picked: "left", counted: "right", "PCA": "right",
                "top-1 score": "right", "top-5 score": "right",
                "top-5 in slow half": "right"})  # fmt: skip
     for e in result.summary():

@@ -229,6 +229,38 @@ def select(
                   f"{sel['hardware']} → {out}")  # fmt: skip
 
 
+@app.command("prune")
+def prune(
+    out: Annotated[Path, typer.Option("--out", metavar="DIR", help="Directory for the dataset.")],
+    keep: Annotated[float, typer.Option(metavar="F", help="Share of the programs to keep.")],
+    method: Annotated[
+        str,
+        typer.Option(
+            metavar="NAME",
+            help="random | cluster | low-perf | shape-dedup | auto (the study's best).",
+        ),
+    ] = "auto",
+    dataset: Annotated[
+        str,
+        typer.Option(metavar="DATASET", help="A dataset directory, or default / pool (shipped)."),
+    ] = "default",
+    seed: Annotated[int, typer.Option(metavar="N", help="Seed of the random choices.")] = 0,
+) -> None:
+    """Write the programs a pruning method keeps of every task of a dataset (all its
+    hardware) as a dataset that train reads.
+
+    Example: tensortune dataset prune --method auto --keep 0.45 --out pruned
+    """
+    from tensortune.train.pruning import prune_dataset
+
+    rename_options({"out": "--out", "keep": "--keep", "method": "--method"})
+    with console.status(f"pruning with {method}..."):
+        card = prune_dataset(dataset, method, keep, out, seed=seed)
+    p = card["pruning"]
+    console.print(f"kept {p['programs']} of {p['of']} programs ({card['tasks']} tasks) with "
+                  f"{p['method']} → {out}")  # fmt: skip
+
+
 @app.command("info")
 def info(
     dataset: Annotated[

@@ -48,6 +48,7 @@ class StudyData:
     pool_rows: np.ndarray  # the dataset rows of the pool's programs, in pool order
     hardware: str
     held_out: list[str]
+    task_names: list[str] = field(default_factory=list)  # of the pool's programs
 
 
 @dataclass
@@ -108,7 +109,8 @@ def load_study_data(dataset: str | Path, held_out: Sequence[str], *,
         present = set(rows["task_id"].tolist())
         networks = {n: w for n, w in networks.items() if n in held and present & set(w)} or None
     return StudyData(pool, ProgramSet.from_columns(test_columns, is_test), rows, networks,
-                     pool_rows, hardware, held)  # fmt: skip
+                     pool_rows, hardware, held,
+                     [columns["task_name"][i] for i in pool_rows])  # fmt: skip
 
 
 def overestimation(pred: np.ndarray, rows: dict[str, np.ndarray],
@@ -126,6 +128,31 @@ def overestimation(pred: np.ndarray, rows: dict[str, np.ndarray],
         slow = (rows["label"][top] < np.median(label)) | (rows["label"][top] <= 0)
         shares.append(float(np.mean(slow)))
     return float(np.mean(shares)) if shares else math.nan
+
+
+def score_selection(data: StudyData, labelled: np.ndarray, result: StudyResult, *,
+                    selector: str, fraction: float, seed: int, models: Sequence[str],
+                    params: dict[str, dict], tell: Progress) -> None:  # fmt: skip
+    """Fit each of ``models`` on the pool programs at ``labelled`` (labels against the best
+    of each task among them), score it on the held-out rows and add a row to ``result``."""
+    train = data.pool.labelled(labelled)
+    if not np.any(train.labels > 0):
+        return
+    for kind in models:
+        model = new_model(kind, seed, params.get(kind)).fit(train)
+        pred = model.predict(data.test)
+        if np.isnan(pred).any():  # e.g. a network diverged under the settings given
+            raise TensortuneError(f"the {kind} model trained on {selector}'s picks predicts "
+                                  f"NaN for {int(np.isnan(pred).sum())} programs")  # fmt: skip
+        scores = metrics.score_predictions(data.test_rows, pred, networks=data.networks)
+        result.rows.append({
+            "selector": selector, "model": kind, "fraction": fraction, "seed": seed,
+            "measured": len(labelled), "pca": scores["pca"],
+            "top1_score": scores["top1_score"], "top5_score": scores["top5_score"],
+            "overestimation": overestimation(pred, data.test_rows),
+        })  # fmt: skip
+        tell(f"{selector} seed {seed} {fraction:g} ({len(labelled)} programs) {kind}: "
+             f"PCA {scores['pca']:.3f} top-1 {scores['top1_score']:.3f}")  # fmt: skip
 
 
 def study(
@@ -178,24 +205,8 @@ def study(
         return new_model(kind, seed, params.get(kind))
 
     def score(selector: str, seed: int, labelled: np.ndarray, fraction: float) -> None:
-        train = pool.labelled(labelled)
-        for kind in models:
-            if not np.any(train.labels > 0):
-                continue
-            model = make(kind, seed).fit(train)
-            pred = model.predict(data.test)
-            if np.isnan(pred).any():  # e.g. a network diverged under the settings given
-                raise TensortuneError(f"the {kind} model trained on {selector}'s picks predicts "
-                                      f"NaN for {int(np.isnan(pred).sum())} programs")  # fmt: skip
-            scores = metrics.score_predictions(data.test_rows, pred, networks=data.networks)
-            result.rows.append({
-                "selector": selector, "model": kind, "fraction": fraction, "seed": seed,
-                "measured": len(labelled), "pca": scores["pca"],
-                "top1_score": scores["top1_score"], "top5_score": scores["top5_score"],
-                "overestimation": overestimation(pred, data.test_rows),
-            })  # fmt: skip
-            tell(f"{selector} seed {seed} {fraction:g} ({len(labelled)} programs) {kind}: "
-                 f"PCA {scores['pca']:.3f} top-1 {scores['top1_score']:.3f}")  # fmt: skip
+        score_selection(data, labelled, result, selector=selector, fraction=fraction,
+                        seed=seed, models=models, params=params, tell=tell)  # fmt: skip
 
     partial = [f for f in fracs if f < 1]
     sizes = [max(1, round(f * len(pool))) for f in partial]
@@ -209,7 +220,7 @@ def study(
     return result
 
 
-def plot_study(result: StudyResult, out: str | Path) -> None:
+def plot_study(result: StudyResult, out: str | Path, *, counted: str = "measured") -> None:
     """PCA, top-1 score and the overestimation diagnostic against programs measured, one line
     per selector (mean ± standard deviation over seeds), one row of panels per model; the
     whole-pool model as a dashed line."""
@@ -238,7 +249,7 @@ def plot_study(result: StudyResult, out: str | Path) -> None:
                 ax.axhline(full[0][key], color="grey", ls="--", lw=1, label="whole pool")
             ax.set_xscale("log")
             ax.xaxis.set_minor_formatter(NullFormatter())  # 2x10^2, 3x10^2... overlap
-            ax.set_xlabel("programs measured")
+            ax.set_xlabel(f"programs {counted}")
             ax.set_title(f"{kind}: {title}", fontsize=10)
     axes[0][-1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1))
     setup = result.setup

@@ -117,6 +117,22 @@ class StoreDatabase(PyDatabase):
         wid = self.store.workload_id(workload.mod, create=False)
         return self._as_asked(self._records(wid, self.target, top_k), wid, workload.mod)
 
+    def outcomes(self, mod, limit: int = 256) -> list[tuple[TuningRecord, bool]]:
+        """Earlier measurements of ``mod`` on this hardware and target, failures included
+        (MetaSchedule's queries return only programs that ran), with whether each ran: up to
+        ``limit`` of each kind (the newest), for what learns which programs fail (ALT's
+        validity filter warm-starts on them)."""
+        wid = self.store.workload_id(mod, create=False)
+        if wid is None:
+            return []
+        kept: dict[bool, list[Record]] = {True: [], False: []}
+        for r in self.store.query(workload_id=wid, hardware_id=self.hardware_id,
+                                  target=self.target):  # fmt: skip
+            kept[r.ok].append(r)
+        picked = [r for group in kept.values() for r in group[-limit:]]
+        found = self._as_asked(picked, wid, mod)
+        return [(t, r.ok) for t, r in zip(found, picked, strict=True)]
+
     def get_all_tuning_records(self) -> list[TuningRecord]:
         out = []
         for w in self.store.workloads():

@@ -4,7 +4,8 @@
   that ``ValidityFilter`` rates likely to fail (build errors, crashes, timeouts) are dropped
   from the round and from the cache.  An ``audit`` share of them is measured anyway: the
   dropped programs are never measured, so only these say how many the filter drops wrongly.
-  The filter is refitted after every measured batch on everything the task has measured.
+  The filter is refitted after every measured batch on everything the task has measured,
+  earlier runs' records in the store included.
 - **Ping-pong** (``pingpong=1``): rounds alternate.  Even rounds pick as draft-then-verify
   always does (the verifier's best, the score predictor's turn); odd rounds pick by
   uncertainty: a bootstrap ensemble of a small GBDT fitted on the task's measurements, and its
@@ -13,7 +14,10 @@
 
 ``stats`` (shared by every task's clone, like the strategy's timings) counts what the filter
 did: ``dropped`` (measurements saved), ``audited`` and ``audited_valid`` (dropped programs
-measured anyway, and how many of them ran), and the measured programs that failed.
+measured anyway, and how many of them ran), the measured programs that failed (and of those,
+``failed_unfiltered``: picked before the filter had seen enough of both kinds to judge), and
+``earlier``: the records store's measurements of earlier runs the filter and the ensemble
+started from (``warm_start``; failures included, which MetaSchedule's database queries omit).
 """
 
 from __future__ import annotations
@@ -22,11 +26,12 @@ import numpy as np
 
 from tensortune import features as F
 from tensortune.active import ValidityFilter, make_selector, pool_from_programs
-from tensortune.compat import ms, structural_hash
+from tensortune.compat import MeasureCandidate, ms, structural_hash, tvm
 from tensortune.costmodel.data import ProgramSet, concat_programs
 from tensortune.measure.status import run_seconds
 
-STAT_KEYS = ("dropped", "audited", "audited_valid", "measured", "measured_failed")
+STAT_KEYS = ("dropped", "audited", "audited_valid", "measured", "measured_failed",
+             "failed_unfiltered", "earlier")  # fmt: skip
 # Programs whose features are kept (a few KB each); the cache holds a few hundred at a time.
 MEMO_SIZE = 5000
 # Fewest measured programs (and successes) before the uncertainty ensemble is fitted.
@@ -37,8 +42,11 @@ class AltPolicy:
     """One task's ALT state: features of its candidates, outcomes of its measurements."""
 
     def __init__(self, *, validity: bool, pingpong: bool, audit: float, stats: dict[str, int],
-                 seed: int) -> None:  # fmt: skip
+                 seed: int, log: list[tuple[float, bool, int]] | None = None) -> None:  # fmt: skip
         self.filter = ValidityFilter(seed=seed) if validity else None
+        # Of each measured program the filter judged: P(valid) then, whether it ran, and the
+        # fewer of the successes and failures the filter had been fitted on (benchmarks).
+        self.log = log
         self.pingpong = pingpong
         self.audit = audit
         self.stats = stats
@@ -46,8 +54,11 @@ class AltPolicy:
         self._extractor = ms.feature_extractor.PerStoreFeature()
         # By program (structural hash): MetaSchedule hands measured candidates back as new
         # Python objects, so identity cannot tie them to the ones picked.
-        self._memo: dict[int, np.ndarray] = {}
-        self._audited: set[int] = set()
+        self._memo: dict[str, np.ndarray] = {}
+        self._audited: set[str] = set()
+        self._decided: dict[str, bool] = {}  # by program: measure it? (this fit's verdicts)
+        self._p_valid: dict[str, float] = {}  # by program: the filter's rating when judged
+        self._fewest = 0
         self._measured: list[np.ndarray] = []
         self._costs: list[float] = []
 
@@ -66,15 +77,38 @@ class AltPolicy:
         return [self._memo[k] for k in keys]
 
     def allowed(self, context, pool: list, rng: np.random.Generator) -> np.ndarray:
-        """Which candidates of ``pool`` may be measured this round."""
-        ok = np.ones(len(pool), dtype=bool)
+        """Which candidates of ``pool`` may be measured this round.  A program is judged once
+        per fit of the filter (a round that asks again, with fresh drafts, gets the same
+        answer for the ones it had, and they are counted once)."""
         if self.filter is None or not self.filter.active:
-            return ok
-        ok = self.filter.keep(self.features(context, pool))
-        audit = ~ok & (rng.uniform(size=len(pool)) < self.audit)
-        self._audited |= {_key(pool[i]) for i in np.flatnonzero(audit)}
-        self.stats["dropped"] += int((~ok & ~audit).sum())
-        return ok | audit
+            return np.ones(len(pool), dtype=bool)
+        keys = [_key(c) for c in pool]
+        todo = [i for i, k in enumerate(keys) if k not in self._decided]
+        if todo:
+            p = self.filter.p_valid(self.features(context, [pool[i] for i in todo]))
+            keep = p >= self.filter.threshold
+            audit = ~keep & (rng.uniform(size=len(todo)) < self.audit)
+            for i, kept, audited, p_i in zip(todo, keep, audit, p, strict=True):
+                self._decided[keys[i]] = bool(kept or audited)
+                self._p_valid[keys[i]] = float(p_i)
+                if audited:
+                    self._audited.add(keys[i])
+            self.stats["dropped"] += int((~keep & ~audit).sum())
+        return np.array([self._decided[k] for k in keys], dtype=bool)
+
+    def likeliest(self, context, pool: list, n: int) -> np.ndarray:
+        """When the filter rejects a whole round: the ``n`` programs it rates likeliest to
+        run, measured as audits (their outcomes are what corrects a filter that is wrong)."""
+        p = self.filter.p_valid(self.features(context, pool))
+        out = np.zeros(len(pool), dtype=bool)
+        out[np.argsort(-p, kind="stable")[:n]] = True
+        for i in np.flatnonzero(out):
+            key = _key(pool[i])
+            if not self._decided.get(key, True) and key not in self._audited:
+                self._audited.add(key)
+                self.stats["dropped"] -= 1
+            self._decided[key] = True
+        return out
 
     def explore(self, context, pool: list, allowed: np.ndarray, n: int,
                 round_: int) -> list[int] | None:  # fmt: skip
@@ -102,10 +136,33 @@ class AltPolicy:
                                             round=round_)  # fmt: skip
         return [int(where[p - len(known)]) for p in picks]
 
+    def warm_start(self, context, earlier: list[tuple[object, bool]]) -> set[str]:
+        """Learn from the records store's earlier measurements of this task (MetaSchedule
+        tuning records, with whether each ran): a task that failed before is filtered from its
+        first round.  Traces that no longer replay are skipped.  Returns the programs' keys
+        (what the search must not draft again: they are measured)."""
+        cands, ran = [], []
+        for record, ok in earlier:
+            sch = tvm.s_tir.Schedule(context.mod)
+            try:
+                record.trace.apply_to_schedule(sch, remove_postproc=False)
+            except Exception:  # a trace from another TVM or another version of the workload
+                continue
+            cands.append(MeasureCandidate(sch, record.args_info))
+            ran.append(run_seconds(record.run_secs) if ok else np.inf)
+        if not cands:
+            return set()
+        self._measured.extend(self.features(context, cands))
+        self._costs.extend(ran)
+        self.stats["earlier"] += len(cands)
+        self._refit()
+        return {_key(c) for c in cands}
+
     def observe(self, context, cands: list, results: list) -> None:
         """Learn from a measured batch: its outcomes train the filter and the ensemble."""
         cands, results = list(cands), list(results)
         feats = self.features(context, cands)
+        learning = self.filter is not None and not self.filter.active  # it kept all of these
         for c, f, res in zip(cands, feats, results, strict=True):
             cost = run_seconds(res.run_secs)
             ran = bool(np.isfinite(cost)) and not res.error_msg
@@ -113,15 +170,26 @@ class AltPolicy:
             self._costs.append(cost if ran else np.inf)
             self.stats["measured"] += 1
             self.stats["measured_failed"] += int(not ran)
+            self.stats["failed_unfiltered"] += int(not ran and learning)
+            p_valid = self._p_valid.pop(_key(c), None)
+            if self.log is not None and p_valid is not None:
+                self.log.append((p_valid, ran, self._fewest))
             if _key(c) in self._audited:
                 self._audited.discard(_key(c))
                 self.stats["audited"] += 1
                 self.stats["audited_valid"] += int(ran)
+        self._refit()
+
+    def _refit(self) -> None:
         if self.filter is not None:
-            self.filter.fit(self._measured, np.isfinite(np.array(self._costs)))
+            ran = np.isfinite(np.array(self._costs))
+            self._fewest = int(min(ran.sum(), (~ran).sum()))
+            self.filter.fit(self._measured, ran)
+            self._decided.clear()  # new verdicts from the new fit
+            self._p_valid.clear()
 
 
-def _key(cand) -> int:
+def _key(cand) -> str:
     return structural_hash(cand.sch.mod)
 
 

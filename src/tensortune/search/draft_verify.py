@@ -57,6 +57,10 @@ from tensortune.search.analyzer.machine import machine_for
 from tensortune.search.analyzer.roofline import Analyzer
 from tensortune.search.blend import TrustBlend
 from tensortune.search.build_cost import BuildCosts, cost_aware_order, unroll_step
+from tensortune.search.space import tune_context
+
+# Fresh drafts a round may ask for when ALT's filter leaves fewer candidates than it measures.
+REFILLS = 3
 
 # The settings of DraftThenVerify a user may change by name (the CLI's ``--draft-option k=v``),
 # with their smallest and largest values; type and default are the constructor's.
@@ -134,7 +138,9 @@ class DraftThenVerify(PySearchStrategy):
                  build_times: dict[str, float] | None = None, build_cost_weight: float = 0.0,
                  first_draft_generations: int = 0, blend: int = 0, validity: int = 0,
                  pingpong: int = 0, audit: float = 0.1,
-                 alt_stats: dict[str, int] | None = None) -> None:  # fmt: skip
+                 alt_stats: dict[str, int] | None = None,
+                 alt_log: list[tuple[float, bool, int]] | None = None,
+                 records: object | None = None) -> None:  # fmt: skip
         super().__init__()
         self.population = population
         self.draft_generations = draft_generations
@@ -157,6 +163,8 @@ class DraftThenVerify(PySearchStrategy):
         self.alt_stats = alt_stats if alt_stats is not None else {}
         for key in STAT_KEYS:
             self.alt_stats.setdefault(key, 0)
+        self.alt_log = alt_log  # benchmarks' record of the filter's ratings (``AltPolicy.log``)
+        self.records = records
 
     def settings(self) -> dict[str, object]:
         """The settings (``OPTION_RANGES``' names) this strategy was made with."""
@@ -164,7 +172,14 @@ class DraftThenVerify(PySearchStrategy):
 
     def clone(self) -> DraftThenVerify:
         return DraftThenVerify(**self.settings(), timings=self.timings,
-                               build_times=self.build_times, alt_stats=self.alt_stats)  # fmt: skip
+                               build_times=self.build_times, alt_stats=self.alt_stats,
+                               alt_log=self.alt_log, records=self.records)  # fmt: skip
+
+    def read_records(self, database: object) -> None:
+        """Where ALT's filter finds earlier runs' outcomes of a task, failures included: our
+        ``StoreDatabase`` (``tune`` calls this before it clones the strategy for each task;
+        the database MetaSchedule hands ``pre_tuning`` is its C++ view, without our methods)."""
+        self.records = database
 
     def watch_builder(self, builder: object) -> None:
         """Learn what builds cost from ``builder``'s timings when they weigh in the picks
@@ -176,6 +191,7 @@ class DraftThenVerify(PySearchStrategy):
         self.context = context
         self.rng = np.random.default_rng(max(int(context.rand_state), 0))
         platform = Platform(json.loads(target_key(context.target)), current_hardware())
+        self.platform = platform
         self.analyzer = TimedCostModel(AnalyzerCostModel(Analyzer(machine_for(platform))))
         self.drafter = self._evolution(context, self.draft_generations)
         self.first_drafter = None
@@ -198,6 +214,7 @@ class DraftThenVerify(PySearchStrategy):
     def pre_tuning(self, max_trials: int, num_trials_per_iter: int, design_spaces, database=None,
                    cost_model=None) -> None:  # fmt: skip
         self.max_trials = max_trials
+        self.sampler = None  # random drafts, made when a filtered round first needs them
         # The tuner's round size bounds ours: it splits a small budget between its tasks.
         self.n_round = min(self.per_round or num_trials_per_iter, num_trials_per_iter)
         self.verifier = cost_model
@@ -211,8 +228,11 @@ class DraftThenVerify(PySearchStrategy):
         self.analyzer_memo: dict[int, tuple[object, float]] = {}
         self.alt = (AltPolicy(validity=bool(self.validity), pingpong=bool(self.pingpong),
                               audit=self.audit, stats=self.alt_stats,
-                              seed=int(self.rng.integers(1 << 30)))
+                              seed=int(self.rng.integers(1 << 30)), log=self.alt_log)
                     if self.validity or self.pingpong else None)  # fmt: skip
+        earlier = getattr(self.records, "outcomes", None)
+        if self.alt is not None and callable(earlier):
+            self.seen |= self.alt.warm_start(self.context, earlier(self.context.mod))
         # The drafter never stops on its own: we count trials, it hands out drafts.
         if self.first_draft_generations != self.draft_generations:
             self.first_drafter = self._evolution(self.context, self.first_draft_generations)
@@ -223,6 +243,29 @@ class DraftThenVerify(PySearchStrategy):
     def post_tuning(self) -> None:
         self.drafter.post_tuning()
         self._retire_first_drafter()
+        if self.sampler is not None:
+            self.sampler.post_tuning()
+            self.sampler = None
+
+    def _random_drafts(self) -> list:
+        """Random programs of the design space (MetaSchedule's ``ReplayTrace``), for rounds
+        whose drafts ALT's filter rejected."""
+        if self.sampler is None:
+            # A context of its own, seeded apart: on the task's, it would draw the very programs
+            # the drafter's first population was sampled as.
+            ctx = tune_context(self.context.mod, self.platform,
+                               seed=int(self.rng.integers(1, 1 << 30)),
+                               strategy=ms.search_strategy.ReplayTrace())  # fmt: skip
+            self.sampler = ctx.search_strategy
+            self.sampler.pre_tuning(1 << 30, max(self.draft_size // 4, 1),
+                                    ctx.space_generator.generate_design_space(ctx.mod), None,
+                                    None)  # fmt: skip
+            self._sampler_context = ctx  # keeps it alive while its strategy draws
+        drawn = list(self.sampler.generate_measure_candidates() or [])
+        # It counts reported results toward its budget; these are never measured by it.
+        done = [ms.runner.RunnerResult([1.0], None)] * len(drawn)
+        self.sampler.notify_runner_results(drawn, done)
+        return drawn
 
     def _retire_first_drafter(self) -> None:
         if self.first_drafter is not None:
@@ -233,25 +276,41 @@ class DraftThenVerify(PySearchStrategy):
         n = min(self.n_round, self.max_trials - self.trials)
         if n <= 0:
             return None
-        if not self.cache or self.rounds % self.redraft_every == 0:
-            with self._clock("draft"):
-                drafter = self.drafter if self.first_drafter is None else self.first_drafter
-                fresh = drafter.generate_measure_candidates() or []
-                self._retire_first_drafter()
-                self.cache = [c for c in fresh if self._new(c)] + self.cache
-                self.cache = self.cache[: self.draft_size]
-        if not self.cache:
-            return None
-        with self._clock("verify"):
-            pool, by_analyzer, by_verifier = self._verify(self.cache)
-            scores = self._rank(by_analyzer, by_verifier)
-        allowed, uncertain = np.ones(len(pool), dtype=bool), None
-        if self.alt is not None:
+        # A filter that drops most of a round's pool gets fresh drafts to choose from: a
+        # short round would end the task's search before its budget (MetaSchedule stops a
+        # task whose strategy hands out nothing).
+        pool: list = []
+        for refill in range(REFILLS + 1):
+            if refill or not self.cache or self.rounds % self.redraft_every == 0:
+                with self._clock("draft"):
+                    drafter = self.drafter if self.first_drafter is None else self.first_drafter
+                    fresh = drafter.generate_measure_candidates() or []
+                    self._retire_first_drafter()
+                    if refill:  # the drafter never learns what was dropped and offers it again
+                        fresh += self._random_drafts()
+                    self.cache = [c for c in fresh if self._new(c)] + self.cache
+                    self.cache = self.cache[: self.draft_size]
+            if not self.cache:  # the drafter had nothing new: random drafts next
+                continue
+            with self._clock("verify"):
+                pool, by_analyzer, by_verifier = self._verify(self.cache)
+                scores = self._rank(by_analyzer, by_verifier)
+            allowed, uncertain = np.ones(len(pool), dtype=bool), None
+            if self.alt is None:
+                break
             with self._clock("alt"):
                 allowed = self.alt.allowed(self.context, pool, self.rng)
-                uncertain = self.alt.explore(self.context, pool, allowed, n, self.rounds)
                 dropped = {id(pool[i]) for i in np.flatnonzero(~allowed)}
                 self.cache = [c for c in self.cache if id(c) not in dropped]
+            if allowed.sum() >= n:
+                break
+        if not pool:  # the design space is spent
+            return None
+        if self.alt is not None:
+            with self._clock("alt"):
+                if not allowed.any():
+                    allowed = self.alt.likeliest(self.context, pool, n)
+                uncertain = self.alt.explore(self.context, pool, allowed, n, self.rounds)
         order = [i for i in np.argsort(-scores, kind="stable") if allowed[i]]
         if uncertain is not None:  # ALT's exploring round: the ensemble's picks
             greedy = uncertain

@@ -56,8 +56,10 @@ def run_search(
     from tensortune.search.leases import Leased
     from tensortune.search.space import tune_context
 
+    database = StoreDatabase(store, target=platform, run_id=run_id)
+
     def task_strategy(wid: int) -> object:
-        own = strategy_for_task(strategy, session.builder)
+        own = strategy_for_task(strategy, session.builder, database)
         return own if budget is None else Leased(own, budget, wid)
 
     loggers = _task_loggers(work_dir, [t.name for t in tasks])
@@ -82,7 +84,7 @@ def run_search(
             num_trials_per_iter=trials_per_round,
             builder=session.builder,
             runner=session.runner,
-            database=StoreDatabase(store, target=platform, run_id=run_id),
+            database=database,
             cost_model=cost_model,
             measure_callbacks=callbacks,
             task_scheduler=task_scheduler,

@@ -1,0 +1,165 @@
+"""Dataset pruning: keep the share of a dataset's programs that teaches a cost model what the
+whole does (Verma et al. 2023 prune ~45% of TenSet without losing PCA; issue 21).
+
+Every method keeps ``keep`` of the programs of each comparable group (a task on one hardware;
+at least one each), except ``shape-dedup``, which first drops whole tasks:
+
+- ``random``: uniform within each group; the baseline every method must beat.
+- ``cluster``: redundancy clustering in feature space: greedy k-center over the programs'
+  pooled per-store features (``active/pool.py``), so each kept program stands for the dropped
+  ones nearest to it.
+- ``low-perf``: low-performance redundancy (BALTO's observation that random sampling measures
+  mostly slow programs, which teach little about the top a tuner needs): the fastest
+  ``FAST_SHARE`` of the quota is kept, the rest by k-center starting from them, so slow
+  programs in dense regions go first and slow ones in regions nothing else covers stay.
+- ``shape-dedup``: shape-variant deduplication: tasks of one family (the same operator chain:
+  the task name with its numbering stripped, ``fused_conv2d8_add4`` → ``fused_conv2d_add``) on
+  one hardware are shape variants of each other; the variant closest to another remaining one
+  (workload embedding, standardised) is dropped, then the next, while the family has two or
+  more and the target is not reached; if the variants run out first, the rest is random.
+
+``AUTO`` is the method the study (``bench prune``, benchmarks/RESULTS.md) found best: on the
+dense pool, ``cluster`` kept the whole pool's PCA at 60% and lost 0.7 points at 45%, where
+random lost 1.2 and 2.1 and ``low-perf`` 1.6 and 3.1.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from tensortune.active import Pool, pool_from_programs
+from tensortune.active.selectors import TaskView, k_center
+from tensortune.costmodel.data import ProgramSet
+from tensortune.errors import TensortuneError, about
+
+METHODS = ("random", "cluster", "low-perf", "shape-dedup")
+AUTO = "cluster"
+FAST_SHARE = 0.5  # of each group's quota, kept for speed alone by low-perf
+
+
+def task_family(name: str) -> str:
+    """``fused_conv2d8_add4_add61`` → ``fused_conv2d_add_add``: the numbers TVM appends to
+    tell tasks apart are dropped, the operators' own (``conv2d``) are not."""
+    return re.sub(r"(?<=[A-Za-z])\d+(?=_|$)", "", name)
+
+
+def prune(pool: Pool, method: str, keep: float, *, seed: int = 0,
+          families: Sequence[str] | None = None) -> np.ndarray:  # fmt: skip
+    """Sorted pool indices of the programs ``method`` keeps (module docstring).  ``pool``'s
+    labels are the dataset's; ``families`` (one per program) is what ``shape-dedup`` groups
+    tasks by."""
+    method = resolve_method(method)
+    if not 0 < keep <= 1:  # NaN fails too
+        raise TensortuneError(f"must lie in (0, 1], not {keep}", param="keep")
+    if seed < 0:
+        raise TensortuneError(f"must not be negative, not {seed}", param="seed")
+    rng = np.random.default_rng(seed)
+    if keep == 1 or not len(pool):
+        return np.arange(len(pool))
+    if method == "shape-dedup":
+        if families is None or len(families) != len(pool):
+            raise TensortuneError("shape-dedup needs each program's task family")
+        return _shape_dedup(pool, keep, np.asarray(families), rng)
+    kept = []
+    for task in np.unique(pool.task):
+        members = np.flatnonzero(pool.task == task)
+        quota = max(1, round(keep * len(members)))
+        kept.append(members[_keep_in_group(pool, members, quota, method, rng)])
+    return np.sort(np.concatenate(kept))
+
+
+def resolve_method(method: str) -> str:
+    if method == "auto":
+        return AUTO
+    if method not in METHODS:
+        raise TensortuneError(f"unknown pruning method '{method}'; known: "
+                              f"{', '.join(METHODS)}, auto", param="method")  # fmt: skip
+    return method
+
+
+def _keep_in_group(pool: Pool, members: np.ndarray, quota: int, method: str,
+                   rng: np.random.Generator) -> np.ndarray:  # fmt: skip
+    """``quota`` positions in ``members`` (one group's pool indices)."""
+    if method == "random":
+        return rng.choice(len(members), quota, replace=False)
+    if method == "cluster":
+        view = TaskView(members, np.zeros(0, dtype=int), pool.vectors, None, None)
+        return k_center(view, np.arange(len(members)), quota, rng)
+    labels = np.nan_to_num(pool.labels[members], nan=0.0)
+    order = np.argsort(-labels, kind="stable")
+    n_fast = math.ceil(FAST_SHARE * quota)
+    fast, rest = order[:n_fast], order[n_fast:]
+    view = TaskView(members[rest], members[fast], pool.vectors, None, None)
+    return np.concatenate([fast, rest[k_center(view, np.arange(len(rest)), quota - n_fast, rng)]])
+
+
+def _shape_dedup(pool: Pool, keep: float, families: np.ndarray,
+                 rng: np.random.Generator) -> np.ndarray:  # fmt: skip
+    target = max(1, round(keep * len(pool)))
+    tasks, first, sizes = np.unique(pool.task, return_index=True, return_counts=True)
+    family = families[first]
+    emb = pool.programs.workload[first].astype(np.float64)
+    spread = emb.std(axis=0)
+    emb = np.where(spread > 1e-9, (emb - emb.mean(axis=0)) / np.where(spread > 1e-9, spread, 1),
+                   0.0)  # fmt: skip
+    alive = np.ones(len(tasks), dtype=bool)
+    left = len(pool)
+    while left > target:
+        best, best_key = -1, (np.inf, 0.0)
+        for i in np.flatnonzero(alive):
+            peers = np.flatnonzero(alive & (family == family[i]))
+            peers = peers[peers != i]
+            if not len(peers):
+                continue
+            key = (float(np.min(np.linalg.norm(emb[peers] - emb[i], axis=1))), -float(sizes[i]))
+            if key < best_key:
+                best, best_key = i, key
+        if best < 0:  # every family is down to one task
+            break
+        alive[best] = False
+        left -= int(sizes[best])
+    kept_tasks = set(tasks[alive].tolist())
+    kept = np.flatnonzero(np.isin(pool.task, list(kept_tasks)))
+    if len(kept) > target:  # the variants ran out: the rest uniformly, group by group
+        share = target / len(kept)
+        picks = []
+        for task in kept_tasks:
+            members = np.flatnonzero(pool.task == task)
+            picks.append(rng.choice(members, max(1, round(share * len(members))), replace=False))
+        kept = np.concatenate(picks)
+    return np.sort(kept)
+
+
+def prune_dataset(dataset: str | Path, method: str, keep: float, out: str | Path, *,
+                  seed: int = 0) -> dict:  # fmt: skip
+    """Write the programs ``method`` keeps of every group of ``dataset`` (all its hardware) to
+    ``out`` as a dataset ``train`` reads; returns its card.  Rows without features (failed
+    builds) are kept out, as training leaves them out."""
+    from tensortune.datasets.build import write_subset
+    from tensortune.datasets.shipped import dataset_path
+    from tensortune.train.trainer import dataset_columns
+
+    with about("method"):
+        method = resolve_method(method)
+    source = dataset_path(dataset)
+    if Path(out).resolve() == source.resolve():
+        raise TensortuneError("pruning would overwrite its own dataset: give another directory",
+                              param="out")  # fmt: skip
+    columns, card = dataset_columns(dataset)
+    rows = np.array([i for i, p in enumerate(columns["per_store"]) if p is not None], dtype=int)
+    if not len(rows):
+        raise TensortuneError(f"{card.get('name')} has no programs with features to prune")
+    pool = pool_from_programs(ProgramSet.from_columns(columns, rows))
+    families = [task_family(columns["task_name"][i]) + "|" + columns["hardware"][i] for i in rows]
+    chosen = rows[prune(pool, method, keep, seed=seed, families=families)]
+    provenance = {"pruning": {"source": card.get("name"), "method": method, "keep": keep,
+                              "seed": seed, "programs": len(chosen), "of": len(rows)}}  # fmt: skip
+    note = (f"{len(chosen)} of the {len(rows)} programs of {card.get('name')}, kept by "
+            f"`tensortune dataset prune --method {method} --keep {keep:g} --seed {seed}`; "
+            "labels are against the best program kept of each task.")  # fmt: skip
+    return write_subset(source, chosen, out, description=note, extra=provenance).data

@@ -1,0 +1,167 @@
+"""Dataset pruning: one conformance test every method passes, what each method is for
+(cluster spreads out, low-perf keeps the fast ones and drops slow programs in dense regions,
+shape-dedup drops shape variants first), the study, and ``dataset prune`` → ``train``."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from test_active import FAST_XGB, HW, _spread_out
+from test_costmodels import synthetic
+
+from tensortune.active import pool_from_programs
+from tensortune.active.selectors import _distances
+from tensortune.compare.pruning import prune_study
+from tensortune.errors import TensortuneError
+from tensortune.train.pruning import METHODS, prune, prune_dataset, task_family
+
+CLI = [sys.executable, "-m", "tensortune.cli.app"]
+
+
+@pytest.fixture(scope="module")
+def pool():
+    return pool_from_programs(synthetic(400, seed=3))
+
+
+def _families(pool) -> list[str]:
+    """Tasks 0 and 1 are shape variants of one operator, 2 and 3 of another."""
+    return [f"op{t // 2}" for t in pool.task]
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_every_method_keeps_a_share_of_each_group_and_a_seed_fixes_it(method, pool):
+    families = _families(pool)
+    for keep in (0.1, 0.45, 0.8):
+        kept = prune(pool, method, keep, seed=1, families=families)
+        assert len(kept) == len(set(kept.tolist())) and np.all(np.diff(kept) > 0)
+        assert kept.min() >= 0 and kept.max() < len(pool)
+        assert abs(len(kept) - keep * len(pool)) <= 0.15 * len(pool) + 4, (keep, len(kept))
+        again = prune(pool, method, keep, seed=1, families=families)
+        assert np.array_equal(kept, again)
+        if method != "shape-dedup":  # the others keep `keep` of every group (±1 rounding)
+            for t in np.unique(pool.task):
+                size = (pool.task == t).sum()
+                assert abs((pool.task[kept] == t).sum() - keep * size) <= 1
+    assert np.array_equal(prune(pool, method, 1.0, families=families), np.arange(len(pool)))
+    for bad in (0, 1.5, float("nan")):
+        with pytest.raises(TensortuneError, match="must lie in"):
+            prune(pool, method, bad, families=families)
+
+
+def test_unknown_method_names_the_known_ones_and_auto_is_one_of_them(pool):
+    with pytest.raises(TensortuneError, match="known: random, cluster, low-perf"):
+        prune(pool, "nosuch", 0.5)
+    assert len(prune(pool, "auto", 0.5, families=_families(pool))) > 0
+
+
+def test_cluster_keeps_programs_farther_apart_than_random(pool):
+    def gap(method: str, seed: int) -> float:
+        return _spread_out(pool, prune(pool, method, 0.1, seed=seed))
+
+    assert np.mean([gap("cluster", s) for s in range(3)]) > 1.2 * np.mean(
+        [gap("random", s) for s in range(3)])  # fmt: skip
+
+
+def test_low_perf_keeps_each_groups_fastest_and_drops_slow_programs_first(pool):
+    kept = prune(pool, "low-perf", 0.3, seed=0)
+    for t in np.unique(pool.task):
+        members = np.flatnonzero(pool.task == t)
+        mine = kept[pool.task[kept] == t]
+        top = members[np.argsort(-pool.labels[members])[: len(mine) // 2]]
+        assert set(top.tolist()) <= set(mine.tolist())  # the fast half of its quota
+    slow = np.zeros(len(pool), dtype=bool)
+    crowding = np.zeros(len(pool))  # distance to the nearest other program of the task
+    for t in np.unique(pool.task):
+        members = np.flatnonzero(pool.task == t)
+        slow[members] = pool.labels[members] < np.median(pool.labels[members])
+        x = pool.vectors[members].astype(np.float64)
+        for i, m in enumerate(members):
+            crowding[m] = _distances(x[i : i + 1], np.delete(x, i, axis=0))[0]
+    assert slow[kept].mean() < slow[prune(pool, "random", 0.3, seed=0)].mean()
+    dropped = np.setdiff1d(np.arange(len(pool)), kept)
+    # The slow programs it keeps stand alone; those it drops had close neighbours.
+    assert crowding[kept[slow[kept]]].mean() > 1.1 * crowding[dropped[slow[dropped]]].mean()
+
+
+def test_shape_dedup_drops_the_closest_variant_whole_before_anything_else(pool):
+    families = _families(pool)
+    sizes = np.bincount(pool.task)
+    keep = (len(pool) - min(sizes)) / len(pool)  # room to drop exactly one whole task
+    kept = prune(pool, "shape-dedup", keep, seed=0, families=families)
+    gone = set(np.unique(pool.task).tolist()) - set(np.unique(pool.task[kept]).tolist())
+    assert len(gone) == 1 and len(kept) == len(pool) - sizes[gone.pop()]
+    with pytest.raises(TensortuneError, match="family"):
+        prune(pool, "shape-dedup", 0.5)
+    # Every family down to one task: the rest is random within the survivors.
+    kept = prune(pool, "shape-dedup", 0.2, seed=0, families=families)
+    assert len(np.unique(pool.task[kept])) == 2
+    assert abs(len(kept) - 0.2 * len(pool)) <= 3
+
+
+def test_task_families_drop_tvms_numbering_not_the_operators():
+    assert task_family("fused_conv2d8_add4_add61") == "fused_conv2d_add_add"
+    assert task_family("fused_nn_conv2d_add") == "fused_nn_conv2d_add"
+    assert task_family("matmul3") == task_family("matmul") == "matmul"
+
+
+def test_the_pruning_study_scores_each_method_and_the_whole_pool():
+    result = prune_study("default", held_out=["gpt2-block"], hardware=HW,
+                         methods=["random", "low-perf", "shape-dedup"], keeps=[0.35, 1],
+                         seeds=[0], params={"xgb": FAST_XGB})  # fmt: skip
+    summary = {(e["selector"], e["fraction"]): e for e in result.summary()}
+    assert set(summary) == {("all", 1.0), ("random", 0.35), ("low-perf", 0.35),
+                            ("shape-dedup", 0.35)}  # fmt: skip
+    for e in summary.values():
+        assert 0.3 < e["pca"] < 1
+    n = result.setup["pool_programs"]
+    assert abs(summary[("random", 0.35)]["measured"] - 0.35 * n) < 0.02 * n
+    with pytest.raises(TensortuneError, match="unknown pruning method"):
+        prune_study("default", held_out=["gpt2-block"], hardware=HW, methods=["nosuch"])
+    with pytest.raises(TensortuneError, match="shares kept"):
+        prune_study("default", held_out=["gpt2-block"], hardware=HW, keeps=[0])
+
+
+def test_a_pruned_dataset_is_one_that_train_reads(tmp_path):
+    from tensortune.datasets.build import load_table
+    from tensortune.train.trainer import train
+
+    card = prune_dataset("default", "low-perf", 0.4, tmp_path / "pruned", seed=2)
+    p = card["pruning"]
+    assert p["method"] == "low-perf" and card["programs"] == p["programs"]
+    assert abs(p["programs"] - 0.4 * p["of"]) < 0.02 * p["of"]
+    assert len(card["hardware"]) == 3  # every hardware of the dataset is pruned, none dropped
+    table = load_table(tmp_path / "pruned").to_pydict()
+    best: dict[tuple, float] = {}
+    for t, h, y in zip(table["task_id"], table["hardware"], table["label"], strict=True):
+        best[(t, h)] = max(y, best.get((t, h), 0.0))
+    assert all(y == pytest.approx(1.0) for y in best.values())
+    result = train(tmp_path / "pruned", cost_model="xgb", params=FAST_XGB, split="by-task")
+    assert 0 < result.metrics["pca"] <= 1
+    out = subprocess.run([*CLI, "dataset", "prune", "--keep", "0.3", "--method", "random",
+                          "--out", str(tmp_path / "r")], capture_output=True, text=True,
+                         check=True)  # fmt: skip
+    assert "kept" in out.stdout
+    info = subprocess.run([*CLI, "dataset", "info", str(tmp_path / "r"), "--json"],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    assert abs(json.loads(info.stdout)["programs"] - 0.3 * p["of"]) < 0.02 * p["of"]
+    for extra, says in ((["--method", "nosuch"], "unknown pruning method"),
+                        (["--keep", "2"], "must lie in")):  # fmt: skip
+        args = ["dataset", "prune", "--keep", "0.3", "--out", str(tmp_path / "x"), *extra]
+        bad = subprocess.run([*CLI, *args], capture_output=True, text=True)
+        assert bad.returncode != 0 and says in bad.stderr
+        assert len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_bench_prune_prints_json_and_draws_its_plot(tmp_path):
+    out = subprocess.run([*CLI, "bench", "prune", "--held-out", "gpt2-block", "--hardware", HW,
+                          "--keep", "0.5,1", "--seeds", "1", "--method", "cluster",
+                          "--param", "xgb.n_rounds=30", "--json", "--plot",
+                          str(tmp_path / "p.png")], capture_output=True, text=True,
+                         check=True)  # fmt: skip
+    report = json.loads(out.stdout)
+    assert {e["selector"] for e in report["summary"]} == {"all", "cluster"}
+    assert (tmp_path / "p.png").stat().st_size > 10_000
