@@ -164,6 +164,7 @@ class AltPolicy:
         feats = self.features(context, cands)
         learning = self.filter is not None and not self.filter.active  # it kept all of these
         for c, f, res in zip(cands, feats, results, strict=True):
+            key = _key(c)
             cost = run_seconds(res.run_secs)
             ran = bool(np.isfinite(cost)) and not res.error_msg
             self._measured.append(f)
@@ -171,11 +172,11 @@ class AltPolicy:
             self.stats["measured"] += 1
             self.stats["measured_failed"] += int(not ran)
             self.stats["failed_unfiltered"] += int(not ran and learning)
-            p_valid = self._p_valid.pop(_key(c), None)
+            p_valid = self._p_valid.pop(key, None)
             if self.log is not None and p_valid is not None:
                 self.log.append((p_valid, ran, self._fewest))
-            if _key(c) in self._audited:
-                self._audited.discard(_key(c))
+            if key in self._audited:
+                self._audited.discard(key)
                 self.stats["audited"] += 1
                 self.stats["audited_valid"] += int(ran)
         self._refit()

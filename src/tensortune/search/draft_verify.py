@@ -57,7 +57,7 @@ from tensortune.search.analyzer.machine import machine_for
 from tensortune.search.analyzer.roofline import Analyzer
 from tensortune.search.blend import TrustBlend
 from tensortune.search.build_cost import BuildCosts, cost_aware_order, unroll_step
-from tensortune.search.space import tune_context
+from tensortune.search.space import RandomSchedules
 
 # Fresh drafts a round may ask for when ALT's filter leaves fewer candidates than it measures.
 REFILLS = 3
@@ -244,28 +244,18 @@ class DraftThenVerify(PySearchStrategy):
         self.drafter.post_tuning()
         self._retire_first_drafter()
         if self.sampler is not None:
-            self.sampler.post_tuning()
+            self.sampler.close()
             self.sampler = None
 
     def _random_drafts(self) -> list:
-        """Random programs of the design space (MetaSchedule's ``ReplayTrace``), for rounds
-        whose drafts ALT's filter rejected."""
+        """Random programs of the design space, for rounds whose drafts ALT's filter
+        rejected.  Seeded apart from the task: with its seed they would be the very programs
+        the drafter's first population was sampled as."""
         if self.sampler is None:
-            # A context of its own, seeded apart: on the task's, it would draw the very programs
-            # the drafter's first population was sampled as.
-            ctx = tune_context(self.context.mod, self.platform,
-                               seed=int(self.rng.integers(1, 1 << 30)),
-                               strategy=ms.search_strategy.ReplayTrace())  # fmt: skip
-            self.sampler = ctx.search_strategy
-            self.sampler.pre_tuning(1 << 30, max(self.draft_size // 4, 1),
-                                    ctx.space_generator.generate_design_space(ctx.mod), None,
-                                    None)  # fmt: skip
-            self._sampler_context = ctx  # keeps it alive while its strategy draws
-        drawn = list(self.sampler.generate_measure_candidates() or [])
-        # It counts reported results toward its budget; these are never measured by it.
-        done = [ms.runner.RunnerResult([1.0], None)] * len(drawn)
-        self.sampler.notify_runner_results(drawn, done)
-        return drawn
+            self.sampler = RandomSchedules(self.context.mod, self.platform,
+                                           max(self.draft_size // 4, 1),
+                                           seed=int(self.rng.integers(1, 1 << 30)))  # fmt: skip
+        return self.sampler.draw()
 
     def _retire_first_drafter(self) -> None:
         if self.first_drafter is not None:

@@ -32,20 +32,40 @@ def tune_context(
     )  # fmt: skip
 
 
+class RandomSchedules:
+    """Random schedules of ``mod`` drawn from its design space (MetaSchedule's ``ReplayTrace``),
+    ``batch`` per ``draw``, up to ``limit`` in all; ``close`` when done."""
+
+    def __init__(self, mod: tvm.IRModule, platform: Platform, batch: int, *, seed: int = 0,
+                 limit: int = 1 << 30) -> None:  # fmt: skip
+        self._context = tune_context(mod, platform, seed=seed,
+                                     strategy=ms.search_strategy.ReplayTrace())  # fmt: skip
+        self._strategy = self._context.search_strategy
+        spaces = self._context.space_generator.generate_design_space(self._context.mod)
+        self._strategy.pre_tuning(limit, batch, spaces, None, None)
+
+    def draw(self) -> list[MeasureCandidate]:
+        batch = list(self._strategy.generate_measure_candidates() or [])
+        # It counts reported results toward its limit; nobody measures these through it.
+        self._strategy.notify_runner_results(
+            batch, [ms.runner.RunnerResult([1.0], None)] * len(batch)
+        )
+        return batch
+
+    def close(self) -> None:
+        self._strategy.post_tuning()
+
+
 def sample_candidates(
     mod: tvm.IRModule, platform: Platform, count: int, *, seed: int = 0
 ) -> list[MeasureCandidate]:
     """``count`` distinct random schedules of ``mod`` drawn from its design space."""
-    ctx = tune_context(mod, platform, seed=seed, strategy=ms.search_strategy.ReplayTrace())
-    spaces = ctx.space_generator.generate_design_space(ctx.mod)
-    strategy = ctx.search_strategy
-    strategy.pre_tuning(count, count, spaces, None, None)
+    sampler = RandomSchedules(mod, platform, count, seed=seed, limit=count)
     out: list[MeasureCandidate] = []
     while len(out) < count:
-        batch = strategy.generate_measure_candidates()
+        batch = sampler.draw()
         if not batch:
             break
         out.extend(batch)
-        strategy.notify_runner_results(batch, [ms.runner.RunnerResult([1.0], None)] * len(batch))
-    strategy.post_tuning()
+    sampler.close()
     return out[:count]
