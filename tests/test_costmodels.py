@@ -20,6 +20,7 @@ FAST = {
     "mlp": {"epochs": 40, "chunk": 16},
     "tlp": {"epochs": 50, "chunk": 16, "hidden": 32, "heads": 2, "lr": 3e-3},
     "pacm": {"epochs": 40, "chunk": 16, "pattern_hidden": 32, "heads": 2},
+    "hwattn": {"epochs": 40, "chunk": 16, "hidden": 64, "hardware_hidden": 16, "heads": 2},
 }
 
 

@@ -32,6 +32,8 @@ _EXPORTS = {
     "collect": "tensortune.collect",
     "train": "tensortune.train.trainer",
     "evaluate": "tensortune.train.trainer",
+    "finetune": "tensortune.train.finetune",
+    "recheck_dataset": "tensortune.datasets.recheck",
     "bench_tune": "tensortune.compare.search_methods",
     "bench_seeds": "tensortune.compare.seeds",
     "BenchResult": "tensortune.compare.search_methods",
@@ -100,6 +102,7 @@ __all__ = [
     "draft_quality",
     "evaluate",
     "export_records",
+    "finetune",
     "import_records",
     "kernel_class",
     "load",
@@ -108,6 +111,7 @@ __all__ = [
     "open_records",
     "parse_spec",
     "plan_tune",
+    "recheck_dataset",
     "resolve_platform",
     "resolve_tasks",
     "strategy_from",
@@ -123,6 +127,7 @@ if TYPE_CHECKING:
     from tensortune.compare.seeds import bench_seeds, summarize_seeds
     from tensortune.costmodel.factory import cost_model_from
     from tensortune.costmodel.registry import load_cost_model
+    from tensortune.datasets.recheck import recheck_dataset
     from tensortune.deploy.artifact import CompiledModel, load
     from tensortune.deploy.compile import CompileReport, compile_model
     from tensortune.errors import TensortuneError
@@ -137,6 +142,7 @@ if TYPE_CHECKING:
     from tensortune.search.analyzer.quality import draft_quality
     from tensortune.search.draft_verify import DraftThenVerify
     from tensortune.search.factory import strategy_from
+    from tensortune.train.finetune import finetune
     from tensortune.train.trainer import evaluate, train
     from tensortune.transfer.classes import kernel_class
     from tensortune.transfer.run import TransferResult, transfer

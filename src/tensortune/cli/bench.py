@@ -364,6 +364,9 @@ StudyHardwareOpt = Annotated[
     str | None,
     typer.Option(metavar="HW", help="The hardware to study, when the dataset has several."),
 ]
+DefaultDatasetOpt = Annotated[
+    str, typer.Option(metavar="DATASET", help="A dataset directory, or default (shipped).")
+]
 ModelParamOpt = Annotated[
     list[str] | None,
     typer.Option(
@@ -451,9 +454,7 @@ def pruning(
             help="random | cluster | low-perf | shape-dedup; repeatable (default: all).",
         ),
     ] = None,
-    dataset: Annotated[
-        str, typer.Option(metavar="DATASET", help="A dataset directory, or default (shipped).")
-    ] = "default",
+    dataset: DefaultDatasetOpt = "default",
     held_out: Annotated[
         str,
         typer.Option(
@@ -503,6 +504,125 @@ def pruning(
     _print_study(result, as_json, plot, picked="method", counted="kept")
 
 
+@app.command("hardware")
+def hardware(
+    hardware: Annotated[
+        str,
+        typer.Option(
+            metavar="HW",
+            help="The machine to hold out: a hardware of the dataset (its configuration name, "
+            "e.g. avx512-1c, or name@fingerprint).",
+        ),
+    ] = "avx512-1c",
+    dataset: DefaultDatasetOpt = "default",
+    folds: Annotated[
+        str,
+        typer.Option(
+            metavar="NET[+NET][,...]",
+            help="Held-out networks, one fold each (+ joins networks into one fold).",
+        ),
+    ] = "resnet18,bert-base,vit-tiny",
+    models: Annotated[
+        str, typer.Option(metavar="KIND[,KIND...]", help="Neural cost models to transfer.")
+    ] = "hwattn",
+    samples: Annotated[
+        str, typer.Option(metavar="K[,K...]", help="Target measurements for the few-shot arms.")
+    ] = "16,64,256",
+    seeds: Annotated[int, typer.Option(metavar="N", help="Seeds 0..N-1 of every arm.")] = 3,
+    param: ModelParamOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Held-out hardware: a model trained on the other machines (zero-shot), fine-tuned on k of
+    the new machine's measurements, trained on those k alone, adapted by MoA, and trained on
+    all of the new machine's rows, each scored on held-out networks measured on it.
+
+    Example: tensortune bench hardware --hardware avx512-1c --folds resnet18 --seeds 2
+    """
+    from tensortune.cli.options import rename_options
+    from tensortune.compare.hardware import hardware_study
+    from tensortune.errors import TensortuneError, about
+
+    rename_options({"folds": "--folds", "ks": "--samples", "seeds": "--seeds",
+                    "models": "--models", "hardware": "--hardware"})  # fmt: skip
+    with about("ks"):
+        try:
+            ks = [int(k) for k in samples.split(",") if k]
+        except ValueError:
+            raise TensortuneError(f"expected counts such as 16,64, got {samples!r}") from None
+    with Reporter(console, quiet=as_json) as reporter:
+        result = hardware_study(dataset, hardware=hardware,
+                                folds=[f.split("+") for f in folds.split(",") if f],
+                                models=[m for m in models.split(",") if m], ks=ks,
+                                seeds=range(seeds), params=_model_params(param),
+                                progress=reporter.line)  # fmt: skip
+    if as_json:
+        _print_json(result)
+        return
+    s = result.setup
+    t = table(f"held-out hardware {s['hardware']}; folds {', '.join(map('+'.join, s['folds']))}; "
+              f"{len(s['seeds'])} seeds; mean ± sd over folds and seeds",
+              {"model": "left", "arm": "left", "PCA": "right", "top-1 score": "right",
+               "top-5 score": "right"})  # fmt: skip
+    for e in result.summary():
+        cells = (f"{e[k]:.3f} ± {e[k + '_std']:.3f}" for k in ("pca", "top1_score", "top5_score"))
+        t.add_row(e["model"], e["arm"], *cells)
+    print_table(t)
+
+
+@app.command("splits")
+def splits(
+    dataset: DefaultDatasetOpt = "default",
+    split: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--split",
+            metavar="KIND",
+            help="within-task | by-task | by-network | by-hardware; repeatable (default: all).",
+        ),
+    ] = None,
+    models: Annotated[
+        str, typer.Option(metavar="KIND[,KIND...]", help="Cost models to train under each split.")
+    ] = "xgb",
+    seeds: Annotated[int, typer.Option(metavar="N", help="Seeds 0..N-1 of every fold.")] = 3,
+    param: ModelParamOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """The same models under each way of splitting a dataset (within tasks, by task, by
+    network, by hardware): how much a record-level split overstates accuracy on networks and
+    machines never seen.
+
+    Example: tensortune bench splits --models xgb,hwattn --seeds 2
+    """
+    from tensortune.cli.options import rename_options
+    from tensortune.compare.splits import SPLIT_KINDS, split_study
+
+    rename_options({"splits": "--split", "models": "--models", "seeds": "--seeds"})
+    with Reporter(console, quiet=as_json) as reporter:
+        result = split_study(dataset, splits=split or SPLIT_KINDS,
+                             models=[m for m in models.split(",") if m], seeds=range(seeds),
+                             params=_model_params(param), progress=reporter.line)  # fmt: skip
+    if as_json:
+        _print_json(result)
+        return
+    s = result.setup
+    t = table(f"{s['dataset']} ({s['programs']} programs); {len(s['seeds'])} seeds; mean ± sd "
+              "over folds and seeds",
+              {"model": "left", "split": "left", "folds": "right", "PCA": "right",
+               "top-1 score": "right", "top-5 score": "right",
+               "PCA over by-network": "right"})  # fmt: skip
+    for e in result.summary():
+        over = e["pca_over_by_network"]
+        cells = (f"{e[k]:.3f} ± {e[k + '_std']:.3f}" for k in ("pca", "top1_score", "top5_score"))
+        t.add_row(e["model"], e["split"], str(e["folds"]), *cells,
+                  "-" if over is None else f"{over:+.3f}")  # fmt: skip
+    print_table(t)
+
+
+def _print_json(result) -> None:
+    """A study's setup, summary and every run, as one JSON object."""
+    print(json.dumps({"setup": result.setup, "summary": result.summary(), "runs": result.rows}))
+
+
 def _shares(text: str, param: str) -> list[float]:
     from tensortune.errors import TensortuneError, about
 
@@ -531,8 +651,7 @@ def _model_params(param: list[str] | None) -> dict[str, dict]:
 def _print_study(result, as_json: bool, plot: Path | None, *, picked: str, counted: str) -> None:
     """A study's summary as JSON or a table (mean ± sd over seeds)."""
     if as_json:
-        print(json.dumps({"setup": result.setup, "summary": result.summary(),
-                          "runs": result.rows}))  # fmt: skip
+        _print_json(result)
         return
     s = result.setup
     t = table(f"{s['pool_programs']} programs of {s['pool_tasks']} tasks on {s['hardware']}; "

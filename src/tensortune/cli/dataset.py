@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from tensortune.cli.display import console
+from tensortune.cli.display import console, print_table, table
 from tensortune.cli.options import JsonOpt, RecordsOpt, WorkDirOpt, rename_options
 from tensortune.cli.progress import Reporter
 from tensortune.records import DEFAULT_URL
@@ -259,6 +259,46 @@ def prune(
     p = card["pruning"]
     console.print(f"kept {p['programs']} of {p['of']} programs ({card['tasks']} tasks) with "
                   f"{p['method']} → {out}")  # fmt: skip
+
+
+@app.command("recheck")
+def recheck(
+    out: Annotated[Path, typer.Option("--out", metavar="DIR", help="Directory for the dataset.")],
+    dataset: Annotated[
+        str,
+        typer.Option(metavar="DATASET", help="A dataset directory, or default / pool (shipped)."),
+    ] = "default",
+    remeasure: Annotated[
+        bool,
+        typer.Option(
+            "--remeasure/--drop-only",
+            help="Re-time suspects measured on this machine (others are always dropped).",
+        ),
+    ] = True,
+    as_json: JsonOpt = False,
+) -> None:
+    """Find rows whose timings cannot be trusted (whole scheduler ticks, repeats far apart),
+    re-measure those measured on this machine, drop the rest, and write the result with
+    labels recomputed; the card records what changed.
+
+    Example: tensortune dataset recheck --dataset default --out ttset-checked
+    """
+    from tensortune.datasets.recheck import recheck_dataset
+
+    rename_options({"out": "--out"})
+    with Reporter(console, quiet=as_json) as reporter:
+        report = recheck_dataset(dataset, out, remeasure=remeasure, progress=reporter.line)
+    if as_json:
+        print(json.dumps(report))
+        return
+    columns = {"hardware": "left", "tick": "right", "spread": "right", "re-measured": "right",
+               "dropped": "right", "old / new": "right"}  # fmt: skip
+    t = table(f"{report['source']} → {out}", columns)
+    for hw, r in report["hardware"].items():
+        ratio = r["median_old_over_new"]
+        t.add_row(hw, str(r["tick"]), str(r["spread"]), str(r["remeasured"]), str(r["dropped"]),
+                  "-" if ratio is None else f"{ratio:.2f}")  # fmt: skip
+    print_table(t)
 
 
 @app.command("info")

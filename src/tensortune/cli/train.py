@@ -22,7 +22,7 @@ DatasetOpt = Annotated[
 SplitOpt = Annotated[
     str | None,
     typer.Option(metavar="SPLIT",
-                 help="within-task | by-task | by-network:NET[,NET] | by-hardware:HW[,HW], "
+                 help="within-task | by-task[:SEED] | by-network:NET[,NET] | by-hardware:HW[,HW], "
                  "e.g. by-network:bert-base."),
 ]  # fmt: skip
 # Before --cost-model, train and evaluate called the cost model --model; still accepted.
@@ -46,7 +46,8 @@ def train(
         typer.Option(
             "--cost-model",
             metavar="KIND",
-            help="xgb (the default) | lgbm | mlp | tlp | pacm | ms-xgb (MetaSchedule's XGBModel).",
+            help="xgb (the default) | lgbm | mlp | tlp | pacm | hwattn (attention over statements, "
+            "conditioned on the hardware) | ms-xgb (MetaSchedule's XGBModel).",
         ),
     ] = None,
     split: SplitOpt = "within-task",
@@ -58,8 +59,8 @@ def train(
         typer.Option(
             "--param",
             metavar="KEY=VALUE",
-            help="A setting of the model, e.g. members=5 (an ensemble of mlp, tlp or "
-            "pacm) or n_rounds=100; repeatable.",
+            help="A setting of the model, e.g. members=5 (an ensemble of mlp, tlp, pacm or "
+            "hwattn) or n_rounds=100; repeatable.",
         ),
     ] = None,
     as_json: JsonOpt = False,
@@ -150,6 +151,81 @@ def evaluate(
         print(json.dumps(scores))
         return
     _metrics_table(chosen, scores)
+
+
+def finetune(
+    cost_model: Annotated[
+        str,
+        typer.Option(
+            "--model",
+            "--cost-model",
+            metavar="FILE",
+            help="The model file to start from (from `tensortune train`).",
+        ),
+    ],
+    records: Annotated[
+        str,
+        typer.Option(
+            metavar="DIR_OR_DATASET",
+            help="What the target machine measured: a MetaSchedule JSON database "
+            "directory (taken as measured on this machine), a dataset directory, or a "
+            "shipped dataset's name.",
+        ),
+    ],
+    samples: Annotated[
+        int, typer.Option(metavar="K", help="How many successful programs to fine-tune on.")
+    ],
+    out: Annotated[Path, typer.Option(metavar="FILE", help="Write the fine-tuned model here.")],
+    seed: Annotated[
+        int | None,
+        typer.Option(
+            metavar="S",
+            help="Sample whole tasks in a seeded order (up to 16 programs "
+            "each) instead of the first K programs measured.",
+        ),
+    ] = None,
+    hardware: Annotated[
+        str | None,
+        typer.Option(
+            metavar="HW",
+            help="Of a dataset with several machines, this one's rows (e.g. avx512-1c).",
+        ),
+    ] = None,
+    steps: Annotated[
+        int, typer.Option(metavar="N", help="Optimizer steps on the sample (neural models).")
+    ] = 100,
+    test_records: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="DIR", help="Also score before and after on this MetaSchedule JSON database."
+        ),
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Adapt a trained cost model to new hardware from K of its measurements (few-shot).
+
+    Example: tensortune finetune --model hwattn.ttm --records my_db --samples 64 --out tuned.ttm
+    """
+    from tensortune.costmodel.registry import load_cost_model
+    from tensortune.train.finetune import finetune as run_finetune
+    from tensortune.train.trainer import evaluate as run_evaluate
+
+    before = None
+    if test_records is not None:
+        with console.status("scoring the model as it is..."):
+            before = run_evaluate(cost_model, test_records=test_records)
+    with console.status(f"fine-tuning on {samples} programs..."):
+        result = run_finetune(cost_model, records, samples=samples, seed=seed,
+                              hardware=hardware, steps=steps, out=out)  # fmt: skip
+    summary: dict = {"samples": result.samples, "tasks": result.tasks, "out": str(out)}
+    if test_records is not None:
+        after = run_evaluate(load_cost_model(out), test_records=test_records)
+        summary |= {f"{k}_before": before[k] for k in ("pca", "top1_score", "top5_score")}
+        summary |= {f"{k}_after": after[k] for k in ("pca", "top1_score", "top5_score")}
+    if as_json:
+        print(json.dumps(summary))
+        return
+    _metrics_table(f"{cost_model} fine-tuned on {records}", summary)
 
 
 def _metrics_table(title: str, values: dict) -> None:

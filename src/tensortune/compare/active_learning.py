@@ -16,7 +16,6 @@ half (label below the task's median) or that failed, averaged over tasks.
 from __future__ import annotations
 
 import math
-from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from tensortune.active import ROUNDS_PER_STEP, Pool, grow, make_selector, pool_from_programs
+from tensortune.compare.summary import mean_and_sd
 from tensortune.costmodel.base import CostModel
 from tensortune.costmodel.data import ProgramSet
 from tensortune.costmodel.registry import model_class, new_model
@@ -58,18 +58,15 @@ class StudyResult:
 
     def summary(self) -> list[dict]:
         """Mean and standard deviation over seeds per selector, model and fraction."""
-        groups: dict[tuple, list[dict]] = defaultdict(list)
-        for r in self.rows:
-            groups[(r["selector"], r["model"], r["fraction"])].append(r)
-        out = []
-        for (sel, kind, frac), rs in groups.items():
-            entry: dict = {"selector": sel, "model": kind, "fraction": frac,
-                           "measured": rs[0]["measured"], "seeds": len(rs)}  # fmt: skip
-            for key in ("pca", "top1_score", "top5_score", "overestimation"):
-                vals = np.array([r[key] for r in rs], dtype=float)
-                entry[key] = float(np.nanmean(vals))
-                entry[f"{key}_std"] = float(np.nanstd(vals)) if len(vals) > 1 else 0.0
-            out.append(entry)
+        out = mean_and_sd(
+            self.rows,
+            ("selector", "model", "fraction"),
+            ("pca", "top1_score", "top5_score", "overestimation", "measured"),
+        )
+        for e in out:
+            e["seeds"] = e.pop("runs")
+            e["measured"] = int(e["measured"])
+            del e["measured_std"]
         return sorted(out, key=lambda e: (e["model"], e["selector"], e["fraction"]))
 
 

@@ -66,7 +66,8 @@ def cost_model_from(spec: object, platform: Platform, *, online: bool | str = "a
     if online == "moa":
         if not can_adapt(model):
             raise TensortuneError(
-                f"MoA adapts a fitted neural cost model (mlp, tlp or pacm), not {model.kind}",
+                f"MoA adapts a fitted neural cost model (mlp, tlp, pacm or hwattn), "
+                f"not {model.kind}",
                 param="online",
             )
         return LearnedCostModel(MomentumAdapted(model), platform, online=True)

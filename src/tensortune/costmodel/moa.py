@@ -37,7 +37,9 @@ class MomentumAdapted(CostModel):
                  epochs: int = 10) -> None:  # fmt: skip
         self.model = load_cost_model(model) if isinstance(model, str) else model
         if not can_adapt(self.model):
-            raise TensortuneError("MoA adapts a fitted neural cost model (mlp, tlp or pacm)")
+            raise TensortuneError(
+                "MoA adapts a fitted neural cost model (mlp, tlp, pacm or hwattn)"
+            )
         if not 0 <= momentum < 1:
             raise TensortuneError("momentum must be in [0, 1)")
         self.momentum = momentum

@@ -16,7 +16,7 @@ from __future__ import annotations
 import io
 import re
 import warnings
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
@@ -76,6 +76,9 @@ class _RankModel(CostModel):
     refine_epochs: int
     seed: int
     members: int
+    # The top-level modules that fine-tuning on a new machine trains (train/finetune.py);
+    # empty: all of them.
+    adapted: ClassVar[tuple[str, ...]] = ()
 
     def _rows(self, data: ProgramSet) -> np.ndarray:
         """The unscaled inputs whose per-feature maxima scale the model's inputs."""
@@ -96,8 +99,12 @@ class _RankModel(CostModel):
             raise TensortuneError(f"members must be at least 1, not {self.members}")
         torch.manual_seed(self.seed)
         rows = self._rows(data)
-        # TenSet scales each feature by its maximum over the training set.
-        self.scale_ = np.maximum(np.abs(rows).max(axis=0), 1e-6).astype(np.float32)
+        # TenSet scales each feature by its maximum over the training set.  A feature that is
+        # zero throughout (an ISA feature none of the training machines has) keeps its own
+        # magnitude: scaled by a tiny floor, a new machine that has it would feed the network
+        # inputs near 1e6.
+        peak = np.abs(rows).max(axis=0) if len(rows) else np.zeros(rows.shape[1])
+        self.scale_ = np.where(peak > 0, np.maximum(peak, 1e-6), 1.0).astype(np.float32)
         self.width_ = rows.shape[1]
         self.net_ = self._new_net(self.width_)
         return self._train(data, self.epochs)

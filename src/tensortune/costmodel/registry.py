@@ -15,13 +15,22 @@ from tensortune.errors import TensortuneError, last_line, shown
 
 def _classes() -> dict[str, type[CostModel]]:
     from tensortune.costmodel.gbdt import LightGBMModel, XGBoostModel
+    from tensortune.costmodel.hwattn import HardwareAttentionModel
     from tensortune.costmodel.nn import MLPModel, TLPModel
     from tensortune.costmodel.pacm import PaCMModel
     from tensortune.costmodel.reference import MetaScheduleXGB
 
     return {
         c.kind: c
-        for c in (XGBoostModel, LightGBMModel, MLPModel, TLPModel, PaCMModel, MetaScheduleXGB)
+        for c in (
+            XGBoostModel,
+            LightGBMModel,
+            MLPModel,
+            TLPModel,
+            PaCMModel,
+            HardwareAttentionModel,
+            MetaScheduleXGB,
+        )
     }
 
 

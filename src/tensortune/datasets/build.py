@@ -156,12 +156,17 @@ def write_dataset(out_dir: str | Path, columns: dict, modules: dict, *, descript
 
 
 def write_subset(dataset: str | Path, rows: np.ndarray, out_dir: str | Path, *,
-                 description: str, extra: dict | None = None) -> Card:  # fmt: skip
+                 description: str, extra: dict | None = None,
+                 costs: dict[int, list[float]] | None = None) -> Card:  # fmt: skip
     """A dataset of some rows of ``dataset``.  Labels are recomputed against the best program
-    kept of each task: what a learner that measured only these would know."""
+    kept of each task: what a learner that measured only these would know.  ``costs`` gives
+    some rows new timing repeats (row index -> seconds), their cost the median."""
     directory = Path(dataset)
     card = read_card(directory).data
     columns = load_table(directory).to_pydict()
+    for i, secs in (costs or {}).items():
+        columns["run_secs"][i] = list(secs)
+        columns["cost"][i] = float(np.median(secs))
     rows = np.asarray(rows, dtype=int)
     kept = {k: [v[i] for i in rows] for k, v in columns.items()}
     best: dict[tuple, float] = {}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 _DATA = Path(__file__).resolve().parent.parent / "data"
-DATASET_DIR = _DATA / "ttset-cpu-v2"
+DATASET_DIR = _DATA / "ttset-cpu-v3"
 # The dense pool for active-learning studies: few tasks, ~800 programs each, one hardware.
 POOL_DIR = _DATA / "ttset-pool-v1"
 # Names a user may give instead of a directory.

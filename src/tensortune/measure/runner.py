@@ -73,6 +73,7 @@ class PersistentRunner(PyRunner):
         self._references: dict[str, str | None] = {}  # signature text -> library (None: ambiguous)
         self.seconds = 0.0  # wall time spent running, for benchmarks' breakdowns
         self.contended = 0  # candidates whose every timing competed for the CPU
+        self.last_contended: list[bool] = []  # per input of the latest ``run``
 
     def add_reference(self, signature: Signature, library: str) -> None:
         """Register an unscheduled build of a workload as the reference for its signature.
@@ -94,7 +95,9 @@ class PersistentRunner(PyRunner):
         start = time.perf_counter()
         outcomes = self._pool.map("run", jobs, self.timeout_s)
         self.seconds += time.perf_counter() - start
-        contended = sum(o.kind == "ok" and bool(o.value.get("contended")) for o in outcomes)
+        self.last_contended = [o.kind == "ok" and bool(o.value.get("contended"))
+                               for o in outcomes]  # fmt: skip
+        contended = sum(self.last_contended)
         if contended:
             self.contended += contended
             _log.warning("%d of %d candidates were timed while tasks waited for a CPU (another "

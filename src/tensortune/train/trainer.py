@@ -17,7 +17,7 @@ from tensortune.costmodel.registry import load_cost_model, model_class
 from tensortune.errors import TensortuneError, about
 from tensortune.train import metrics, splits
 
-SPLITS = ("within-task", "by-task", "by-network:NET[,NET...]", "by-hardware:HW[,HW...]")
+SPLITS = ("within-task", "by-task[:SEED]", "by-network:NET[,NET...]", "by-hardware:HW[,HW...]")
 Progress = Callable[[str, int, int], None]  # stage, done, total
 
 
@@ -39,8 +39,8 @@ def split_masks(columns: dict, spec: str) -> tuple[np.ndarray, np.ndarray]:
         if name == "within-task":
             return splits.within_task(columns["task_id"], columns["program_id"],
                                       hardware=columns["hardware"])  # fmt: skip
-        if name == "by-task":
-            return splits.by_task(columns["task_id"])
+        if name == "by-task" and len(held) <= 1 and all(h.isdigit() for h in held):
+            return splits.by_task(columns["task_id"], seed=int(held[0]) if held else 0)
         if name == "by-network" and held:
             return splits.by_network(columns["networks"], held, task_id=columns["task_id"])
         if name == "by-hardware" and held:
@@ -81,7 +81,7 @@ def scored_rows(columns: dict, mask: np.ndarray) -> dict[str, np.ndarray]:
     }
 
 
-def _score(model: CostModel, columns: dict, test: np.ndarray, card: dict,
+def score_model(model: CostModel, columns: dict, test: np.ndarray, card: dict,
            plot: str | Path | None = None) -> tuple[dict, float]:  # fmt: skip
     data = ProgramSet.from_columns(columns, test)
     start = time.perf_counter()
@@ -138,7 +138,7 @@ def train(
     estimator.provenance_ = {"dataset": card.get("name"), "split": split,
                              "train_programs": len(train_set)}  # fmt: skip
     tell("score", 0, 1)
-    scores, per_second = _score(estimator, columns, test_mask, card)
+    scores, per_second = score_model(estimator, columns, test_mask, card)
     if out is not None:
         estimator.save(out)
     return TrainResult(estimator, scores, len(train_set), int(test_mask.sum()), fit_seconds,
@@ -174,7 +174,7 @@ def evaluate(
                               param="split")  # fmt: skip
     with about("split"):
         _, test = split_masks(columns, split)
-    scores, _ = _score(estimator, columns, test, card, plot)
+    scores, _ = score_model(estimator, columns, test, card, plot)
     return scores
 
 
@@ -191,7 +191,10 @@ def _model(cost_model: str | Path | CostModel, target: dict | str | None) -> Cos
     return load_cost_model(cost_model)
 
 
-def _evaluate_records(estimator: CostModel, directory: str | Path, plot=None) -> dict:
+def records_columns(directory: str | Path, *, measured_here: bool = False) -> tuple[dict, dict]:
+    """A MetaSchedule JSON database's records as a dataset's columns and card (built in a
+    temporary directory); ``measured_here`` takes them as this machine's measurements, so
+    their hardware vector is this machine's."""
     from tensortune.datasets.build import build_dataset
     from tensortune.records import open_records
     from tensortune.records.interop import import_records
@@ -199,9 +202,14 @@ def _evaluate_records(estimator: CostModel, directory: str | Path, plot=None) ->
     with tempfile.TemporaryDirectory() as tmp:
         url = f"sqlite:///{Path(tmp) / 'records.db'}"
         with open_records(url) as store:
-            import_records(store, directory)
+            import_records(store, directory, measured_here=measured_here)
             card = build_dataset(store, Path(tmp) / "dataset").data
         columns, _ = dataset_columns(Path(tmp) / "dataset")
-        everything = np.ones(len(columns["task_id"]), bool)
-        scores, _ = _score(estimator, columns, everything, card, plot)
+    return columns, card
+
+
+def _evaluate_records(estimator: CostModel, directory: str | Path, plot=None) -> dict:
+    columns, card = records_columns(directory)
+    everything = np.ones(len(columns["task_id"]), bool)
+    scores, _ = score_model(estimator, columns, everything, card, plot)
     return scores

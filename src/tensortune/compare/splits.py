@@ -1,0 +1,99 @@
+"""The split study (``tensortune bench splits``): one model, trained and scored under each way
+of splitting a dataset, to show how much a record-level split overstates what a model knows
+about networks and machines it has never seen (Verma et al.; ``algorithms.md`` §2.2, §5).
+
+- ``within-task``: TenSet's default: each task's programs split 90/10, every task on both
+  sides (one fold; seeds vary only the model);
+- ``by-task``: whole tasks, seeded, 90% of the rows train (one fold per seed);
+- ``by-network``: each network in turn is held out with every task it has (one fold each);
+- ``by-hardware``: each hardware in turn is held out (one fold each).
+
+Every fold is scored with TenSet's metrics on its test rows; ``summary`` gives each split's
+mean and standard deviation over folds and seeds, and how far its PCA lies above by-network's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tensortune.compare.summary import mean_and_sd
+from tensortune.costmodel.data import ProgramSet
+from tensortune.costmodel.registry import model_class, new_model
+from tensortune.errors import about
+
+SPLIT_KINDS = ("within-task", "by-task", "by-network", "by-hardware")
+METRICS = ("pca", "top1_score", "top5_score")
+Progress = Callable[[str], None]
+
+
+@dataclass
+class SplitStudy:
+    rows: list[dict] = field(default_factory=list)
+    setup: dict = field(default_factory=dict)
+
+    def summary(self) -> list[dict]:
+        """Per model and split: mean and standard deviation over folds and seeds, and the PCA
+        above by-network's (what a record-level figure overstates for an unseen network)."""
+        out = mean_and_sd(self.rows, ("model", "split"), METRICS)
+        for e in out:
+            e["folds"] = len({r["fold"] for r in self.rows
+                              if (r["model"], r["split"]) == (e["model"], e["split"])})  # fmt: skip
+            ref = next((o for o in out if o["model"] == e["model"] and o["split"] == "by-network"),
+                       None)  # fmt: skip
+            e["pca_over_by_network"] = None if ref is None else e["pca"] - ref["pca"]
+        order = {s: i for i, s in enumerate(SPLIT_KINDS)}
+        return sorted(out, key=lambda e: (e["model"], order[e["split"]]))
+
+
+def split_specs(columns: dict, card: dict, kind: str, seed: int) -> list[tuple[str, str]]:
+    """``(fold name, split spec)`` of one split kind (``train/trainer.split_masks`` specs)."""
+    if kind == "within-task":
+        return [("all tasks", "within-task")]
+    if kind == "by-task":
+        return [(f"seed {seed}", f"by-task:{seed}")]
+    if kind == "by-network":
+        return [(n, f"by-network:{n}") for n in card["networks"]]
+    return [(h, f"by-hardware:{h}") for h in sorted(set(columns["hardware"]))]
+
+
+def split_study(
+    dataset: str | Path = "default",
+    *,
+    splits: Sequence[str] = SPLIT_KINDS,
+    models: Sequence[str] = ("xgb",),
+    seeds: Sequence[int] = (0, 1, 2),
+    params: dict[str, dict] | None = None,
+    progress: Progress | None = None,
+) -> SplitStudy:
+    """Each model under each split kind's folds, for each seed (module docstring)."""
+    from tensortune.errors import TensortuneError
+    from tensortune.train.trainer import dataset_columns, score_model, split_masks
+
+    tell = progress or (lambda _: None)
+    with about("splits"):
+        unknown = [s for s in splits if s not in SPLIT_KINDS]
+        if unknown or not splits:
+            raise TensortuneError(f"unknown split {unknown[0] if unknown else '(none)'}; "
+                                  f"known: {', '.join(SPLIT_KINDS)}")  # fmt: skip
+    with about("models"):
+        for kind in models:
+            model_class(kind)
+    columns, card = dataset_columns(dataset)
+    result = SplitStudy(setup={"dataset": card.get("name"), "programs": card.get("programs"),
+                               "splits": list(splits), "models": list(models),
+                               "seeds": list(seeds)})  # fmt: skip
+    for kind in models:
+        for split in splits:
+            for seed in seeds:
+                for fold, spec in split_specs(columns, card, split, seed):
+                    train, test = split_masks(columns, spec)
+                    model = new_model(kind, seed, (params or {}).get(kind, {}))
+                    model.fit(ProgramSet.from_columns(columns, train))
+                    scores, _ = score_model(model, columns, test, card)
+                    result.rows.append({"model": kind, "split": split, "fold": fold, "seed": seed,
+                                        **{m: scores[m] for m in METRICS}})  # fmt: skip
+                    tell(f"{kind} {split} {fold} seed {seed}: PCA {scores['pca']:.3f} "
+                         f"top-1 {scores['top1_score']:.3f}")  # fmt: skip
+    return result

@@ -1,0 +1,158 @@
+"""Few-shot fine-tuning on new hardware (train/finetune.py), the CLI over it, and the
+held-out-hardware study (compare/hardware.py)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from tensortune import features as F
+from tensortune.costmodel.data import ProgramSet, concat_programs
+from tensortune.costmodel.registry import load_cost_model, model_class
+from tensortune.errors import TensortuneError
+from tensortune.train.finetune import PER_TASK, adapt, finetune, sample_rows
+
+
+def _columns(tasks: int, per_task: int, failed_every: int = 0) -> dict:
+    n = tasks * per_task
+    label = np.linspace(1.0, 0.1, n)
+    if failed_every:
+        label[::failed_every] = 0.0
+    return {"task_id": np.repeat(np.arange(tasks), per_task), "program_id": np.arange(n)[::-1],
+            "label": label, "per_store": [[[0.0]]] * n,
+            "hardware": np.where(np.arange(n) % 2, "avx2-1c@aa", "avx512-1c@bb")}  # fmt: skip
+
+
+def test_first_k_are_the_first_measured_successful_programs():
+    cols = _columns(4, 10, failed_every=3)
+    rows = sample_rows(cols, 5)
+    # program ids run backwards over the rows: the first measured are the last rows.
+    ok = [i for i in range(39, -1, -1) if cols["label"][i] > 0]
+    assert rows.tolist() == ok[:5]
+    assert (cols["label"][sample_rows(cols, 5, hardware="avx2-1c")] > 0).all()
+    assert set(cols["hardware"][sample_rows(cols, 6, hardware="avx2-1c")]) == {"avx2-1c@aa"}
+
+
+def test_a_seeded_sample_takes_whole_tasks_and_is_reproducible():
+    cols = _columns(20, 40)
+    rows = sample_rows(cols, 40, seed=3)
+    assert len(rows) == 40 and len(set(rows.tolist())) == 40
+    per_task = np.bincount(cols["task_id"][rows])
+    assert per_task.max() == PER_TASK and (per_task > 0).sum() == 3  # 16 + 16 + 8
+    assert rows.tolist() == sample_rows(cols, 40, seed=3).tolist()
+    assert rows.tolist() != sample_rows(cols, 40, seed=4).tolist()
+
+
+def test_bad_samples_are_refused():
+    cols = _columns(2, 4)
+    with pytest.raises(TensortuneError, match="at least 2 programs"):
+        sample_rows(cols, 1)
+    with pytest.raises(TensortuneError, match="no successful program measured on 'sve'"):
+        sample_rows(cols, 4, hardware="sve")
+
+
+def _machine(n: int, seed: int, sign: float) -> ProgramSet:
+    """Programs whose speed depends on two features; ``sign`` says how much the second one
+    helps or hurts on this machine, and the machine's hardware vector is ``sign`` too."""
+    rng = np.random.default_rng(seed)
+    per_store = [np.zeros((2, F.PER_STORE_WIDTH), np.float32) for _ in range(n)]
+    for p in per_store:
+        p[:, :10] = rng.uniform(0, 5, size=(2, 10))
+    speed = np.array([p[:, 3].sum() + sign * p[:, 7].sum() for p in per_store])
+    groups = np.arange(n) // 20
+    labels = np.zeros(n)
+    for g in np.unique(groups):
+        s = np.exp(speed[groups == g] / 3)
+        labels[groups == g] = s / s.max()
+    hardware = np.zeros((n, F.HARDWARE_WIDTH), np.float32)
+    hardware[:, 0] = sign
+    return ProgramSet(per_store, [np.zeros((1, F.TOKEN_WIDTH), np.float32)] * n,
+                      np.zeros((n, F.WORKLOAD_WIDTH), np.float32), hardware, groups,
+                      labels)  # fmt: skip
+
+
+def _pairwise(pred: np.ndarray, data: ProgramSet) -> float:
+    from tensortune.train.metrics import pairwise_accuracy
+
+    return float(np.mean([pairwise_accuracy(pred[data.groups == g], data.labels[data.groups == g])
+                          for g in np.unique(data.groups)]))  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", ["hwattn", "xgb"])
+def test_fine_tuning_learns_what_the_new_machine_does_differently(kind):
+    settings = {"hwattn": {"epochs": 60, "chunk": 20, "hidden": 64, "hardware_hidden": 16,
+                           "heads": 2},
+                "xgb": {"n_rounds": 60, "refine_rounds": 60}}[kind]  # fmt: skip
+    # Two machines to learn from: on one the second feature hurts, on the other it is neutral.
+    seen = concat_programs([_machine(400, 0, sign=-1.0), _machine(400, 3, sign=0.0)])
+    seen.groups = np.arange(len(seen)) // 20
+    model = model_class(kind)(**settings).fit(seen)
+    new_machine = _machine(400, 1, sign=+1.0)
+    before = _pairwise(model.predict(new_machine), new_machine)
+    # hwattn trains its hardware branch alone: it learns the new machine more slowly.
+    adapt(model, _machine(64, 2, sign=+1.0), steps=1000 if kind == "hwattn" else 100)
+    after = _pairwise(model.predict(new_machine), new_machine)
+    # On the new machine the second feature helps: the old ranking is partly wrong, 64
+    # programs of the new machine teach it.  0.05 is about 7 standard errors of a PCA over
+    # these 3,800 pairs.
+    assert after > before + 0.05, (before, after)
+
+
+def test_finetune_writes_a_model_that_remembers_its_sample(tmp_path, cli):
+    model = model_class("mlp")(epochs=2, hidden=16).fit(_machine(60, 0, sign=-1.0))
+    model.provenance_ = {"dataset": "x", "split": "within-task"}
+    model.save(tmp_path / "m.ttm")
+    result = finetune(tmp_path / "m.ttm", "default", samples=32, seed=1, hardware="avx512-1c",
+                      steps=2, out=tmp_path / "t.ttm")  # fmt: skip
+    assert result.samples == 32 and result.tasks >= 2  # up to 16 programs a task
+    tuned = load_cost_model(tmp_path / "t.ttm")
+    assert tuned.provenance_["samples"] == 32 and tuned.provenance_["hardware"] == "avx512-1c"
+    assert tuned.provenance_["finetuned_from"]["split"] == "within-task"
+    code, out, err = cli("finetune", "--model", str(tmp_path / "m.ttm"), "--records", "default",
+                         "--samples", "16", "--hardware", "avx2-1c", "--steps", "2",
+                         "--out", str(tmp_path / "c.ttm"), "--json")  # fmt: skip
+    assert code == 0, err
+    assert json.loads(out)["samples"] == 16
+    (tmp_path / "broken.ttm").write_bytes(b"not a zip")
+    code, _, err = cli("finetune", "--model", str(tmp_path / "broken.ttm"), "--records",
+                       "default", "--samples", "16", "--out", str(tmp_path / "d.ttm"))  # fmt: skip
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "broken.ttm" in err, err
+
+
+def test_the_hardware_study_runs_every_arm_on_unseen_hardware_and_networks():
+    from tensortune.compare.hardware import hardware_study
+
+    tiny = {"epochs": 1, "hidden": 16, "hardware_hidden": 8, "heads": 2}
+    result = hardware_study("default", hardware="avx512-1c", folds=[["gpt2-block"]],
+                            models=["hwattn"], ks=[16], seeds=[0],
+                            params={"hwattn": tiny})  # fmt: skip
+    arms = [r["arm"] for r in result.rows]
+    assert arms == ["full", "zero-shot", "finetune-16", "scratch-16", "moa-16"]
+    assert all(0 <= r["pca"] <= 1 for r in result.rows)
+    assert {e["arm"] for e in result.summary()} == set(arms)
+    with pytest.raises(TensortuneError, match="no row of the dataset was measured on 'sve'"):
+        hardware_study("default", hardware="sve", folds=[["gpt2-block"]])
+
+
+def test_finetune_reads_a_metaschedule_database_as_this_machines(tmp_path):
+    from conftest import fill
+
+    from tensortune.hardware import current_hardware
+    from tensortune.records import open_records
+    from tensortune.records.interop import export_records
+    from tensortune.train.trainer import records_columns
+
+    with open_records(f"sqlite:///{tmp_path / 'r.db'}") as store:
+        fill(store, "matmul:16,16,16", [3e-5, 1e-5, 2e-5, None, 4e-5])
+        export_records(store, tmp_path / "db")
+    model = model_class("hwattn")(epochs=1, hidden=16, hardware_hidden=8, heads=2)
+    model.fit(_machine(40, 0, sign=-1.0)).save(tmp_path / "m.ttm")
+    result = finetune(tmp_path / "m.ttm", tmp_path / "db", samples=8, steps=2)
+    assert result.samples == 4 and result.tasks == 1  # the failed program is no sample
+    first = finetune(tmp_path / "m.ttm", tmp_path / "db", samples=2, steps=2)
+    assert first.samples == 2
+    # The database's records count as measured here: this machine's hardware, and vector.
+    columns, _ = records_columns(tmp_path / "db", measured_here=True)
+    assert {h.split("@")[1] for h in columns["hardware"]} == {current_hardware().id[:8]}
