@@ -135,7 +135,7 @@ class _Run:
         zero = new_model(kind, seed, settings).fit(ProgramSet.from_columns(columns, other_train))
         self.scored("zero-shot", zero)
         for k in ks:
-            rows = sample_rows(_masked(columns, target_train), k, seed)
+            rows = sample_rows(columns, k, seed, among=target_train)
             sample = sample_set(columns, rows)
             self.scored(f"finetune-{k}", adapt(copy.deepcopy(zero), sample), k)
             self.scored(f"scratch-{k}", new_model(kind, seed, settings).fit(sample), k)
@@ -144,10 +144,3 @@ class _Run:
                 for start in range(0, len(rows), PER_TASK):
                     moa.update(sample.subset(np.arange(start, min(start + PER_TASK, len(rows)))))
                 self.scored(f"moa-{k}", moa, k)
-
-
-def _masked(columns: dict, mask: np.ndarray) -> dict:
-    """``columns`` with the labels of rows outside ``mask`` zeroed, so that sampling (which
-    takes successful rows only) never picks them; row indices stay the dataset's."""
-    label = np.where(mask, np.asarray(columns["label"], dtype=float), 0.0)
-    return {**columns, "label": label}

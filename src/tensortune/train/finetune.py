@@ -53,14 +53,17 @@ def on_hardware(columns: dict, hardware: str) -> np.ndarray:
     return (names == hardware) | (np.char.partition(names, "@")[:, 0] == hardware)
 
 
-def sample_rows(columns: dict, k: int, seed: int | None = None,
-                hardware: str | None = None) -> np.ndarray:  # fmt: skip
+def sample_rows(columns: dict, k: int, seed: int | None = None, hardware: str | None = None,
+                among: np.ndarray | None = None) -> np.ndarray:  # fmt: skip
     """Indices of ``k`` successful rows of a dataset's columns (see the module's docstring),
-    of ``hardware`` only when given (a name, or its prefix before ``@``)."""
+    of ``hardware`` only when given (a name, or its prefix before ``@``), and of the rows
+    ``among`` marks when given (a boolean mask)."""
     if k < 2:
         raise TensortuneError(f"fine-tuning needs at least 2 programs, not {k}", param="samples")
     label = np.asarray(columns["label"], dtype=float)
     ok = (label > 0) & np.array([p is not None for p in columns["per_store"]])
+    if among is not None:
+        ok &= among
     if hardware is not None:
         ok &= on_hardware(columns, hardware)
         if not ok.any():
@@ -76,10 +79,11 @@ def sample_rows(columns: dict, k: int, seed: int | None = None,
     rng = np.random.default_rng(seed)
     tasks = np.asarray(columns["task_id"])[rows]
     picked: list[np.ndarray] = []
+    left = k
     for task in rng.permutation(np.unique(tasks)):
-        own = rng.permutation(rows[tasks == task])[:PER_TASK]
-        picked.append(own[: k - sum(map(len, picked))])
-        if sum(map(len, picked)) >= k:
+        picked.append(rng.permutation(rows[tasks == task])[: min(PER_TASK, left)])
+        left -= len(picked[-1])
+        if left == 0:
             break
     return np.sort(np.concatenate(picked))
 
