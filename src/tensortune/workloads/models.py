@@ -58,7 +58,7 @@ def load_model(
     example_inputs: tuple[torch.Tensor, ...] | torch.Tensor | None = None,
     name: str | None = None,
     fast_math: bool = True,
-    winograd: bool = False,
+    winograd: bool = True,
     channels_last: bool = True,
 ) -> Model:
     """Import ``source`` and extract its tuning tasks for ``target``.
@@ -68,9 +68,9 @@ def load_model(
     module is switched to eval mode).  ``name`` overrides the model's name.
     Batch norms are folded into convolutions, and ``fast_math`` replaces erf, exp and tanh
     (GELU, softmax) with vectorizable approximations, and ``channels_last`` runs 2-d
-    convolutions in NHWC whatever the source's layout (see ``workloads.inference``).
-    ``winograd`` (experimental, off by default) runs eligible 3×3 convolutions as Winograd
-    F(4×4, 3×3) (see ``workloads.winograd``).
+    convolutions in NHWC whatever the source's layout (see ``workloads.inference``), and
+    ``winograd`` the eligible 3×3 stride-1 ones among them as Winograd F(4×4, 3×3) (see
+    ``workloads.winograd``).
     Raises ``WorkloadError`` for anything the user can fix.
     """
     rewrites = {"fast_math": fast_math, "winograd": winograd, "channels_last": channels_last}

@@ -1,30 +1,31 @@
-"""Winograd convolutions: a model's 3×3 stride-1 convolutions rewritten as F(m×m, 3×3).
+"""Winograd convolutions: a model's channels-last 3×3 stride-1 convolutions as F(4×4, 3×3).
 
 Why: a direct convolution needs 9 multiply-adds per output and input channel; Winograd's
-F(4×4, 3×3) needs 36 per 16 outputs (4× fewer), F(2×2, 3×3) 16 per 4 (2.25× fewer), plus
-input and output transforms whose cost does not grow with the channel count.  ONNX Runtime and
-OpenVINO already run direct convolutions near a CPU's peak, so only fewer FLOPs can beat them.
+F(4×4, 3×3) needs 36 per tile of 16 outputs (4× fewer), plus input and output transforms whose
+cost does not grow with the channel count.  ONNX Runtime and OpenVINO run direct convolutions
+at a CPU's peak, so only fewer operations can beat them.  On a 2-core Intel Xeon (AVX-512),
+ResNet-18's layers with bias and ReLU, inside the model after 20 minutes of tuning it, took
+424-435 µs at 56×56×64 and 399-408 µs at 28×28×128, where the direct ones took 551-577 and
+570-615 µs (ONNX Runtime's: 511-516 and 525-540 µs).
 
-How: each eligible ``relax.nn.conv2d`` (NCHW/OIHW, 3×3, stride and dilation 1, one group, a
-constant float32 weight, enough channels that the transforms pay, an output of whole 4×4
-tiles) becomes TOPI's
-``conv2d_winograd_nchw`` on a pre-transformed weight: the weight is transformed here, once,
-and the convolution's stages carry MetaSchedule's CPU Winograd schedule rules
-(``conv2d_nchw_winograd_data_pack`` / ``_inverse``); its batched matrix product is tuned like
-any other.
+How: each eligible ``relax.nn.conv2d`` (NHWC data, 3×3, stride and dilation 1, one group, a
+constant float32 weight, enough channels and tiles, see ``eligible``) becomes a call to the TE
+computation below, on a weight transformed here, once (G·w·Gᵀ, in float64).  Its stages are
+the ones MetaSchedule's CPU rules for NHWC Winograd expect (``conv2d_nhwc_winograd_data_pack``
+and ``_inverse`` unroll the small transforms); the batched matrix product between them is
+tuned like any other, its weight laid out for the schedule at compile time like a direct
+convolution's.  The input is padded to whole tiles, so no tile reads outside it, and the
+output reads only the tiles' valid part.
 
-Cost: more rounding.  The input and output transforms add and subtract scaled neighbours, so
-float32 results move further from exact than a direct convolution's (``tests/test_winograd.py``
-bounds it).
+When not: the transformed weight is 4× the direct one (α² = 36 values per 9), and inside a
+model it comes from memory, not from the cache that a kernel timed alone keeps it in.  At
+14×14×256 (16 tiles, a 9.4 MB transformed weight) Winograd's kernels timed alone took 437-590
+µs against 575-634 µs direct, but 774-783 µs inside the model against 629-680 µs.  So a
+convolution needs ``MIN_TILES`` tiles: each value of its transformed weight then feeds enough
+multiply-adds.
 
-Status: experimental, off by default (``load_model(..., winograd=True)``).  On an Intel Xeon
-(2 cores) one ResNet-18 layer (64 channels, 56×56, conv + bias + ReLU) tuned 64 trials each ran
-0.97 ms against 1.12 ms direct (1.15×; eager PyTorch 0.93 ms), but each Winograd trial took ~3×
-as long to build and run.  Tuning all of ResNet-18 with it stopped twice on a MetaSchedule
-error in a Winograd task's first round ("The block no longer exists in the IRModule", raised
-from the search's parallel sampling, which takes the whole run down): once on a variant that
-cropped a padded output (since removed), once on a 28×28 layer that 16 trials alone had tuned
-without error.
+Cost: more rounding.  The transforms add and subtract scaled neighbours, so float32 results
+move further from exact than a direct convolution's (``tests/test_winograd.py`` bounds it).
 """
 
 from __future__ import annotations
@@ -33,15 +34,19 @@ import numpy as np
 
 from tensortune.compat import tvm
 
-# F(TILE×TILE, 3×3).  Both TOPI's public entry point and MetaSchedule's CPU rules use 4.
+# F(TILE×TILE, 3×3): MetaSchedule's CPU Winograd rules unroll α = TILE + 2 = 6 wide transforms.
 TILE = 4
+KERNEL = 3
 # Below this many input or output channels the transforms cost more than the product saves.
 MIN_CHANNELS = 16
+# Fewer tiles than this and reading the 4×-larger transformed weight costs more than Winograd
+# saves (see above: 16 tiles lost, 49 won).
+MIN_TILES = 32
 
 
 def winograd_convs(mod: tvm.IRModule) -> tvm.IRModule:
     """``mod`` with its eligible convolutions in Winograd form (see the module docstring);
-    weights must already be constants (run after binding them)."""
+    weights must already be constants, convolutions already channels-last."""
     from tvm import relax
 
     mutator = _mutator()(mod)
@@ -51,44 +56,97 @@ def winograd_convs(mod: tvm.IRModule) -> tvm.IRModule:
     return mutator.builder_.get()
 
 
-def transformed_weight(weight: np.ndarray) -> np.ndarray:
-    """A (CO, CI, 3, 3) weight as the (α, α, CI, CO) kernel TOPI's pre-computed Winograd
-    convolution takes: G·w·Gᵀ per channel pair, computed in float64, stored in float32."""
-    # TOPI's own weight transform cannot be used: its memoized matrices refuse TVM 0.27's dtype
-    # objects.  The matrices themselves are TOPI's, so the convolution's transforms match.
+def transformed_weight(weight: np.ndarray, layout: str = "OIHW") -> np.ndarray:
+    """A 3×3 weight in ``layout`` as the (α, α, CO, CI) kernel ``winograd_nhwc`` takes:
+    G·w·Gᵀ per channel pair, computed in float64, stored in the weight's dtype."""
     from tvm.topi.nn.winograd_util import _cook_toom_convolution, _interpolation_points
 
-    kernel = weight.shape[-1]
-    _, _, g = _cook_toom_convolution(_interpolation_points(TILE + kernel - 2), TILE, kernel)
-    u = np.einsum("ak,oikl,bl->abio", g, weight.astype(np.float64), g)
+    oihw = np.transpose(weight, [layout.index(axis) for axis in "OIHW"]).astype(np.float64)
+    # TOPI's matrices, so that the transforms in the computation match this one
+    _, _, g = _cook_toom_convolution(_interpolation_points(TILE + KERNEL - 1), TILE, KERNEL)
+    u = np.einsum("ak,oikl,bl->aboi", g, oihw, g)
     return np.ascontiguousarray(u, dtype=weight.dtype)
+
+
+def winograd_nhwc(data: tvm.te.Tensor, kernel: tvm.te.Tensor,
+                  padding: tuple[int, int, int, int]) -> tvm.te.Tensor:  # fmt: skip
+    """A 3×3 stride-1 convolution of NHWC ``data`` with a transformed (α, α, CO, CI)
+    ``kernel``; ``padding`` is (top, left, bottom, right)."""
+    from tvm import te, topi
+    from tvm.topi.nn.winograd_util import winograd_transform_matrices
+
+    n, height, width, ci = (int(d) for d in data.shape)
+    alpha, _, co, _ = (int(d) for d in kernel.shape)
+    m = alpha - KERNEL + 1
+    top, left, bottom, right = padding
+    out_h, out_w = height + top + bottom - KERNEL + 1, width + left + right - KERNEL + 1
+    tiles_h, tiles_w = -(-out_h // m), -(-out_w // m)
+    tiles = n * tiles_h * tiles_w
+    a, b, _ = winograd_transform_matrices(m, KERNEL, "float32")
+    # padded to whole tiles: the last row and column of tiles read zeros, not past the buffer
+    pad_to_h, pad_to_w = tiles_h * m + KERNEL - 1, tiles_w * m + KERNEL - 1
+    padded = topi.nn.pad(data, (0, top, left, 0),
+                         (0, pad_to_h - height - top, pad_to_w - width - left, 0),
+                         name="data_pad", attrs={"schedule_rule": "None"})  # fmt: skip
+
+    def tile_of(p):  # (image, first row, first column) of tile p
+        return p // (tiles_h * tiles_w), (p // tiles_w) % tiles_h * m, p % tiles_w * m
+
+    def read_tile(eps, nu, p, c):
+        image, row, col = tile_of(p)
+        return padded[image, row + eps, col + nu, c]
+
+    input_tile = te.compute((alpha, alpha, tiles, ci), read_tile, name="input_tile",
+                            attrs={"schedule_rule": "None"})  # fmt: skip
+    ra, rb = te.reduce_axis((0, alpha), "r_a"), te.reduce_axis((0, alpha), "r_b")
+    data_pack = te.compute(
+        (alpha, alpha, tiles, ci),
+        lambda eps, nu, p, c: te.sum(input_tile[ra, rb, p, c] * b[ra, eps] * b[rb, nu],
+                                     axis=[ra, rb]),
+        name="data_pack", attrs={"schedule_rule": "conv2d_nhwc_winograd_data_pack"},
+    )  # fmt: skip
+    rc = te.reduce_axis((0, ci), name="ci")
+    bgemm = te.compute(
+        (alpha, alpha, tiles, co),
+        lambda eps, nu, p, o: te.sum(data_pack[eps, nu, p, rc] * kernel[eps, nu, o, rc], axis=[rc]),
+        name="bgemm", attrs={"layout_free_placeholders": [kernel]},
+    )  # fmt: skip
+    ra, rb = te.reduce_axis((0, alpha), "r_a"), te.reduce_axis((0, alpha), "r_b")
+    inverse = te.compute(
+        (m, m, tiles, co),
+        lambda vh, vw, p, o: te.sum(bgemm[ra, rb, p, o] * a[ra, vh] * a[rb, vw], axis=[ra, rb]),
+        name="inverse", attrs={"schedule_rule": "conv2d_nhwc_winograd_inverse"},
+    )  # fmt: skip
+    return te.compute(
+        (n, out_h, out_w, co),
+        lambda i, h, w, o: inverse[h % m, w % m, (i * tiles_h + h // m) * tiles_w + w // m, o],
+        name="conv2d_winograd",
+    )
 
 
 def eligible(call: tvm.relax.Call) -> bool:
     """Whether a ``relax.nn.conv2d`` call is one ``winograd_convs`` rewrites."""
-
     a = call.attrs
     data, weight = call.args
     if not isinstance(weight, tvm.ir.Constant) or str(weight.value.dtype) != "float32":
         return False
-    if (a.data_layout, a.kernel_layout, a.out_layout) != ("NCHW", "OIHW", "NCHW"):
+    if a.data_layout != "NHWC" or a.out_layout != "NHWC" or a.groups != 1:
         return False
-    if a.groups != 1 or any(int(s) != 1 for s in (*a.strides, *a.dilation)):
+    if any(int(s) != 1 for s in (*a.strides, *a.dilation)):
         return False
     if str(a.out_dtype) not in ("", "float32") or data.ty.dtype != "float32":
         return False
-    co, ci, kh, kw = (int(d) for d in weight.value.shape)
-    _, _, height, width = (int(d) for d in data.ty.shape)
+    shape = dict(zip(a.kernel_layout, (int(d) for d in weight.value.shape), strict=True))
+    n, height, width, _ = (int(d) for d in data.ty.shape)
     top, left, bottom, right = (int(p) for p in a.padding)
-    # TOPI's tiles read past its padded input unless the output is a whole number of tiles
-    # (garbage, even NaN, then leaks into real outputs); padding further and cropping the
-    # output instead left MetaSchedule's Winograd design space failing on the fused crop.
-    whole = (height + top + bottom - 2) % TILE == 0 and (width + left + right - 2) % TILE == 0
-    return (kh, kw) == (3, 3) and min(co, ci) >= MIN_CHANNELS and whole
+    out_h, out_w = height + top + bottom - KERNEL + 1, width + left + right - KERNEL + 1
+    tiles = n * -(-out_h // TILE) * -(-out_w // TILE)
+    return ((shape["H"], shape["W"]) == (KERNEL, KERNEL)
+            and min(shape["O"], shape["I"]) >= MIN_CHANNELS and tiles >= MIN_TILES)  # fmt: skip
 
 
 def _mutator() -> type:
-    from tvm import relax, topi
+    from tvm import relax
 
     @relax.expr_functor.mutator
     class WinogradMutator(relax.PyExprMutator):
@@ -97,12 +155,10 @@ def _mutator() -> type:
             if getattr(call.op, "name", None) != "relax.nn.conv2d" or not eligible(call):
                 return call
             data, weight = call.args
-            a, bb = call.attrs, self.builder_
-            packed = relax.const(transformed_weight(weight.value.numpy()))
-            padding = [int(p) for p in a.padding]
+            kernel = transformed_weight(weight.value.numpy(), str(call.attrs.kernel_layout))
+            padding = tuple(int(p) for p in call.attrs.padding)
             # returned unbound, so that FuseOps sees the convolution feed its epilogue directly
-            return bb.call_te(topi.nn.conv2d_winograd_nchw_without_weight_transform, data,
-                              packed, [1, 1], padding, [1, 1], "float32",
-                              primfunc_name_hint="conv2d_winograd")  # fmt: skip
+            return self.builder_.call_te(winograd_nhwc, data, relax.const(kernel), padding,
+                                         primfunc_name_hint="conv2d_winograd")  # fmt: skip
 
     return WinogradMutator
