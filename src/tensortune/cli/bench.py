@@ -541,6 +541,7 @@ def hardware(
     from tensortune.cli.options import rename_options
     from tensortune.compare.hardware import hardware_study
     from tensortune.errors import TensortuneError, about
+    from tensortune.train.metrics import RANK_METRICS
 
     rename_options({"folds": "--folds", "ks": "--samples", "seeds": "--seeds",
                     "models": "--models", "hardware": "--hardware"})  # fmt: skip
@@ -564,7 +565,7 @@ def hardware(
               {"model": "left", "arm": "left", "PCA": "right", "top-1 score": "right",
                "top-5 score": "right"})  # fmt: skip
     for e in result.summary():
-        cells = (f"{e[k]:.3f} ± {e[k + '_std']:.3f}" for k in ("pca", "top1_score", "top5_score"))
+        cells = (f"{e[k]:.3f} ± {e[k + '_std']:.3f}" for k in RANK_METRICS)
         t.add_row(e["model"], e["arm"], *cells)
     print_table(t)
 
@@ -595,6 +596,7 @@ def splits(
     """
     from tensortune.cli.options import rename_options
     from tensortune.compare.splits import SPLIT_KINDS, split_study
+    from tensortune.train.metrics import RANK_METRICS
 
     rename_options({"splits": "--split", "models": "--models", "seeds": "--seeds"})
     with Reporter(console, quiet=as_json) as reporter:
@@ -612,7 +614,7 @@ def splits(
                "PCA over by-network": "right"})  # fmt: skip
     for e in result.summary():
         over = e["pca_over_by_network"]
-        cells = (f"{e[k]:.3f} ± {e[k + '_std']:.3f}" for k in ("pca", "top1_score", "top5_score"))
+        cells = (f"{e[k]:.3f} ± {e[k + '_std']:.3f}" for k in RANK_METRICS)
         t.add_row(e["model"], e["split"], str(e["folds"]), *cells,
                   "-" if over is None else f"{over:+.3f}")  # fmt: skip
     print_table(t)

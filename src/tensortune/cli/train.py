@@ -208,6 +208,7 @@ def finetune(
     """
     from tensortune.costmodel.registry import load_cost_model
     from tensortune.train.finetune import finetune as run_finetune
+    from tensortune.train.metrics import RANK_METRICS
     from tensortune.train.trainer import evaluate as run_evaluate
 
     before = None
@@ -220,8 +221,8 @@ def finetune(
     summary: dict = {"samples": result.samples, "tasks": result.tasks, "out": str(out)}
     if test_records is not None:
         after = run_evaluate(load_cost_model(out), test_records=test_records)
-        summary |= {f"{k}_before": before[k] for k in ("pca", "top1_score", "top5_score")}
-        summary |= {f"{k}_after": after[k] for k in ("pca", "top1_score", "top5_score")}
+        summary |= {f"{k}_before": before[k] for k in RANK_METRICS}
+        summary |= {f"{k}_after": after[k] for k in RANK_METRICS}
     if as_json:
         print(json.dumps(summary))
         return

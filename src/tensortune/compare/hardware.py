@@ -33,9 +33,9 @@ from tensortune.costmodel.data import ProgramSet
 from tensortune.costmodel.registry import new_model
 from tensortune.errors import TensortuneError
 from tensortune.train.finetune import PER_TASK, adapt, on_hardware, sample_rows, sample_set
+from tensortune.train.metrics import RANK_METRICS as METRICS
 
 KS = (16, 64, 256)
-METRICS = ("pca", "top1_score", "top5_score")
 Progress = Callable[[str], None]
 
 

@@ -22,9 +22,9 @@ from tensortune.compare.summary import mean_and_sd
 from tensortune.costmodel.data import ProgramSet
 from tensortune.costmodel.registry import model_class, new_model
 from tensortune.errors import about
+from tensortune.train.metrics import RANK_METRICS as METRICS
 
 SPLIT_KINDS = ("within-task", "by-task", "by-network", "by-hardware")
-METRICS = ("pca", "top1_score", "top5_score")
 Progress = Callable[[str], None]
 
 

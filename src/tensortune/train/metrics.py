@@ -254,6 +254,9 @@ def _column(rows: Any, name: str, *, required: bool = True) -> np.ndarray | None
     return col.to_numpy() if hasattr(col, "to_numpy") else np.asarray(col)
 
 
+# What the studies compare models on: ranking within tasks, and what tuning would pick.
+RANK_METRICS = ("pca", "top1_score", "top5_score")
+
 METRIC_KEYS = (
     "pca", "top1_score", "top5_score", "a_peak@1", "a_peak@5",
     "top1_recall", "top5_recall", "r2", "rmse", "tasks", "programs",
