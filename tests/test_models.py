@@ -91,6 +91,26 @@ def test_batch_norm_folds_into_the_conv_and_outputs_match_torch() -> None:
     assert_matches_torch(model, module, inputs, atol=1e-5)
 
 
+def test_weights_fold_in_numpy_exactly_as_relax_folds_them(monkeypatch) -> None:
+    from tensortune.compat import structural_equal
+    from tensortune.workloads import inference
+
+    module, inputs = tiny()
+    with torch.no_grad():
+        module.bn.running_var.uniform_(0.5, 2)
+    ours = load_model(module, example_inputs=inputs, target=TARGET)
+    # the NumPy stage alone leaves relax's FoldConstant nothing to fold, only bindings to inline
+    relax = tvm.relax.transform
+    numpy_only = tvm.transform.Sequential([
+        inference._rewrite_calls("numpy", inference._NUMPY_FOLDS, constant_args=True),
+        relax.CanonicalizeBindings(), relax.DeadCodeElimination(),
+    ])  # fmt: skip
+    monkeypatch.setattr(inference, "fold_constants", lambda: numpy_only)
+    assert structural_equal(load_model(module, example_inputs=inputs, target=TARGET).mod, ours.mod)
+    monkeypatch.setattr(inference, "fold_constants", relax.FoldConstant)
+    assert structural_equal(load_model(module, example_inputs=inputs, target=TARGET).mod, ours.mod)
+
+
 class Blocks(torch.nn.Module):
     """What MobileNet and ResNet blocks hold: ReLU6, a depthwise and a strided convolution, a
     residual add and a max pool; the output is a feature map."""
