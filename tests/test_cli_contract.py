@@ -374,7 +374,7 @@ def test_evaluate_the_default_model_on_records_measured_here(cli: Cli, store) ->
     assert 0 < scores["top5_score"] <= 1
 
 
-# ---- fast math and TVMScript workloads -----------------------------------------------------
+# ---- fast math, Winograd and TVMScript workloads -------------------------------------------
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "attention_softmax.py"
 
@@ -388,6 +388,18 @@ def test_the_tvmscript_example_is_a_workload(cli: Cli) -> None:
     code, out, _ = cli("tune", "-w", str(EXAMPLE), "--target", TJ, *PLAN, "--json",
                        "--no-fast-math")  # fmt: skip
     assert json.loads(out)["tasks"][0]["fast_math"] is False
+
+
+def test_a_model_s_convolutions_are_winograd_unless_told_not_to(cli: Cli) -> None:
+    def conv_tasks(*flags: str) -> list[str]:
+        code, out, err = cli("tune", "--model", "resnet18", "--target", TJ, *PLAN, "--json",
+                             *flags)  # fmt: skip
+        assert code == 0, err
+        return [t["name"] for t in json.loads(out)["tasks"] if "conv2d" in t["name"]]
+
+    assert any("winograd" in name for name in conv_tasks())
+    direct = conv_tasks("--no-winograd")
+    assert direct and not any("winograd" in name for name in direct)
 
 
 # ---- a real run: --json, progress and log names --------------------------------------------

@@ -8,7 +8,13 @@ from typing import Annotated
 import typer
 
 from tensortune.cli.display import console, fmt_seconds, print_table, table
-from tensortune.cli.options import FastMathOpt, RecordsOpt, TargetOpt, rename_options
+from tensortune.cli.options import (
+    FastMathOpt,
+    RecordsOpt,
+    TargetOpt,
+    WinogradOpt,
+    rename_options,
+)
 from tensortune.records import DEFAULT_URL
 
 
@@ -39,6 +45,7 @@ def compile_(
         ),
     ] = 0,
     fast_math: FastMathOpt = True,
+    winograd: WinogradOpt = True,
     out: Annotated[
         Path | None,
         typer.Option(
@@ -60,7 +67,7 @@ def compile_(
     with console.status("building and timing..."):
         report = compile_model(model, records=records, target=target, repeat=repeat,
                                rounds=rounds, retime=retime, fast_math=fast_math,
-                               out=out)  # fmt: skip
+                               winograd=winograd, out=out)  # fmt: skip
     print_report(report)
     if report.artifact is not None:
         console.print(f"wrote {report.artifact}: tensortune.load({report.artifact!r}) calls it")

@@ -23,6 +23,7 @@ from tensortune.cli.options import (
     ModelOpt,
     RecordsOpt,
     TargetOpt,
+    WinogradOpt,
     WorkDirOpt,
     WorkloadOpt,
     WorkloadsFromOpt,
@@ -122,6 +123,7 @@ def tune(
         ),
     ] = True,
     fast_math: FastMathOpt = True,
+    winograd: WinogradOpt = True,
     warm_start: Annotated[
         list[str] | None,
         typer.Option(
@@ -173,7 +175,7 @@ def tune(
            "target": target, "strategy": strategy, "cost_model": cost_model,
            "online_cost_model": online_mode, "trials_per_round": trials_per_round,
            "max_trials_per_task": trials_per_task, "fast_math": fast_math,
-           "warm_start": warm_start or None}  # fmt: skip
+           "winograd": winograd, "warm_start": warm_start or None}  # fmt: skip
     remote = runner.strip() != "local"
     if dry_run:
         if remote:  # the plan is for the farm's hardware: ask it, start no runner

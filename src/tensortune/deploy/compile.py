@@ -69,6 +69,7 @@ def compile_model(
     rounds: int = 3,
     retime: int = 0,
     fast_math: bool = True,
+    winograd: bool = True,
     out: str | os.PathLike | None = None,
 ) -> CompileReport:
     """Build ``model`` (a zoo name, an ``.onnx`` path or a loaded ``Model``) with this machine's
@@ -83,8 +84,8 @@ def compile_model(
 
     ``retime`` > 1 times each task's ``retime`` best records again, side by side, and builds
     with the fastest of them (see ``tensortune.deploy.retime``) instead of the stored best.
-    ``fast_math`` must be what the model was tuned with: it changes the tasks, and records
-    only apply to the tasks they were measured on.
+    ``fast_math`` and ``winograd`` must be what the model was tuned with: they change the
+    tasks, and records only apply to the tasks they were measured on.
     ``out`` writes the tuned build as an artifact to ship (``tensortune.load`` calls it).
     """
     for name, value, least in (("repeat", repeat, 1), ("rounds", rounds, 1), ("retime", retime, 0)):
@@ -101,7 +102,7 @@ def compile_model(
         if isinstance(model, Model):
             m = model
         else:
-            m = load_model(model, target=tvm_target, fast_math=fast_math)
+            m = load_model(model, target=tvm_target, fast_math=fast_math, winograd=winograd)
     if isinstance(records, str):
         with about("records"):
             store = open_records(records, create=False)

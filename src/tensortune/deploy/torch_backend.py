@@ -3,10 +3,10 @@ with the tuned records, so a PyTorch user adopts tuned kernels with one line.
 
 The backend is registered through the ``torch_dynamo_backends`` entry point: no import of
 tensortune is needed.  ``options`` (``torch.compile(..., options={...})``) take ``records``
-(a records store URL, default ``sqlite:///tensortune.db``), ``target`` (default: this CPU) and
-``fast_math`` (what the model was tuned with; default True).  A graph TVM cannot import runs
-eagerly, with a warning that says why; kernels with no tuned record run untuned, with a
-warning that says how many.
+(a records store URL, default ``sqlite:///tensortune.db``), ``target`` (default: this CPU),
+``fast_math`` and ``winograd`` (what the model was tuned with; default True).  A graph TVM
+cannot import runs eagerly, with a warning that says why; kernels with no tuned record run
+untuned, with a warning that says how many.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from tensortune.errors import RecordsError, TensortuneError, WorkloadError
 from tensortune.hardware.fingerprint import affinity_kept
 from tensortune.records import DEFAULT_URL
 
-_OPTIONS = {"records": DEFAULT_URL, "target": None, "fast_math": True}
+_OPTIONS = {"records": DEFAULT_URL, "target": None, "fast_math": True, "winograd": True}
 
 
 @dataclass
@@ -145,7 +145,7 @@ def _build(gm: Any, inputs: tuple, platform: Any, opts: dict) -> tuple[Any, int,
     from tensortune.workloads.models import load_model
 
     m = load_model(gm, target=platform.tvm_target, example_inputs=inputs, name="torch.compile",
-                   fast_math=bool(opts["fast_math"]))  # fmt: skip
+                   fast_math=bool(opts["fast_math"]), winograd=bool(opts["winograd"]))  # fmt: skip
     try:
         store = open_records(opts["records"], create=False)
     except RecordsError as e:

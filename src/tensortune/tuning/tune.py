@@ -157,6 +157,7 @@ def plan_tune(
     trials_per_round: int | None = None,
     max_trials_per_task: int | None = None,
     fast_math: bool = True,
+    winograd: bool = True,
     warm_start: object = None,
     warm_per_kernel: int = WARM_PER_KERNEL,
 ) -> TunePlan:
@@ -188,7 +189,7 @@ def plan_tune(
         with about("warm_start"):
             by_class = source_schedules(warm_start, platform)
     tasks = resolve_tasks(workloads, model=model, workloads_from=workloads_from,
-                          platform=platform, fast_math=fast_math)  # fmt: skip
+                          platform=platform, fast_math=fast_math, winograd=winograd)  # fmt: skip
     return TunePlan(platform, tasks, trials, prototype, verifier, max_trials_per_task,
                     trials_per_round, by_class, warm_per_kernel, max_seconds)  # fmt: skip
 
@@ -210,6 +211,7 @@ def tune(
     trials_per_round: int | None = None,
     max_trials_per_task: int | None = None,
     fast_math: bool = True,
+    winograd: bool = True,
     warm_start: object = None,
     warm_per_kernel: int = WARM_PER_KERNEL,
     builder: object | None = None,
@@ -238,6 +240,8 @@ def tune(
     ``trials_per_round`` defaults to 64, lowered (down to 8) so that each task gets a round.
     ``fast_math`` approximates float32 ``exp``/``tanh``/``erf`` so they vectorize; outputs
     are then checked against the exact workload (``tensortune.workloads.fast_math``).
+    ``winograd`` runs a model's eligible 3×3 convolutions as Winograd F(4×4, 3×3)
+    (``tensortune.workloads.winograd``).  A loaded ``Model`` keeps what it was loaded with.
     ``warm_start`` (records store URLs or stores) seeds the search with schedules tuned for
     other kernels: before searching, each task not yet tuned times up to ``warm_per_kernel``
     transferred schedules (``tensortune.transfer``; they count toward ``trials``), and the
@@ -249,7 +253,8 @@ def tune(
                      cost_model=cost_model, online_cost_model=online_cost_model,
                      trials_per_round=trials_per_round,
                      max_trials_per_task=max_trials_per_task, fast_math=fast_math,
-                     warm_start=warm_start, warm_per_kernel=warm_per_kernel)  # fmt: skip
+                     winograd=winograd, warm_start=warm_start,
+                     warm_per_kernel=warm_per_kernel)  # fmt: skip
     if progress is not None and not isinstance(progress, TuneProgress):
         progress = _BatchCallback(progress)
     farm = None

@@ -21,6 +21,7 @@ def resolve_tasks(
     workloads_from: str | os.PathLike | None = None,
     platform: Platform,
     fast_math: bool = True,
+    winograd: bool = True,
 ) -> list[Task]:
     """The tasks of operator specs / TVMScript files, of a model (a zoo name, an ``.onnx``
     path or a loaded ``Model``), or of a MetaSchedule database directory: exactly one of them.
@@ -28,8 +29,9 @@ def resolve_tasks(
 
     With ``fast_math`` (the default), float32 ``exp``/``tanh``/``erf`` are approximated so they
     vectorize (``workloads.fast_math``; a model gets it on its graph, ``models.load_model``),
-    and each changed task keeps its exact module to check outputs against. A loaded ``Model``
-    keeps what it was loaded with."""
+    and each changed task keeps its exact module to check outputs against. ``winograd``
+    applies to a model (``models.load_model``). A loaded ``Model`` keeps what it was loaded
+    with."""
     given = sum(x is not None and x != [] for x in (workloads, model, workloads_from))
     if given != 1:
         raise TensortuneError("give exactly one of: workloads, a model, or a workloads directory")
@@ -39,7 +41,8 @@ def resolve_tasks(
         if isinstance(model, Model):
             return model.tasks
         with about("model"):
-            return load_model(model, target=platform.tvm_target, fast_math=fast_math).tasks
+            return load_model(model, target=platform.tvm_target, fast_math=fast_math,
+                              winograd=winograd).tasks  # fmt: skip
     if workloads:
         from tensortune.workloads.sources import task_from_spec
 
