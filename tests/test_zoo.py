@@ -12,6 +12,7 @@ wrong layout, a lost residual or a badly folded batch norm miss it by orders of 
 from __future__ import annotations
 
 import copy
+import functools
 import warnings
 from pathlib import Path
 
@@ -54,10 +55,16 @@ AT_ANOTHER_SIZE = {"resnet18-b4": "resnet18", "mobilenetv2-b4": "mobilenetv2",
                    "gpt2-block-s256": "gpt2-block"}  # fmt: skip
 
 
+@functools.cache
+def zoo_model(name: str) -> Model:
+    """A base network, loaded once for both tests that need it."""
+    return load_model(name, target=resolve_platform(None).tvm_target)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", [n for n in NETWORKS if n not in AT_ANOTHER_SIZE])
 def test_every_zoo_network_builds_and_matches_pytorch(name: str) -> None:
-    model = load_model(name, target=resolve_platform(None).tvm_target)
+    model = zoo_model(name)
     assert model.tasks and all(t.weight >= 1 for t in model.tasks)
     with torch.no_grad():
         expected = model.torch_module(*model.torch_inputs)
@@ -88,8 +95,7 @@ def test_every_zoo_network_builds_and_matches_pytorch(name: str) -> None:
 
 @pytest.mark.parametrize(("name", "base"), sorted(AT_ANOTHER_SIZE.items()))
 def test_each_larger_variant_imports_at_its_size(name: str, base: str) -> None:
-    target = resolve_platform(None).tvm_target
-    model, smaller = load_model(name, target=target), load_model(base, target=target)
+    model, smaller = load_model(name, target=resolve_platform(None).tvm_target), zoo_model(base)
     assert model.tasks and all(t.weight >= 1 for t in model.tasks)
     assert [x.shape for x in model.inputs] == [tuple(t.shape) for t in model.torch_inputs]
 

@@ -165,9 +165,10 @@ def _clip(emit: Callable, call: tvm.relax.Call) -> tvm.relax.Expr:
 _EXPAND_GELU = {"relax.nn.gelu": _gelu, "relax.nn.gelu_tanh": _gelu}
 
 
-def _fold(compute: Callable[..., np.ndarray]) -> Callable:
+def _fold(compute: Callable[..., np.ndarray], *, with_attrs: bool = False) -> Callable:
     """A rewrite (for ``_rewrite_calls(constant_args=True)``) that replaces a call on constants
-    by the constant ``compute(call, *argument values)``, in the call's dtype."""
+    by the constant ``compute(*argument values)`` (``compute(call.attrs, *values)`` with
+    ``with_attrs``), in the call's dtype."""
 
     def rewrite(call: tvm.relax.Call, args: list[tvm.relax.Expr]) -> tvm.relax.Expr:
         from tvm import relax
@@ -175,8 +176,9 @@ def _fold(compute: Callable[..., np.ndarray]) -> Callable:
         dtype = str(getattr(call.ty, "dtype", ""))
         if dtype not in _NUMPY_DTYPES:  # integer division and the like differ from NumPy's
             return call
-        result = np.asarray(compute(call, *[_literal(a) for a in args]), dtype=dtype)
-        return relax.const(result, dtype)
+        values = [_literal(a) for a in args]
+        result = compute(call.attrs, *values) if with_attrs else compute(*values)
+        return relax.const(np.asarray(result, dtype=dtype), dtype)
 
     return rewrite
 
@@ -190,8 +192,8 @@ def _literal(arg: tvm.relax.Expr) -> object:
     return value.numpy() if hasattr(value, "numpy") else value
 
 
-def _permute(call: tvm.relax.Call, x: np.ndarray) -> np.ndarray:
-    axes = call.attrs.axes
+def _permute(attrs: object, x: np.ndarray) -> np.ndarray:
+    axes = attrs.axes
     return np.transpose(x, None if axes is None else [int(a) for a in axes])
 
 
@@ -200,11 +202,11 @@ _NUMPY_DTYPES = ("float16", "float32", "float64")
 # The operators that fold a batch norm into a convolution (relax's FoldBatchnormToConv2D and
 # DecomposeOpsForInference) and lay out its weight (ConvertLayout).  NumPy broadcasts as Relax does.
 _NUMPY_FOLDS = {
-    "relax.add": _fold(lambda _, a, b: np.add(a, b)),
-    "relax.subtract": _fold(lambda _, a, b: np.subtract(a, b)),
-    "relax.multiply": _fold(lambda _, a, b: np.multiply(a, b)),
-    "relax.divide": _fold(lambda _, a, b: np.divide(a, b)),
-    "relax.sqrt": _fold(lambda _, a: np.sqrt(a)),
-    "relax.reshape": _fold(lambda _, a, shape: np.reshape(a, shape)),
-    "relax.permute_dims": _fold(_permute),
+    "relax.add": _fold(np.add),
+    "relax.subtract": _fold(np.subtract),
+    "relax.multiply": _fold(np.multiply),
+    "relax.divide": _fold(np.divide),
+    "relax.sqrt": _fold(np.sqrt),
+    "relax.reshape": _fold(np.reshape),
+    "relax.permute_dims": _fold(_permute, with_attrs=True),
 }

@@ -78,8 +78,8 @@ def winograd_nhwc(data: tvm.te.Tensor, kernel: tvm.te.Tensor,
     n, height, width, ci = (int(d) for d in data.shape)
     alpha, _, co, _ = (int(d) for d in kernel.shape)
     m = alpha - KERNEL + 1
-    top, left, bottom, right = padding
-    out_h, out_w = height + top + bottom - KERNEL + 1, width + left + right - KERNEL + 1
+    top, left, _, _ = padding
+    out_h, out_w = _output_size(height, width, padding)
     tiles_h, tiles_w = -(-out_h // m), -(-out_w // m)
     tiles = n * tiles_h * tiles_w
     a, b, _ = winograd_transform_matrices(m, KERNEL, "float32")
@@ -138,11 +138,17 @@ def eligible(call: tvm.relax.Call) -> bool:
         return False
     shape = dict(zip(a.kernel_layout, (int(d) for d in weight.value.shape), strict=True))
     n, height, width, _ = (int(d) for d in data.ty.shape)
-    top, left, bottom, right = (int(p) for p in a.padding)
-    out_h, out_w = height + top + bottom - KERNEL + 1, width + left + right - KERNEL + 1
+    out_h, out_w = _output_size(height, width, tuple(int(p) for p in a.padding))
     tiles = n * -(-out_h // TILE) * -(-out_w // TILE)
     return ((shape["H"], shape["W"]) == (KERNEL, KERNEL)
             and min(shape["O"], shape["I"]) >= MIN_CHANNELS and tiles >= MIN_TILES)  # fmt: skip
+
+
+def _output_size(height: int, width: int, padding: tuple) -> tuple[int, int]:
+    """A 3×3 stride-1 convolution's output height and width; ``padding`` is (top, left,
+    bottom, right)."""
+    top, left, bottom, right = padding
+    return height + top + bottom - KERNEL + 1, width + left + right - KERNEL + 1
 
 
 def _mutator() -> type:
