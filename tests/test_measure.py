@@ -57,6 +57,24 @@ def test_candidates_are_built_and_timed_with_every_repeat_kept(builder):
         assert all(0 < s < 0.1 for s in secs)
 
 
+def test_kernels_with_large_weights_are_timed_cold_and_the_others_hot(builder):
+    # matmul:M,N,K -> A is the input; B (4 MiB here) and C are what a cold timing evicts.
+    big, small = (parse_spec(s).to_module() for s in ("matmul:4,1024,1024", "matmul:4,64,64"))
+    timing = TimingConfig(repeat=2, min_repeat_ms=1, cold_bytes=1 << 20, cold_repeat=4)
+    assert timing.for_signature(_signature(big)) == (1, 4, 0, True)
+    assert timing.for_signature(_signature(small)) == (1, 2, 1, False)
+    assert TimingConfig().for_signature(_signature(big))[3] is False  # off unless asked
+    built = _build(builder, [big, small])
+    runner = PersistentRunner(timing, timeout_s=30)
+    try:
+        infos = [ArgInfo.from_prim_func(m["main"]) for m in (big, small)]
+        results = _run(runner, [b.artifact_path for b in built], infos)
+    finally:
+        runner.close()
+    assert [len(r.run_secs) for r in results] == [4, 2]
+    assert all(float(s) > 0 for r in results for s in r.run_secs)
+
+
 def test_builds_run_in_parallel_workers_that_persist(builder):
     mods = [parse_spec(f"matmul:{n},16,16").to_module() for n in (8, 16, 24, 32)]
     _build(builder, mods)

@@ -234,6 +234,23 @@ def test_cli_says_the_time_budget_stopped_the_run(cli, tmp_path):
     assert "stopped: the time budget (0.000001s) is spent" in out
 
 
+def test_kernels_with_weights_beyond_the_l2_caches_are_tuned_cold_unless_told(cli, tmp_path):
+    # B is 16 MiB: beyond any CPU's L2 caches.  A cold timing is one call after evicting it,
+    # TimingConfig.cold_repeat (10) of them; a hot one keeps TimingConfig.repeat (5).
+    big = ["-w", "matmul:1,4096,1024", "--trials", "2", "--strategy", "replay-trace",
+           "--cost-model", "random", "--no-check"]  # fmt: skip
+    for flag, timings in (("--cold-weights", 10), ("--hot-weights", 5)):
+        url = f"sqlite:///{tmp_path / flag[2:]}.db"
+        code, _, err = cli("tune", *big, flag, "--records", url, "--json")
+        assert code == 0, err
+        with open_records(url) as store:
+            assert {len(r.run_secs) for r in store.query(ok_only=True)} == {timings}
+    small = tune(["matmul:4,64,64"], trials=2, records=f"sqlite:///{tmp_path / 's.db'}",
+                 work_dir=tmp_path / "w", **FAST)  # fmt: skip
+    with open_records(small.records_url) as store:
+        assert {len(r.run_secs) for r in store.query(ok_only=True)} == {5}
+
+
 def test_a_tune_needs_trials_or_time(tmp_path):
     with pytest.raises(TensortuneError, match="trial budget, a time budget"):
         tune(["matmul:32,32,32"], records=f"sqlite:///{tmp_path / 'r.db'}", **FAST)

@@ -124,6 +124,15 @@ def tune(
     ] = True,
     fast_math: FastMathOpt = True,
     winograd: WinogradOpt = True,
+    cold_weights: Annotated[
+        bool,
+        typer.Option(
+            "--cold-weights/--hot-weights",
+            help="Time kernels whose weights outgrow the L2 caches with those weights evicted "
+            "first, as they run inside a model (the default), or time every kernel hot, "
+            "called again and again on the same arguments.",
+        ),
+    ] = True,
     warm_start: Annotated[
         list[str] | None,
         typer.Option(
@@ -162,6 +171,7 @@ def tune(
 
     Example: tensortune tune -w matmul:512,512,512 --trials 64 --records sqlite:///r.db
     """
+    from tensortune.measure.runner import TimingConfig
     from tensortune.tuning.tune import plan_tune, tune
 
     online_mode: bool | str = "moa" if moa else "auto" if online is None else online
@@ -192,6 +202,7 @@ def tune(
             seed=seed,
             progress=_Progress(reporter, max_seconds),
             runner=runner if remote else None,
+            timing=None if cold_weights else TimingConfig(),
             **api,
         )  # type: ignore[arg-type]
     if as_json:

@@ -154,10 +154,13 @@ def transfer(
     tasks = resolve_tasks(workloads, model=loaded, workloads_from=workloads_from,
                           platform=platform, fast_math=fast_math)  # fmt: skip
     with records_from(records) as store:
+        from tensortune.measure.runner import model_timing
         from tensortune.measure.session import MeasureSession
 
         start = time.perf_counter()
-        with MeasureSession(platform, log_dir=Path(work_dir) / "logs", timing=timing,
+        # Timed as tune times them: the records land in the store the tuned build reads.
+        with MeasureSession(platform, log_dir=Path(work_dir) / "logs",
+                            timing=timing or model_timing(platform),
                             check_correctness=True) as session:  # fmt: skip
             kernels, reasons = transfer_tasks(store, tasks, platform, session, by_class,
                                               per_kernel=per_kernel, progress=progress)  # fmt: skip

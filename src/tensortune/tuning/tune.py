@@ -242,6 +242,10 @@ def tune(
     are then checked against the exact workload (``tensortune.workloads.fast_math``).
     ``winograd`` runs a model's eligible 3×3 convolutions as Winograd F(4×4, 3×3)
     (``tensortune.workloads.winograd``).  A loaded ``Model`` keeps what it was loaded with.
+    ``timing`` says how candidates are timed; by default hot (the kernel called again and
+    again on the same arguments), except kernels whose weights outgrow the L2 caches, which
+    are timed with them evicted (``measure.runner.model_timing``), as they run in a model.
+    ``TimingConfig()`` times every kernel hot.
     ``warm_start`` (records store URLs or stores) seeds the search with schedules tuned for
     other kernels: before searching, each task not yet tuned times up to ``warm_per_kernel``
     transferred schedules (``tensortune.transfer``; they count toward ``trials``), and the
@@ -267,10 +271,12 @@ def tune(
         runner = farm
     try:
         with records_from(records) as store:
+            from tensortune.measure.runner import model_timing
             from tensortune.measure.session import MeasureSession
 
             session = partial(MeasureSession, plan.platform, log_dir=Path(work_dir) / "logs",
-                              timing=timing, check_correctness=check_correctness,
+                              timing=timing or model_timing(plan.platform),
+                              check_correctness=check_correctness,
                               builder=builder, runner=runner)  # fmt: skip
             deadline = None if max_seconds is None else start + max_seconds
             result = _search(store, plan, session, Path(work_dir), task_scheduler, seed,
