@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import math
 import os
-import re
 import time
 from dataclasses import dataclass
 
@@ -15,6 +14,7 @@ from tensortune.compat import (
     RunnerInput,
     derived_object,
     ms,
+    tvm,
 )
 from tensortune.hardware import Platform
 from tensortune.measure.pool import WorkerPool
@@ -72,12 +72,7 @@ def signature_of(args_info: list) -> Signature:
 
 def weight_bytes(signature: Signature) -> int:
     """Bytes of a kernel's arguments after the first: what a cold timing evicts."""
-    return sum(math.prod(shape) * _itemsize(dtype) for dtype, shape in signature[1:])
-
-
-def _itemsize(dtype: str) -> int:
-    bits = re.search(r"\d+", dtype)  # "float32", "int8", "bfloat16"; "bool" has none
-    return max(1, int(bits.group()) // 8) if bits else 1
+    return sum(math.prod(shape) * tvm.DataType(dtype).itemsize for dtype, shape in signature[1:])
 
 
 @derived_object
