@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import statistics
 from pathlib import Path
 
 import pytest
@@ -200,11 +201,27 @@ def test_seeds_are_summarized_by_their_median_speedup():
 
     summary = summarize_seeds([seed(0, 2.0), seed(1, 5.0), seed(2, None)])
     assert summary["seeds"] == [0, 1, 2]
-    assert summary["speedup"]["fast"] == {"seeds": [5.0, 2.0, None], "median": 2.0}
+    fast = summary["speedup"]["fast"]
+    assert (fast["seeds"], fast["median"], fast["reached"]) == ([5.0, 2.0, None], 2.0, 2)
+    assert fast["mean"] == pytest.approx(7 / 3)  # the unreached seed counts as 0
+    assert fast["sem"] == pytest.approx(statistics.stdev([5.0, 2.0, 0.0]) / 3**0.5)
     assert summary["speedup"]["default"]["median"] == 1.0
     assert summary["final_latency"]["fast"] == [1.0, 1.0, 1.2]
     never = summarize_seeds([seed(0, None), seed(1, None), seed(2, 2.0)])
     assert never["speedup"]["fast"]["median"] is None  # most seeds never reached it
+
+
+def test_a_run_ending_just_above_the_defaults_latency_counts_within_a_tolerance():
+    r = BenchResult(["t"], 4, {}, seed=0)
+    r.runs["default"] = MethodRun("default", 10.0, 4, 1.0, [(10.0, 4, 1.0)])
+    r.runs["near"] = MethodRun("near", 10.0, 4, 1.02, [(2.0, 2, 1.05), (4.0, 4, 1.02)])
+    assert r.speedup["near"] is None
+    assert r.speedup_within(0.01)["near"] is None
+    assert r.speedup_within(0.03)["near"] == pytest.approx(10.0 / 4.0)
+    summary = summarize_seeds([r])
+    assert summary["speedup_within_3pct"]["near"]["reached"] == 1
+    assert summary["speedup_within_1pct"]["near"]["reached"] == 0
+    assert summary["speedup_within_1pct"]["near"]["sem"] is None  # one seed: no spread
 
 
 def test_the_cli_runs_each_seed_in_its_own_directory(tmp_path):

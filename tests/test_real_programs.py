@@ -8,6 +8,8 @@ model must beat its mean by ``SIGMAS`` standard deviations (one-sided, a normal 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import zipfile
 from collections import Counter
 from pathlib import Path
@@ -21,7 +23,7 @@ from tensortune.costmodel.factory import cost_model_from
 from tensortune.costmodel.registry import load_cost_model
 from tensortune.costmodel.shipped import CARD, SHIPPED_DIR, checked, shipped_card, shipped_model
 from tensortune.datasets.build import build_dataset, load_table, read_card
-from tensortune.datasets.shipped import DATASET_DIR, POOL_DIR
+from tensortune.datasets.shipped import DATASET_DIR, POOL_DIR, dataset_path
 from tensortune.errors import TensortuneError
 from tensortune.features import schema_hash
 from tensortune.hardware import resolve_platform
@@ -31,9 +33,6 @@ from tensortune.tuning.tune import tune
 
 SIGMAS = 4.0
 METRICS = ("pca", "top1_score", "top5_score")
-# The dataset's rows measured on a configuration the default model never saw (an AMD EPYC,
-# one core), of the tasks that ttset-cpu-v1 (on which the x86 models were trained) lacks.
-HELD_OUT_HARDWARE = "avx512-1c@37ba0302"
 
 
 def chance(rows: dict, draws: int = 200, seed: int = 0) -> dict[str, tuple[float, float]]:
@@ -65,7 +64,24 @@ def test_every_shipped_model_matches_its_card_and_loads():
         assert model.fitted and model.kind == entry["kind"]
         meta = json.loads(zipfile.ZipFile(path).read("meta.json"))
         assert meta["feature_schema"] == schema_hash()  # what this tensortune computes
-        assert meta["provenance"] == entry["trained_on"]
+        trained = {k: v for k, v in entry["trained_on"].items() if k != "test"}
+        assert meta["provenance"] == trained
+
+
+def test_the_shipped_models_are_fitted_on_the_default_dataset_and_dataset_info_says_so():
+    card = read_card(DATASET_DIR).data
+    out = subprocess.run([sys.executable, "-m", "tensortune.cli.app", "dataset", "info",
+                          "--json"], capture_output=True, text=True, check=True)  # fmt: skip
+    listed = json.loads(out.stdout)["shipped_models"]
+    assert sorted(listed) == sorted(shipped_card()["files"])  # every one, none left on old data
+    for name, entry in listed.items():
+        held = set(entry["split"].removeprefix("by-hardware:").split(","))
+        # trained on exactly the rows of the configurations its name lists
+        assert held == {
+            h for h in card["hardware"] if h.split("@")[0] not in entry["configurations"]
+        }
+        assert name == "+".join(entry["configurations"]) + ".ttm"
+        assert 0.5 < entry["test"]["pca"] <= 1 and entry["test"]["programs"] > 1000
 
 
 def test_a_shipped_model_that_differs_from_its_card_is_refused(tmp_path, monkeypatch):
@@ -92,6 +108,15 @@ def test_the_shipped_datasets_match_their_cards():
         assert len(set(table.column("hardware").to_pylist())) == len(card["hardware"])
 
 
+def test_a_shipped_dataset_answers_to_its_name_unless_a_directory_has_it(tmp_path, monkeypatch):
+    assert dataset_path("ttset-cpu-v1") == DATASET_DIR.parent / "ttset-cpu-v1"
+    assert dataset_path(DATASET_DIR.name) == dataset_path("default") == DATASET_DIR
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ttset-cpu-v1").mkdir()  # the user's own directory of that name wins
+    assert dataset_path("ttset-cpu-v1") == Path("ttset-cpu-v1")
+    assert dataset_path("no-such-dataset") == Path("no-such-dataset")
+
+
 def test_the_pool_keeps_its_held_out_networks_kernels_apart():
     card = read_card(POOL_DIR).data
     cols = load_table(POOL_DIR, ["task", "networks"]).to_pydict()
@@ -111,18 +136,15 @@ def test_the_pool_keeps_its_held_out_networks_kernels_apart():
 
 
 def test_the_default_model_ranks_held_out_programs_of_the_shipped_dataset():
+    model = load_cost_model(shipped_model(resolve_platform(None)))  # what users get here
+    assert model.provenance_["dataset"] == read_card(DATASET_DIR).data["name"]
+    held = model.provenance_["split"].removeprefix("by-hardware:").split(",")
     columns = load_table(DATASET_DIR).to_pydict()
-    v1 = load_table(DATASET_DIR.parent / "ttset-cpu-v1", ["mod_json"], table="workloads.parquet")
-    v1_tasks = set(v1.column("mod_json").to_pylist())
-    workloads = load_table(DATASET_DIR, table="workloads.parquet").to_pydict()
-    new = [t for t, j in zip(workloads["task_id"], workloads["mod_json"], strict=True)
-           if j not in v1_tasks]  # fmt: skip
-    mask = (np.asarray(columns["hardware"]) == HELD_OUT_HARDWARE) & np.isin(columns["task_id"], new)
+    hardware, task = np.asarray(columns["hardware"]), np.asarray(columns["task_id"])
+    trained = ~np.isin(hardware, held)
+    mask = ~trained & ~np.isin(task, task[trained])  # hardware and tasks it never saw
     rows = scored_rows(columns, mask)
     assert len(set(rows["task_id"])) >= 30  # a slice of tens of tasks, not a lucky few
-
-    model = load_cost_model(shipped_model(resolve_platform(None)))  # what users get here
-    assert model.provenance_["dataset"] == "ttset-cpu-v1"  # it never saw these tasks
     assert_far_above_chance(rows, model.predict(ProgramSet.from_columns(columns, mask)))
 
 

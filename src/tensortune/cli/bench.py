@@ -107,7 +107,13 @@ def tune(
     0 --seed 1 --plot b.png
     """
     from tensortune.compare.search_methods import DEFAULT_METHODS
-    from tensortune.compare.seeds import bench_seeds, seed_plot, summarize_seeds
+    from tensortune.compare.seeds import (
+        TOLERANCES,
+        bench_seeds,
+        seed_plot,
+        summarize_seeds,
+        within_key,
+    )
 
     seeds = seed or [0]
     methods = method or list(DEFAULT_METHODS)
@@ -142,10 +148,17 @@ def tune(
             console.print(f"curves: {plot if len(seeds) == 1 else seed_plot(plot, result.seed)}")
     if len(results) > 1:
         summary = summarize_seeds(results)
+        n = len(results)
         for m, v in summary["speedup"].items():
             each = ", ".join(fmt_ratio(x) for x in v["seeds"])
-            console.print(f"{m}: median speedup {fmt_ratio(v['median'])} over seeds "
-                          f"{seeds} ({each})")  # fmt: skip
+            near = []
+            for t in TOLERANCES:
+                w = summary[within_key(t)][m]
+                near.append(f"within {t:.0%}: {w['reached']} of {n}, "
+                            f"{w['mean']:.2f}x ± {w['sem']:.2f}")  # fmt: skip
+            console.print(f"{m}: median speedup {fmt_ratio(v['median'])} over seeds {seeds} "
+                          f"({each}), reached in {v['reached']} of {n}; mean ± standard "
+                          f"error {'; '.join(near)}")  # fmt: skip
 
 
 def _print_bench(result) -> None:

@@ -312,10 +312,11 @@ def info(
     ] = "default",
     as_json: JsonOpt = False,
 ) -> None:
-    """Programs, tasks, hardware and networks of a dataset.
+    """Programs, tasks, hardware and networks of a dataset, and the shipped models fitted on it.
 
     Example: tensortune dataset info default --json
     """
+    from tensortune.costmodel.shipped import models_trained_on
     from tensortune.datasets.build import read_card
     from tensortune.datasets.shipped import dataset_path
     from tensortune.errors import about
@@ -328,8 +329,18 @@ def info(
     summary["feature_schema"] = d["feature_schema"]
     if d.get("held_out"):
         summary["held_out"] = d["held_out"]
+    models = models_trained_on(d.get("name", ""))
+    if models:
+        summary["shipped_models"] = models
     if as_json:
         print(json.dumps(summary))
         return
     for key, value in summary.items():
-        console.print(f"{key:15s} {', '.join(value) if isinstance(value, list) else value}")
+        if key != "shipped_models":
+            console.print(f"{key:15s} {', '.join(value) if isinstance(value, list) else value}")
+    for name, m in models.items():  # what `tune --cost-model default` serves, and how good
+        test = m.get("test", {})
+        figures = ", ".join(f"{k} {test[k]:.3f}" for k in ("pca", "top1_score", "top5_score")
+                            if k in test)  # fmt: skip
+        console.print(f"{'shipped model':15s} {name}: {m['kind']}, {m.get('train_programs')} "
+                      f"programs, split {m.get('split')}; on its test rows {figures}")  # fmt: skip

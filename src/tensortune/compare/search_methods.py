@@ -84,20 +84,25 @@ class BenchResult:
     def speedup(self) -> dict[str, float | None]:
         """Search-time speedup over the default: its total time over the time each method
         took to reach the default's final latency (None: never reached it)."""
-        return self._over_default(lambda base: base.wall_s, MethodRun.time_to_reach)
+        return self.speedup_within(0.0)
+
+    def speedup_within(self, tolerance: float) -> dict[str, float | None]:
+        """The speedup to come within ``tolerance`` (0.01: 1%) of the default's final
+        latency: a run that ends 0.1% above it never "reaches" it, yet got as far."""
+        return self._over_default(lambda base: base.wall_s, MethodRun.time_to_reach, tolerance)
 
     @property
     def trial_ratio(self) -> dict[str, float | None]:
         """The default's trials over the trials each method needed to reach its latency."""
         return self._over_default(lambda base: base.trials, MethodRun.trials_to_reach)
 
-    def _over_default(self, total, reach) -> dict[str, float | None]:
+    def _over_default(self, total, reach, tolerance: float = 0.0) -> dict[str, float | None]:
         base = self.runs.get("default")
         if base is None or base.final_latency is None:
             return {}
         out: dict[str, float | None] = {}
         for name, run in self.runs.items():
-            needed = reach(run, base.final_latency)
+            needed = reach(run, base.final_latency * (1 + tolerance))
             out[name] = total(base) / needed if needed else None
         return out
 

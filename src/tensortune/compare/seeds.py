@@ -3,6 +3,7 @@ spread widely (on resnet50 MetaSchedule's own final latency doubled between two 
 
 from __future__ import annotations
 
+import math
 import os
 import statistics
 from collections.abc import Sequence
@@ -43,23 +44,46 @@ def seed_plot(path: Path, seed: int) -> Path:
     return path.with_name(f"{path.stem}-seed{seed}{path.suffix}")
 
 
-def summarize_seeds(results: Sequence[BenchResult]) -> dict:
-    """Per method, the speedup and trial ratio of every seed and their medians.
+# How close to the default's final latency counts as reaching it, besides exactly: a search
+# that ends 0.1% above it has not failed, and single runs fall off that cliff either way.
+TOLERANCES = (0.01, 0.03)
 
-    A seed where the method never reached the default's final latency is ``None`` in the
-    per-seed list and counts as 0 in the median (slower than any speedup); a median of 0 is
-    reported as ``None``: most seeds never got there."""
+
+def within_key(tolerance: float) -> str:
+    """The summary's key for the speedup to come within ``tolerance`` of the default."""
+    return f"speedup_within_{round(tolerance * 100)}pct"
+
+
+def summarize_seeds(results: Sequence[BenchResult]) -> dict:
+    """Per method, the speedup and trial ratio of every seed and their medians; how many seeds
+    reached the default's final latency; and the speedup to come within 1% and 3% of it, per
+    seed and as mean ± standard error over the seeds.
+
+    A seed where the method never got there is ``None`` in the per-seed lists and counts as 0
+    in the median and the mean (slower than any speedup); a median of 0 is reported as
+    ``None``: most seeds never got there."""
     out: dict[str, dict] = {}
-    for key in ("speedup", "trial_ratio"):
+    within = {within_key(t): t for t in TOLERANCES}
+    for key in ("speedup", "trial_ratio", *within):
         per_method: dict[str, list[float | None]] = {}
         for r in results:
-            for method, value in getattr(r, key).items():
+            values = r.speedup_within(within[key]) if key in within else getattr(r, key)
+            for method, value in values.items():
                 per_method.setdefault(method, []).append(value)
-        out[key] = {m: {"seeds": v, "median": statistics.median(x or 0.0 for x in v) or None}
-                    for m, v in per_method.items()}  # fmt: skip
+        out[key] = {m: _spread(v) for m, v in per_method.items()}
     out["final_latency"] = {
         m: [r.runs[m].final_latency for r in results if m in r.runs]
         for m in dict.fromkeys(m for r in results for m in r.runs)
     }
     out["seeds"] = [r.seed for r in results]
     return out
+
+
+def _spread(per_seed: list[float | None]) -> dict:
+    """Per-seed values with their median, mean, standard error of the mean and how many seeds
+    got a value (unreached seeds count as 0)."""
+    values = [x or 0.0 for x in per_seed]
+    sem = statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else None
+    return {"seeds": per_seed, "median": statistics.median(values) or None,
+            "mean": statistics.fmean(values), "sem": sem,
+            "reached": sum(x is not None for x in per_seed)}  # fmt: skip

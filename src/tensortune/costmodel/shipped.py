@@ -30,6 +30,16 @@ def shipped_card() -> dict:
         raise TensortuneError(f"the shipped models' card cannot be read ({e})") from None
 
 
+def models_trained_on(dataset: str) -> dict[str, dict]:
+    """The shipped models fitted on the dataset named ``dataset`` (its card's ``name``): per
+    file, its kind, configurations, split and the TenSet metrics on that split's test rows."""
+    files = shipped_card().get("files", {})
+    return {name: {"kind": e.get("kind"), "configurations": e.get("configurations", []),
+                   **{k: v for k, v in e.get("trained_on", {}).items() if k != "dataset"}}
+            for name, e in sorted(files.items())
+            if e.get("trained_on", {}).get("dataset") == dataset}  # fmt: skip
+
+
 def checked(path: Path) -> str:
     """``path``, a shipped model file, after checking its bytes against the card."""
     entry = shipped_card().get("files", {}).get(path.name)
