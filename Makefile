@@ -17,8 +17,8 @@ demo: $(STAMP)
 		--records sqlite:///tensortune.db --work-dir tensortune-work
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks data
+	$(BIN)/ruff format --check src tests benchmarks data
 
 test: lint
 	$(BIN)/pytest -q
