@@ -330,14 +330,11 @@ def info(
     if d.get("held_out"):
         summary["held_out"] = d["held_out"]
     models = models_trained_on(d.get("name", ""))
-    if models:
-        summary["shipped_models"] = models
     if as_json:
-        print(json.dumps(summary))
+        print(json.dumps({**summary, "shipped_models": models} if models else summary))
         return
     for key, value in summary.items():
-        if key != "shipped_models":
-            console.print(f"{key:15s} {', '.join(value) if isinstance(value, list) else value}")
+        console.print(f"{key:15s} {', '.join(value) if isinstance(value, list) else value}")
     for name, m in models.items():  # what `tune --cost-model default` serves, and how good
         test = m.get("test", {})
         figures = ", ".join(f"{k} {test[k]:.3f}" for k in ("pca", "top1_score", "top5_score")
