@@ -6,6 +6,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import sqlite3
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -61,6 +63,23 @@ def test_open_creates_store(tmp_path: Path) -> None:
     with sqlite3.connect(path) as db:
         meta = dict(db.execute("SELECT key, value FROM meta"))
     assert meta == {"app": "tensortune", "schema_version": str(SCHEMA_VERSION)}
+
+
+def test_processes_opening_a_new_file_at_once_all_get_the_store(tmp_path: Path) -> None:
+    # Each opener sees an empty file before taking the write lock (tune's worker and a
+    # `records` command started beside it); only one of them may create the schema.
+    def open_one(url: str) -> str:
+        barrier.wait()
+        with open_records(url) as s:
+            return s.url
+
+    for round_ in range(10):
+        url = _url(tmp_path / f"r{round_}.db")
+        barrier = threading.Barrier(6)
+        with ThreadPoolExecutor(6) as pool:
+            assert list(pool.map(open_one, [url] * 6)) == [url] * 6
+        with open_records(url) as s:
+            assert s.count() == 0
 
 
 def test_plain_path_is_a_sqlite_file(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import shutil
 import sqlite3
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -78,11 +79,30 @@ class SQLiteStore(SQLStore):
             if version < SCHEMA_VERSION:
                 self._migrate(version)
         if not memory:
-            db.execute("PRAGMA journal_mode=WAL")
+            self._use_wal()
             db.execute("PRAGMA synchronous=NORMAL")
         db.execute("PRAGMA foreign_keys=ON")
         if not tables:
-            self._write(lambda cur: self._create(cur, _DDL))
+            self._write(self._create_unless_present)
+
+    def _use_wal(self, timeout: float = 30.0) -> None:
+        # Switching the journal mode wants the file to itself, and SQLite answers "locked" at
+        # once instead of waiting when another connection is opening it at that moment.
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                self._db.execute("PRAGMA journal_mode=WAL")
+                return
+            except sqlite3.OperationalError as e:
+                if "locked" not in str(e) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.02)
+
+    def _create_unless_present(self, cur: Cursor) -> None:
+        # Two processes opening a new file both see it empty; the write lock taken by
+        # BEGIN IMMEDIATE decides which one creates the schema, and the other finds it made.
+        if not cur.execute("SELECT 1 FROM sqlite_master WHERE name = 'meta'").fetchone():
+            self._create(cur, _DDL)
 
     def _migrate(self, version: int) -> None:
         def upgrade(db: Cursor) -> None:
