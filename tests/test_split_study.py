@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
-from tensortune.compare.splits import split_study
+from tensortune.compare.splits import measurement_ceiling, split_study
 from tensortune.errors import TensortuneError
 from tensortune.train.trainer import dataset_columns, split_masks
 
@@ -31,3 +32,27 @@ def test_by_task_takes_a_seed():
     assert (a == b).all() and (a != c).any()
     with pytest.raises(TensortuneError, match="unknown split"):
         split_masks(columns, "by-task:x")
+
+
+def _timed(repeats: list[list[float]], task: list[int]) -> dict:
+    n = len(repeats)
+    return {"run_secs": repeats, "status": ["ok"] * n, "task_id": task, "hardware": ["h"] * n}
+
+
+def test_the_measurement_ceiling_is_how_well_one_repeat_ranks_the_others():
+    rng = np.random.default_rng(0)
+    true = rng.uniform(1e-3, 2e-3, 200)
+    task = [i % 4 for i in range(200)]
+    agreeing = _timed([[t, t * 1.001, t * 0.999] for t in true], task)
+    assert measurement_ceiling(agreeing, {})["pca"] == 1.0
+    # a first repeat unrelated to the others ranks them like a coin
+    noisy = _timed([[f, t, t] for f, t in zip(rng.permutation(true), true, strict=True)], task)
+    assert 0.4 < measurement_ceiling(noisy, {})["pca"] < 0.6
+    assert measurement_ceiling(_timed([[t] for t in true], task), {}) is None
+
+
+def test_a_split_study_reports_the_ceiling_of_its_dataset():
+    result = split_study("default", splits=["by-task"], models=["xgb"], seeds=[0],
+                         params={"xgb": {"n_rounds": 5}})  # fmt: skip
+    ceiling = result.setup["measurement_ceiling"]
+    assert ceiling["programs"] > 0 and 0.5 < ceiling["pca"] <= 1

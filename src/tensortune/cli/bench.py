@@ -631,6 +631,12 @@ def splits(
         t.add_row(e["model"], e["split"], str(e["folds"]), *cells,
                   "-" if over is None else f"{over:+.3f}")  # fmt: skip
     print_table(t)
+    ceiling = s.get("measurement_ceiling")
+    if ceiling:
+        console.print("Measurement ceiling (each program's first timing repeat ranked against "
+                      f"its other repeats, {ceiling['programs']} programs): PCA "
+                      f"{ceiling['pca']:.3f}, top-1 score {ceiling['top1_score']:.3f}, top-5 "
+                      f"score {ceiling['top5_score']:.3f}")  # fmt: skip
 
 
 def _print_json(result) -> None:

@@ -10,6 +10,8 @@ about networks and machines it has never seen (Verma et al.; ``algorithms.md`` Â
 
 Every fold is scored with TenSet's metrics on its test rows; ``summary`` gives each split's
 mean and standard deviation over folds and seeds, and how far its PCA lies above by-network's.
+``measurement_ceiling`` scores the measurements themselves the same way: what a model could
+at best be credited with, given how much a program's timing repeats disagree.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import numpy as np
 
 from tensortune.compare.summary import mean_and_sd
 from tensortune.costmodel.data import ProgramSet
@@ -45,6 +49,33 @@ class SplitStudy:
             e["pca_over_by_network"] = None if ref is None else e["pca"] - ref["pca"]
         order = {s: i for i, s in enumerate(SPLIT_KINDS)}
         return sorted(out, key=lambda e: (e["model"], order[e["split"]]))
+
+
+def measurement_ceiling(columns: dict, card: dict) -> dict | None:
+    """TenSet's metrics of a "model" that knows each successful program's first timing repeat,
+    scored against labels taken from its other repeats alone (best of the task / median of
+    the rest): how well a second measurement agrees with the first.  A cost model trained
+    on these labels cannot be expected to rank programs better.  None when no row has two
+    repeats."""
+    from tensortune.measure.status import Status
+    from tensortune.train.metrics import score_predictions
+    from tensortune.train.trainer import card_networks
+
+    rows = [i for i, (secs, status) in enumerate(zip(columns["run_secs"], columns["status"],
+                                                     strict=True))
+            if status == Status.OK and secs is not None and len(secs) >= 2]  # fmt: skip
+    if not rows:
+        return None
+    first = np.array([columns["run_secs"][i][0] for i in rows])
+    rest = np.array([float(np.median(columns["run_secs"][i][1:])) for i in rows])
+    keys = [(columns["task_id"][i], columns["hardware"][i]) for i in rows]
+    best: dict[tuple, float] = {}
+    for key, cost in zip(keys, rest, strict=True):
+        best[key] = min(best.get(key, np.inf), cost)
+    test = {"task_id": np.array([k[0] for k in keys]), "hardware": np.array([k[1] for k in keys]),
+            "label": np.array([best[k] for k in keys]) / rest, "cost": rest}  # fmt: skip
+    scores = score_predictions(test, 1.0 / first, networks=card_networks(card))
+    return {m: scores[m] for m in (*METRICS, "programs")}
 
 
 def split_specs(columns: dict, card: dict, kind: str, seed: int) -> list[tuple[str, str]]:
@@ -83,7 +114,9 @@ def split_study(
     columns, card = dataset_columns(dataset)
     result = SplitStudy(setup={"dataset": card.get("name"), "programs": card.get("programs"),
                                "splits": list(splits), "models": list(models),
-                               "seeds": list(seeds)})  # fmt: skip
+                               "seeds": list(seeds),
+                               "measurement_ceiling": measurement_ceiling(columns,
+                                                                          card)})  # fmt: skip
     for kind in models:
         for split in splits:
             for seed in seeds:
