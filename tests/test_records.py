@@ -65,7 +65,7 @@ def test_open_creates_store(tmp_path: Path) -> None:
     assert meta == {"app": "tensortune", "schema_version": str(SCHEMA_VERSION)}
 
 
-def test_processes_opening_a_new_file_at_once_all_get_the_store(tmp_path: Path) -> None:
+def test_connections_opening_a_new_file_at_once_all_get_the_store(tmp_path: Path) -> None:
     # Each opener sees an empty file before taking the write lock (tune's worker and a
     # `records` command started beside it); only one of them may create the schema.
     def open_one(url: str) -> str:
