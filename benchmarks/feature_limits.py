@@ -56,7 +56,7 @@ def analyzer_symbols(dataset: str, columns: dict) -> np.ndarray:
     from tensortune.datasets.shipped import dataset_path
     from tensortune.hardware import Platform, current_hardware
     from tensortune.search.analyzer.machine import machine_for
-    from tensortune.search.analyzer.roofline import _traffic, block_latency
+    from tensortune.search.analyzer.roofline import block_latency, block_traffic
     from tensortune.search.analyzer.symbols import program_symbols
 
     modules = load_workloads(dataset_path(dataset))
@@ -76,11 +76,11 @@ def analyzer_symbols(dataset: str, columns: dict) -> np.ndarray:
             continue
         if not blocks:
             continue
+        from_l2, from_mem = np.sum([block_traffic(b, m) for b in blocks], axis=0)
         out[i] = np.log([
             sum(block_latency(b, m) for b in blocks), 1 + sum(b.work for b in blocks),
             max(b.parallel for b in blocks), max(b.vector for b in blocks),
-            1 + sum(_traffic(b, m.l1_bytes * 0.75) for b in blocks),
-            1 + sum(_traffic(b, m.l2_bytes * 0.75) for b in blocks),
+            1 + from_l2, 1 + from_mem,
             1 + sum(b.launches for b in blocks), 1 + max(b.unroll for b in blocks)])  # fmt: skip
     return out
 
@@ -165,7 +165,7 @@ def main() -> None:
     }
     learned: dict[tuple[str, int, str], np.ndarray] = {}
 
-    def shipped_kind(kind: str, seed: int, fold: str, train: np.ndarray,
+    def predicted_by(kind: str, seed: int, fold: str, train: np.ndarray,
                      test: np.ndarray) -> np.ndarray:  # fmt: skip
         if (kind, seed, fold) not in learned:
             model = new_model(kind, seed, {}).fit(ProgramSet.from_columns(columns, train))
@@ -180,11 +180,11 @@ def main() -> None:
                 train, test = split_masks(columns, spec)
                 rows = scored_rows(columns, test)
                 if arm is None:
-                    pred = shipped_kind("xgb", seed, fold, train, test)
+                    pred = predicted_by("xgb", seed, fold, train, test)
                 elif arm == "analyzer":
                     pred = -latency[test]
                 elif arm == "ensemble":
-                    pred = sum(ranks_within(shipped_kind(k, seed, fold, train, test), rows)
+                    pred = sum(ranks_within(predicted_by(k, seed, fold, train, test), rows)
                                for k in ("xgb", "mlp"))  # fmt: skip
                 else:
                     pred = fit_predict(*arm, columns, train, test, seed)

@@ -16,6 +16,7 @@ from pathlib import Path
 from tensortune.costmodel.shipped import CARD, SHIPPED_DIR
 from tensortune.datasets.build import file_sha256, read_card
 from tensortune.datasets.shipped import DATASET_DIR
+from tensortune.train.metrics import RANK_METRICS
 from tensortune.train.trainer import train
 
 # One file per set of configurations: each configuration alone that tune serves by default,
@@ -37,7 +38,7 @@ def main() -> None:
         split = "by-hardware:" + ",".join(held)
         path = args.out / f"{'+'.join(configs)}.ttm"
         result = train(args.dataset, cost_model=KIND, split=split, out=path)
-        test = {k: round(float(result.metrics[k]), 4) for k in ("pca", "top1_score", "top5_score")}
+        test = {k: round(float(result.metrics[k]), 4) for k in RANK_METRICS}
         files[path.name] = {
             "sha256": file_sha256(path),
             "bytes": path.stat().st_size,

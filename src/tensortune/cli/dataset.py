@@ -320,6 +320,7 @@ def info(
     from tensortune.datasets.build import read_card
     from tensortune.datasets.shipped import dataset_path
     from tensortune.errors import about
+    from tensortune.train.metrics import RANK_METRICS
 
     rename_options({"dataset": "DATASET"})
     with about("dataset"):
@@ -337,7 +338,6 @@ def info(
         console.print(f"{key:15s} {', '.join(value) if isinstance(value, list) else value}")
     for name, m in models.items():  # what `tune --cost-model default` serves, and how good
         test = m.get("test", {})
-        figures = ", ".join(f"{k} {test[k]:.3f}" for k in ("pca", "top1_score", "top5_score")
-                            if k in test)  # fmt: skip
+        figures = ", ".join(f"{k} {test[k]:.3f}" for k in RANK_METRICS if k in test)
         console.print(f"{'shipped model':15s} {name}: {m['kind']}, {m.get('train_programs')} "
                       f"programs, split {m.get('split')}; on its test rows {figures}")  # fmt: skip

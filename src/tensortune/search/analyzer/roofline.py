@@ -33,10 +33,14 @@ def block_latency(b: BlockSymbols, m: Machine) -> float:
     overhead = 1.0 + 1.0 / max(1.0, min(b.unroll, b.iterations)) + 1.0 / max(b.inner, 1.0)
     reuse = b.work / max(b.unique_bytes / (b.dtype_bits / 8), 1.0)
     compute = b.work / (per_core * cores) * overhead * (1.0 + 1.0 / max(reuse, 1e-3))
-    from_l2 = _traffic(b, m.l1_bytes * _CACHE_USE)
-    from_mem = _traffic(b, m.l2_bytes * _CACHE_USE)
+    from_l2, from_mem = block_traffic(b, m)
     memory = from_l2 / (m.l2_gbps * 1e9 * cores) + from_mem / (m.mem_gbps * 1e9)
     return compute + memory + b.launches * _LAUNCH_SECONDS
+
+
+def block_traffic(b: BlockSymbols, m: Machine) -> tuple[float, float]:
+    """Bytes the block loads into L1 from L2, and into L2 from memory."""
+    return _traffic(b, m.l1_bytes * _CACHE_USE), _traffic(b, m.l2_bytes * _CACHE_USE)
 
 
 def _traffic(b: BlockSymbols, capacity: float) -> float:
