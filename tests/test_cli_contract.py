@@ -150,6 +150,11 @@ BAD = {
         "--config",
         "nosuch",
     ),
+    "collect malformed operator": (
+        ["dataset", "collect", "-w", "softmax:4", "--config", "avx2-1c"],
+        "--workload",
+        "softmax",
+    ),
 }
 
 

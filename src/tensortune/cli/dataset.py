@@ -9,7 +9,13 @@ from typing import Annotated
 import typer
 
 from tensortune.cli.display import console, print_table, table
-from tensortune.cli.options import JsonOpt, RecordsOpt, WorkDirOpt, rename_options
+from tensortune.cli.options import (
+    JsonOpt,
+    RecordsOpt,
+    WorkDirOpt,
+    WorkloadOpt,
+    rename_options,
+)
 from tensortune.cli.progress import Reporter
 from tensortune.records import DEFAULT_URL
 
@@ -27,6 +33,7 @@ def collect(
             "the whole network zoo).",
         ),
     ] = None,
+    workload: WorkloadOpt = None,
     config: Annotated[
         list[str] | None,
         typer.Option(
@@ -101,6 +108,9 @@ def collect(
 
     Example: tensortune dataset collect --network resnet18 --config avx2-1c --records
     sqlite:///collect.db
+
+    Standalone operators (--workload) are recorded as the network 'ops'; given without
+    --network, only they are collected: tensortune dataset collect -w softmax:128,768
     """
     from tensortune.collect import DEFAULT_CONFIGS, CollectResult, CollectStep
     from tensortune.collect import collect as run_collect
@@ -134,10 +144,12 @@ def collect(
             from tensortune.workloads.networks import NETWORKS
 
             # One configuration at a time, each with its own model.
-            runs = [collect_active(network or list(NETWORKS), config=name, selector=sampler,
+            nets = network or ([] if workload else list(NETWORKS))
+            runs = [collect_active(nets, config=name, selector=sampler,
                                    budget=trials_per_task, rounds=rounds, records=records,
                                    work_dir=work_dir, progress=progress, heaviest=heaviest,
-                                   exclude=exclude_network or ()) for name in configs]  # fmt: skip
+                                   exclude=exclude_network or (), workloads=workload or ())
+                    for name in configs]  # fmt: skip
             result = CollectResult(runs[0].records_url, configs, runs[0].tasks,
                                    sum(r.measured for r in runs))  # fmt: skip
         else:
@@ -145,7 +157,8 @@ def collect(
                                  programs_per_task=trials_per_task,
                                  evolved_share=evolved_share, records=records,
                                  work_dir=work_dir, progress=progress, worker=worker,
-                                 heaviest=heaviest, exclude=exclude_network or ())  # fmt: skip
+                                 heaviest=heaviest, exclude=exclude_network or (),
+                                 workloads=workload or ())  # fmt: skip
     console.print(f"measured {result.measured} programs of {result.tasks} tasks on "
                   f"{', '.join(result.configs)} into {result.records_url}")  # fmt: skip
 

@@ -17,8 +17,8 @@ DatasetOpt = Annotated[
     str | None,
     typer.Option("--dataset", metavar="DIR",
                  help="Dataset directory (from `tensortune dataset build`), or the name of a "
-                 "shipped dataset: default (the main one, ttset-cpu-v3), pool (the dense pool) or "
-                 "an older version by name (ttset-cpu-v1, ttset-cpu-v2)."),
+                 "shipped dataset: default (the main one, ttset-cpu-v4), pool (the dense pool) or "
+                 "an older version by name (ttset-cpu-v1 to v3)."),
 ]  # fmt: skip
 SplitOpt = Annotated[
     str | None,

@@ -99,6 +99,7 @@ def collect_active(
     progress: Progress | None = None,
     heaviest: int | None = None,
     exclude: Sequence[object] = (),
+    workloads: Sequence[str | Task] = (),
 ) -> CollectResult:
     """Measure ``budget`` programs of each task of ``networks`` on hardware configuration
     ``config``, chosen by ``selector`` (see ``tensortune.active``) in ``rounds`` rounds, with a
@@ -121,7 +122,8 @@ def collect_active(
         hw_config = config if isinstance(config, HardwareConfig) else get_config(config)
         platform = resolve_platform(hw_config.target)
     with about("networks"):
-        by_network = chosen_tasks(network_tasks(list(networks), platform), heaviest=heaviest,
+        by_network = chosen_tasks(network_tasks(list(networks), platform, workloads),
+                                  heaviest=heaviest,
                                   exclude=network_tasks(list(exclude), platform))  # fmt: skip
     run_id = f"collect-{selector}-{uuid.uuid4().hex[:8]}"
     with records_from(records) as store:

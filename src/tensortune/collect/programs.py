@@ -66,14 +66,25 @@ class CollectStep:
 Progress = Callable[[CollectStep], None]
 
 
-def network_tasks(networks: Sequence[object], platform: Platform) -> dict[str, list[Task]]:
-    """Each network's tasks (a zoo name, an .onnx path or a loaded ``Model``)."""
+# The network name under which standalone operators' tasks are recorded: a dataset's splits
+# by network then treat them as one more network (held out together, or trained on).
+OPS_NETWORK = "ops"
+
+
+def network_tasks(
+    networks: Sequence[object], platform: Platform, workloads: Sequence[str | Task] = ()
+) -> dict[str, list[Task]]:
+    """Each network's tasks (a zoo name, an .onnx path or a loaded ``Model``), and standalone
+    operators (specs such as ``softmax:128,768``, or tasks) as the network ``OPS_NETWORK``."""
     from tensortune.workloads.models import Model, load_model
+    from tensortune.workloads.resolve import resolve_tasks
 
     out = {}
     for net in networks:
         m = net if isinstance(net, Model) else load_model(net, target=platform.tvm_target)
         out[m.name] = m.tasks
+    if workloads:
+        out[OPS_NETWORK] = resolve_tasks(list(workloads), platform=platform)
     return out
 
 
@@ -139,8 +150,12 @@ def collect(
     worker: bool = False,
     heaviest: int | None = None,
     exclude: Sequence[object] = (),
+    workloads: Sequence[str | Task] = (),
 ) -> CollectResult:
     """Measure ``programs_per_task`` programs of each distinct task, on every configuration.
+
+    ``networks`` defaults to the whole zoo unless standalone operators are given
+    (``workloads``: specs like ``softmax:128,768``; recorded as the network ``"ops"``).
 
     ``timing`` (a ``TimingConfig``) defaults to 3 repeats of at least 10 ms: random programs of
     large tasks run for tens of milliseconds each, and the dataset needs many of them.
@@ -166,7 +181,8 @@ def collect(
         hw_configs = [c if isinstance(c, HardwareConfig) else get_config(c) for c in configs]
         platforms = [resolve_platform(c.target) for c in hw_configs]
     with about("networks"):
-        by_network = chosen_tasks(network_tasks(list(networks or NETWORKS), platforms[0]),
+        nets = list(networks or ([] if workloads else NETWORKS))
+        by_network = chosen_tasks(network_tasks(nets, platforms[0], workloads),
                                   heaviest=heaviest,
                                   exclude=network_tasks(list(exclude), platforms[0]))  # fmt: skip
     with records_from(records) as store:

@@ -105,16 +105,36 @@ def _cnn_layers() -> SimpleNamespace:
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             return self.fc(self.stages(self.stem(x)).mean(dim=(2, 3)))
 
-    class InvertedResidual(nn.Module):
-        """MobileNetV2 block: 1x1 expand, 3x3 depthwise, 1x1 linear projection."""
+    class SqueezeExcite(nn.Module):
+        """Channel attention: global average, a bottleneck of two 1x1 convolutions, sigmoid."""
 
-        def __init__(self, cin: int, cout: int, stride: int, expand: int) -> None:
+        def __init__(self, channels: int, squeezed: int) -> None:
+            super().__init__()
+            self.reduce, self.expand = (
+                nn.Conv2d(channels, squeezed, 1),
+                nn.Conv2d(squeezed, channels, 1),
+            )
+            self.act = nn.SiLU()
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            scale = self.expand(self.act(self.reduce(x.mean(dim=(2, 3), keepdim=True))))
+            return x * scale.sigmoid()
+
+    class InvertedResidual(nn.Module):
+        """MobileNetV2 block: 1x1 expand, KxK depthwise, 1x1 linear projection.  EfficientNet's
+        MBConv is the same block with SiLU and a squeeze-excite before the projection
+        (stochastic depth is a training device and absent here)."""
+
+        def __init__(self, cin: int, cout: int, stride: int, expand: int, kernel: int = 3,
+                     act: type[nn.Module] = nn.ReLU6, excite: bool = False) -> None:  # fmt: skip
             super().__init__()
             hidden = cin * expand
             layers: list[nn.Module] = []
             if expand != 1:
-                layers += [conv_bn(cin, hidden, 1), nn.ReLU6()]
-            layers += [conv_bn(hidden, hidden, 3, stride, groups=hidden), nn.ReLU6()]
+                layers += [conv_bn(cin, hidden, 1), act()]
+            layers += [conv_bn(hidden, hidden, kernel, stride, groups=hidden), act()]
+            if excite:
+                layers.append(SqueezeExcite(hidden, max(1, cin // 4)))
             layers += [conv_bn(hidden, cout, 1)]
             self.body = nn.Sequential(*layers)
             self.residual = stride == 1 and cin == cout
@@ -122,30 +142,65 @@ def _cnn_layers() -> SimpleNamespace:
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             return x + self.body(x) if self.residual else self.body(x)
 
-    class MobileNetV2(nn.Module):
-        # (expansion, output channels, repeats, first stride), from the MobileNetV2 paper
-        CONFIG = (
-            (1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2),
-            (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1),
-        )  # fmt: skip
+    class MobileNet(nn.Module):
+        """MobileNetV2 and EfficientNet-B0: a strided 3x3 stem, inverted-residual blocks (rows
+        of ``config``: expansion, kernel, first stride, output channels, repeats), a 1x1 conv
+        to 1280 channels, global average pooling and a linear classifier."""
 
-        def __init__(self, classes: int = 1000) -> None:
+        def __init__(self, config: tuple[tuple[int, ...], ...], act: type[nn.Module],
+                     excite: bool = False, classes: int = 1000) -> None:  # fmt: skip
             super().__init__()
-            layers: list[nn.Module] = [conv_bn(3, 32, 3, 2), nn.ReLU6()]
+            layers: list[nn.Module] = [conv_bn(3, 32, 3, 2), act()]
             cin = 32
-            for expand, cout, repeats, stride in self.CONFIG:
+            for expand, k, stride, cout, repeats in config:
                 for j in range(repeats):
-                    layers.append(InvertedResidual(cin, cout, stride if j == 0 else 1, expand))
+                    layers.append(InvertedResidual(cin, cout, stride if j == 0 else 1, expand,
+                                                   k, act, excite))  # fmt: skip
                     cin = cout
-            layers += [conv_bn(cin, 1280, 1), nn.ReLU6()]
+            layers += [conv_bn(cin, 1280, 1), act()]
             self.features = nn.Sequential(*layers)
             self.classifier = nn.Linear(1280, classes)
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             return self.classifier(self.features(x).mean(dim=(2, 3)))
 
+    class VGG(nn.Module):
+        """VGG without batch norm (the paper's configurations): 3x3 convolutions and ReLU,
+        2x2 max pooling ("M"), then three fully connected layers on the 7x7 map."""
+
+        def __init__(self, config: tuple[int | str, ...], classes: int = 1000) -> None:
+            super().__init__()
+            layers: list[nn.Module] = []
+            cin = 3
+            for c in config:
+                if c == "M":
+                    layers.append(nn.MaxPool2d(2, 2))
+                else:
+                    layers += [nn.Conv2d(cin, int(c), 3, 1, 1), nn.ReLU()]
+                    cin = int(c)
+            self.features = nn.Sequential(*layers)
+            self.classifier = nn.Sequential(
+                nn.Linear(cin * 7 * 7, 4096), nn.ReLU(), nn.Linear(4096, 4096), nn.ReLU(),
+                nn.Linear(4096, classes),
+            )  # fmt: skip
+
+            # PyTorch's default initialisation shrinks activations about 1.7x a layer; without
+            # batch norms to rescale them, VGG's output would be its last bias whatever the
+            # kernels compute.  He initialisation keeps their scale through the ReLUs.
+            for m in self.modules():
+                if isinstance(m, nn.Conv2d | nn.Linear):
+                    nn.init.kaiming_normal_(m.weight, nonlinearity="relu")
+                    nn.init.zeros_(m.bias)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.classifier(self.features(x).flatten(1))
+
     return SimpleNamespace(
-        BasicBlock=BasicBlock, Bottleneck=Bottleneck, ResNet=ResNet, MobileNetV2=MobileNetV2
+        BasicBlock=BasicBlock,
+        Bottleneck=Bottleneck,
+        ResNet=ResNet,
+        MobileNet=MobileNet,
+        VGG=VGG,
     )
 
 
@@ -282,12 +337,43 @@ def _resnet(depth: int, batch: int) -> Maker:
     return make
 
 
+# Inverted-residual stages (expansion, kernel, first stride, output channels, repeats), from
+# the MobileNetV2 and EfficientNet papers.
+MOBILENETV2 = (
+    (1, 3, 1, 16, 1), (6, 3, 2, 24, 2), (6, 3, 2, 32, 3), (6, 3, 2, 64, 4),
+    (6, 3, 1, 96, 3), (6, 3, 2, 160, 3), (6, 3, 1, 320, 1),
+)  # fmt: skip
+EFFICIENTNET_B0 = (
+    (1, 3, 1, 16, 1), (6, 3, 2, 24, 2), (6, 5, 2, 40, 2), (6, 3, 2, 80, 3),
+    (6, 5, 1, 112, 3), (6, 5, 2, 192, 4), (6, 3, 1, 320, 1),
+)  # fmt: skip
+
+
 def _mobilenetv2(batch: int) -> Maker:
     def make() -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
+        from torch import nn
+
         _seeded()
-        return _finish(_cnn_layers().MobileNetV2(), batch, 3, 224, 224)
+        return _finish(_cnn_layers().MobileNet(MOBILENETV2, nn.ReLU6), batch, 3, 224, 224)
 
     return make
+
+
+def _efficientnet_b0() -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
+    from torch import nn
+
+    _seeded()
+    model = _cnn_layers().MobileNet(EFFICIENTNET_B0, nn.SiLU, excite=True)
+    return _finish(model, 1, 3, 224, 224)
+
+
+# VGG-11 (configuration "A" of the VGG paper): 8 convolutions, 3 fully connected layers
+VGG11 = (64, "M", 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M")
+
+
+def _vgg11() -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
+    _seeded()
+    return _finish(_cnn_layers().VGG(VGG11), 1, 3, 224, 224)
 
 
 def _bert(seq: int, layers: int = 12) -> Maker:
@@ -325,6 +411,13 @@ _DEFS = (
     ),
     NetworkDef("mobilenetv2", "MobileNetV2 (width 1.0), input 1x3x224x224", _mobilenetv2(1)),
     NetworkDef("mobilenetv2-b4", "MobileNetV2, batch 4: input 4x3x224x224", _mobilenetv2(4)),
+    NetworkDef(
+        "efficientnet-b0",
+        "EfficientNet-B0 (MBConv with squeeze-excite, SiLU, 3x3 and 5x5 depthwise), "
+        "input 1x3x224x224",
+        _efficientnet_b0,
+    ),
+    NetworkDef("vgg11", "VGG-11 (8 conv 3x3 + 3 FC, no batch norm), input 1x3x224x224", _vgg11),
     NetworkDef(
         "bert-base",
         "BERT-base encoder (12 layers, hidden 768, 12 heads, FFN 3072), hidden states 1x128x768",
