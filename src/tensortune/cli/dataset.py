@@ -141,11 +141,8 @@ def collect(
             if worker:
                 raise TensortuneError("a selector's collection runs alone: drop --worker",
                                       param="--sampler")  # fmt: skip
-            from tensortune.workloads.networks import NETWORKS
-
             # One configuration at a time, each with its own model.
-            nets = network or ([] if workload else list(NETWORKS))
-            runs = [collect_active(nets, config=name, selector=sampler,
+            runs = [collect_active(network or None, config=name, selector=sampler,
                                    budget=trials_per_task, rounds=rounds, records=records,
                                    work_dir=work_dir, progress=progress, heaviest=heaviest,
                                    exclude=exclude_network or (), workloads=workload or ())

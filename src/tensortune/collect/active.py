@@ -28,6 +28,7 @@ from tensortune.collect.programs import (
     Progress,
     chosen_tasks,
     network_tasks,
+    networks_to_collect,
     register_tasks,
 )
 from tensortune.costmodel.data import ProgramSet, concat_programs
@@ -85,7 +86,7 @@ class _Features:
 
 
 def collect_active(
-    networks: Sequence[object],
+    networks: Sequence[object] | None,
     *,
     config: str | HardwareConfig,
     selector: str = "balto",
@@ -101,7 +102,8 @@ def collect_active(
     exclude: Sequence[object] = (),
     workloads: Sequence[str | Task] = (),
 ) -> CollectResult:
-    """Measure ``budget`` programs of each task of ``networks`` on hardware configuration
+    """Measure ``budget`` programs of each task of ``networks`` (``None``: as ``collect``
+    chooses) and of standalone operators ``workloads`` on hardware configuration
     ``config``, chosen by ``selector`` (see ``tensortune.active``) in ``rounds`` rounds, with a
     ``model``-kind cost model refitted between rounds (module docstring)."""
     from tensortune.active import make_selector
@@ -122,7 +124,8 @@ def collect_active(
         hw_config = config if isinstance(config, HardwareConfig) else get_config(config)
         platform = resolve_platform(hw_config.target)
     with about("networks"):
-        by_network = chosen_tasks(network_tasks(list(networks), platform, workloads),
+        nets = networks_to_collect(networks, workloads)
+        by_network = chosen_tasks(network_tasks(nets, platform, workloads),
                                   heaviest=heaviest,
                                   exclude=network_tasks(list(exclude), platform))  # fmt: skip
     run_id = f"collect-{selector}-{uuid.uuid4().hex[:8]}"

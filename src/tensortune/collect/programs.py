@@ -103,6 +103,14 @@ def register_tasks(store: RecordStore, by_network: dict[str, list[Task]]) -> dic
     return tasks
 
 
+def networks_to_collect(networks: Sequence[object] | None,
+                        workloads: Sequence[str | Task] = ()) -> list[object]:  # fmt: skip
+    """The networks given; with none, the whole zoo, unless standalone operators are given."""
+    from tensortune.workloads.networks import NETWORKS
+
+    return list(networks or ([] if workloads else NETWORKS))
+
+
 def chosen_tasks(
     by_network: dict[str, list[Task]],
     *,
@@ -167,7 +175,6 @@ def collect(
     from tensortune.measure.runner import TimingConfig
     from tensortune.measure.session import MeasureSession
     from tensortune.select.samplers import RandomSampler
-    from tensortune.workloads.networks import NETWORKS
 
     if programs_per_task < 1:
         raise TensortuneError(f"must be positive, not {programs_per_task}",
@@ -181,7 +188,7 @@ def collect(
         hw_configs = [c if isinstance(c, HardwareConfig) else get_config(c) for c in configs]
         platforms = [resolve_platform(c.target) for c in hw_configs]
     with about("networks"):
-        nets = list(networks or ([] if workloads else NETWORKS))
+        nets = networks_to_collect(networks, workloads)
         by_network = chosen_tasks(network_tasks(nets, platforms[0], workloads),
                                   heaviest=heaviest,
                                   exclude=network_tasks(list(exclude), platforms[0]))  # fmt: skip

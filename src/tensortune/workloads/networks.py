@@ -110,10 +110,8 @@ def _cnn_layers() -> SimpleNamespace:
 
         def __init__(self, channels: int, squeezed: int) -> None:
             super().__init__()
-            self.reduce, self.expand = (
-                nn.Conv2d(channels, squeezed, 1),
-                nn.Conv2d(squeezed, channels, 1),
-            )
+            self.reduce = nn.Conv2d(channels, squeezed, 1)
+            self.expand = nn.Conv2d(squeezed, channels, 1)
             self.act = nn.SiLU()
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
