@@ -17,7 +17,7 @@ DatasetOpt = Annotated[
     str | None,
     typer.Option("--dataset", metavar="DIR",
                  help="Dataset directory (from `tensortune dataset build`), or the name of a "
-                 "shipped dataset: default (the main one, ttset-cpu-v4), pool (the dense pool) or "
+                 "shipped dataset: default (the main one, ttset-cpu-v5), pool (the dense pool) or "
                  "an older version by name (ttset-cpu-v1 to v3)."),
 ]  # fmt: skip
 SplitOpt = Annotated[
