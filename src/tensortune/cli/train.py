@@ -18,7 +18,7 @@ DatasetOpt = Annotated[
     typer.Option("--dataset", metavar="DIR",
                  help="Dataset directory (from `tensortune dataset build`), or the name of a "
                  "shipped dataset: default (the main one, ttset-cpu-v5), pool (the dense pool) or "
-                 "an older version by name (ttset-cpu-v1 to v3)."),
+                 "an older version by name (ttset-cpu-v1 to v4)."),
 ]  # fmt: skip
 SplitOpt = Annotated[
     str | None,

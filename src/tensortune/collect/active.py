@@ -26,10 +26,8 @@ from tensortune.collect.programs import (
     CollectResult,
     CollectStep,
     Progress,
-    chosen_tasks,
-    network_tasks,
-    networks_to_collect,
     register_tasks,
+    tasks_to_collect,
 )
 from tensortune.costmodel.data import ProgramSet, concat_programs
 from tensortune.errors import TensortuneError, about
@@ -124,10 +122,8 @@ def collect_active(
         hw_config = config if isinstance(config, HardwareConfig) else get_config(config)
         platform = resolve_platform(hw_config.target)
     with about("networks"):
-        nets = networks_to_collect(networks, workloads)
-        by_network = chosen_tasks(network_tasks(nets, platform, workloads),
-                                  heaviest=heaviest,
-                                  exclude=network_tasks(list(exclude), platform))  # fmt: skip
+        by_network = tasks_to_collect(networks, platform, workloads=workloads,
+                                      heaviest=heaviest, exclude=exclude)  # fmt: skip
     run_id = f"collect-{selector}-{uuid.uuid4().hex[:8]}"
     with records_from(records) as store:
         tasks = register_tasks(store, by_network)

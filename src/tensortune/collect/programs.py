@@ -103,12 +103,22 @@ def register_tasks(store: RecordStore, by_network: dict[str, list[Task]]) -> dic
     return tasks
 
 
-def networks_to_collect(networks: Sequence[object] | None,
-                        workloads: Sequence[str | Task] = ()) -> list[object]:  # fmt: skip
-    """The networks given; with none, the whole zoo, unless standalone operators are given."""
+def tasks_to_collect(
+    networks: Sequence[object] | None,
+    platform: Platform,
+    *,
+    workloads: Sequence[str | Task] = (),
+    heaviest: int | None = None,
+    exclude: Sequence[object] = (),
+) -> dict[str, list[Task]]:
+    """The tasks a collection measures, by network: those of ``networks`` (none given: the
+    whole zoo, unless standalone operators are) and of ``workloads``, chosen as
+    ``chosen_tasks`` chooses with ``heaviest`` and the tasks of the networks ``exclude``."""
     from tensortune.workloads.networks import NETWORKS
 
-    return list(networks or ([] if workloads else NETWORKS))
+    nets = list(networks or ([] if workloads else NETWORKS))
+    return chosen_tasks(network_tasks(nets, platform, workloads), heaviest=heaviest,
+                        exclude=network_tasks(list(exclude), platform))  # fmt: skip
 
 
 def chosen_tasks(
@@ -188,10 +198,8 @@ def collect(
         hw_configs = [c if isinstance(c, HardwareConfig) else get_config(c) for c in configs]
         platforms = [resolve_platform(c.target) for c in hw_configs]
     with about("networks"):
-        nets = networks_to_collect(networks, workloads)
-        by_network = chosen_tasks(network_tasks(nets, platforms[0], workloads),
-                                  heaviest=heaviest,
-                                  exclude=network_tasks(list(exclude), platforms[0]))  # fmt: skip
+        by_network = tasks_to_collect(networks, platforms[0], workloads=workloads,
+                                      heaviest=heaviest, exclude=exclude)  # fmt: skip
     with records_from(records) as store:
         tasks = register_tasks(store, by_network)
         result = CollectResult(store.url, [c.name for c in hw_configs], len(tasks))
