@@ -255,3 +255,22 @@ def test_the_pretrained_verifier_adapts_as_moa_when_it_is_neural(tmp_path):
         model.fit(data).save(path)
         verifier = cost_model_from(str(path), platform(TARGET))  # online="auto", as bench's
         assert verifier.online and isinstance(verifier.model, MomentumAdapted) == adapted
+
+
+def test_the_baselines_of_moas_gate_are_a_frozen_verifier_and_an_ungated_moa(tmp_path):
+    from conftest import TARGET, platform
+    from test_costmodels import synthetic
+
+    from tensortune.compare.search_methods import _method
+    from tensortune.costmodel.moa import MomentumAdapted
+    from tensortune.costmodel.nn import MLPModel
+
+    path = tmp_path / "mlp.ttm"
+    MLPModel(hidden=8, epochs=1, chunk=16).fit(synthetic(40, seed=1)).save(path)
+    here = platform(TARGET)
+    _, frozen = _method("frozen", here, str(path), {}, {})
+    assert not frozen.online and isinstance(frozen.model, MLPModel)
+    for name, gated in (("moa", True), ("moa-ungated", False)):
+        _, verifier = _method(name, here, str(path), {}, {})
+        assert verifier.online and isinstance(verifier.model, MomentumAdapted)
+        assert (verifier.model.pretrained_ is not None) == gated

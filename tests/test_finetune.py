@@ -98,6 +98,26 @@ def test_fine_tuning_learns_what_the_new_machine_does_differently(kind):
     # programs of the new machine teach it.  0.05 is about 7 standard errors of a PCA over
     # these 3,800 pairs.
     assert after > before + 0.05, (before, after)
+    # The held-out tasks of the sample showed that: the validation chose to train.
+    assert model.finetune_["steps"] > 0, model.finetune_
+
+
+def test_fine_tuning_that_does_not_carry_to_other_tasks_is_refused():
+    settings = {"epochs": 40, "chunk": 20, "hidden": 64, "hardware_hidden": 16, "heads": 2}
+    model = model_class("hwattn")(**settings).fit(_machine(400, 0, sign=0.0))
+    # Two tasks of the sample favour the second feature and two penalize it: whichever way
+    # three of them teach, the fourth, held out, goes the other way.
+    sample = concat_programs([_machine(20, 5 + t, sign=3.0 if t < 2 else -3.0) for t in range(4)])
+    sample.groups = np.arange(len(sample)) // 20
+    sample.hardware[:] = 0.0
+    probe = _machine(200, 9, sign=0.0)
+    before = model.predict(probe)
+    adapt(model, sample, steps=1600)
+    chosen = model.finetune_
+    assert chosen["steps"] == 0 and chosen["validation"][0] == max(chosen["validation"].values())
+    assert np.array_equal(model.predict(probe), before)  # the model is as it came
+    adapt(model, sample, steps=400, validate=False)
+    assert model.finetune_["steps"] == 400 and not np.array_equal(model.predict(probe), before)
 
 
 def test_finetune_writes_a_model_that_remembers_its_sample(tmp_path, cli):
@@ -107,6 +127,7 @@ def test_finetune_writes_a_model_that_remembers_its_sample(tmp_path, cli):
     result = finetune(tmp_path / "m.ttm", "default", samples=32, seed=1, hardware="avx512-1c",
                       steps=2, out=tmp_path / "t.ttm")  # fmt: skip
     assert result.samples == 32 and result.tasks >= 2  # up to 16 programs a task
+    assert result.steps in result.validation and set(result.validation) == {0, 2}
     tuned = load_cost_model(tmp_path / "t.ttm")
     assert tuned.provenance_["samples"] == 32 and tuned.provenance_["hardware"] == "avx512-1c"
     assert tuned.provenance_["finetuned_from"]["split"] == "within-task"
@@ -156,3 +177,35 @@ def test_finetune_reads_a_metaschedule_database_as_this_machines(tmp_path):
     # The database's records count as measured here: this machine's hardware, and vector.
     columns, _ = records_columns(tmp_path / "db", measured_here=True)
     assert {h.split("@")[1] for h in columns["hardware"]} == {current_hardware().id[:8]}
+
+
+def _tasks(signs: list[float], seed: int) -> ProgramSet:
+    """One task of 20 programs per sign, all on one machine (hardware vector 0)."""
+    data = concat_programs([_machine(20, seed + t, sign=s) for t, s in enumerate(signs)])
+    data.groups = np.arange(len(data)) // 20
+    data.hardware[:] = 0.0
+    return data
+
+
+@pytest.mark.parametrize("teaches", [True, False])
+def test_moa_predicts_with_the_adapted_network_only_once_it_ranks_new_batches_better(teaches):
+    from tensortune.costmodel.moa import MomentumAdapted
+
+    settings = {"epochs": 40, "chunk": 20, "hidden": 64, "hardware_hidden": 16, "heads": 2}
+    pretrained = model_class("hwattn")(**settings).fit(_machine(400, 0, sign=0.0))
+    probe = _machine(200, 9, sign=0.0)
+    moa = MomentumAdapted(pretrained, momentum=0.5, every=1, epochs=20)
+    # Batches that teach: the second feature helps on every task.  Batches that mislead: it
+    # helps on one task and hurts on the next, so what one batch teaches the next refutes.
+    signs = [4.0] * 8 if teaches else [4.0, -4.0] * 4
+    for t, sign in enumerate(signs):
+        moa.update(_tasks([sign], seed=20 + t))
+    right = moa.right_pairs_
+    assert moa.retrains_ == len(signs) and right["pretrained"] > 0
+    if teaches:
+        assert right["adapted"] > right["pretrained"] and moa.trusted is moa.model
+    else:
+        assert right["adapted"] <= right["pretrained"] and moa.trusted is moa.pretrained_
+        assert np.array_equal(moa.predict(probe), moa.pretrained_.predict(probe))
+    ungated = MomentumAdapted(pretrained, every=1, gate=False)
+    assert ungated.pretrained_ is None and ungated.trusted is ungated.model

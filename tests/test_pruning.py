@@ -42,7 +42,10 @@ def test_every_method_keeps_a_share_of_each_group_and_a_seed_fixes_it(method, po
         assert abs(len(kept) - keep * len(pool)) <= 0.15 * len(pool) + 4, (keep, len(kept))
         again = prune(pool, method, keep, seed=1, families=families)
         assert np.array_equal(kept, again)
-        if method != "shape-dedup":  # the others keep `keep` of every group (±1 rounding)
+        if method == "cluster-global":  # one radius for all groups: `keep` of the whole
+            assert len(kept) == round(keep * len(pool))
+            assert set(pool.task[kept].tolist()) == set(pool.task.tolist())
+        elif method != "shape-dedup":  # the others keep `keep` of every group (±1 rounding)
             for t in np.unique(pool.task):
                 size = (pool.task == t).sum()
                 assert abs((pool.task[kept] == t).sum() - keep * size) <= 1
@@ -53,7 +56,7 @@ def test_every_method_keeps_a_share_of_each_group_and_a_seed_fixes_it(method, po
 
 
 def test_unknown_method_names_the_known_ones_and_auto_is_one_of_them(pool):
-    with pytest.raises(TensortuneError, match="known: random, cluster, low-perf"):
+    with pytest.raises(TensortuneError, match="known: random, cluster, cluster-global, low-perf"):
         prune(pool, "nosuch", 0.5)
     assert len(prune(pool, "auto", 0.5, families=_families(pool))) > 0
 
@@ -64,6 +67,26 @@ def test_cluster_keeps_programs_farther_apart_than_random(pool):
 
     assert np.mean([gap("cluster", s) for s in range(3)]) > 1.2 * np.mean(
         [gap("random", s) for s in range(3)])  # fmt: skip
+
+
+def test_cluster_global_keeps_few_of_a_group_of_near_duplicates(pool):
+    from dataclasses import replace
+
+    vectors = pool.vectors.copy()
+    crowded = pool.task == pool.task[0]
+    rng = np.random.default_rng(0)
+    vectors[crowded] = vectors[crowded][0] + rng.normal(0, 1e-3, vectors[crowded].shape)
+    squeezed = replace(pool, vectors=vectors)
+    kept = prune(squeezed, "cluster-global", 0.3, seed=0)
+    share = {
+        t: np.mean(np.isin(np.flatnonzero(pool.task == t), kept)) for t in np.unique(pool.task)
+    }
+    assert (
+        share[pool.task[0]] < 0.05 and min(v for t, v in share.items() if t != pool.task[0]) > 0.3
+    )
+    # Within each group, what is kept lies far apart, as `cluster` keeps it.
+    assert _spread_out(pool, prune(pool, "cluster-global", 0.1, seed=0)) > 1.2 * np.mean(
+        [_spread_out(pool, prune(pool, "random", 0.1, seed=s)) for s in range(3)])  # fmt: skip
 
 
 def test_low_perf_keeps_each_groups_fastest_and_drops_slow_programs_first(pool):

@@ -50,7 +50,9 @@ def tune(
             "--method",
             metavar="NAME",
             help="default (MetaSchedule's) | draft | pretrained | moa | alt (pretrained with "
-            "ALT's validity filter and ping-pong); repeatable (default: the first four).",
+            "ALT's validity filter and ping-pong) | frozen (pretrained, never updated) | "
+            "moa-ungated (MoA always trusting the adapted model); repeatable (default: the "
+            "first four).",
         ),
     ] = None,
     max_tasks: Annotated[
@@ -84,7 +86,8 @@ def tune(
         typer.Option(
             "--pretrained",
             metavar="FILE",
-            help="Verifier of 'pretrained' (default: the model shipped for the target).",
+            help="Verifier of 'pretrained', 'alt' and 'frozen' (default: the model shipped "
+            "for the target).",
         ),
     ] = None,
     moa_source: Annotated[
@@ -92,8 +95,8 @@ def tune(
         typer.Option(
             "--moa-source",
             metavar="FILE",
-            help="Neural model MoA adapts (default: the shipped one trained on the "
-            "most other configurations).",
+            help="Neural model 'moa' and 'moa-ungated' adapt (default: the shipped one "
+            "trained on the most other configurations).",
         ),
     ] = None,
     fast_math: FastMathOpt = True,
@@ -464,7 +467,8 @@ def pruning(
         typer.Option(
             "--method",
             metavar="NAME",
-            help="random | cluster | low-perf | shape-dedup; repeatable (default: all).",
+            help="random | cluster | cluster-global | low-perf | shape-dedup; repeatable "
+            "(default: all).",
         ),
     ] = None,
     dataset: DefaultDatasetOpt = "default",

@@ -247,7 +247,8 @@ def prune(
         str,
         typer.Option(
             metavar="NAME",
-            help="random | cluster | low-perf | shape-dedup | auto (the study's best).",
+            help="random | cluster | cluster-global | low-perf | shape-dedup | auto (the "
+            "study's best).",
         ),
     ] = "auto",
     dataset: Annotated[

@@ -195,6 +195,13 @@ def finetune(
     steps: Annotated[
         int, typer.Option(metavar="N", help="Optimizer steps on the sample (neural models).")
     ] = 100,
+    validate: Annotated[
+        bool,
+        typer.Option(
+            help="Choose how long to train (0, a quarter of --steps or all of them) by "
+            "holding out part of the sample; --no-validate trains --steps steps.",
+        ),
+    ] = True,
     test_records: Annotated[
         Path | None,
         typer.Option(
@@ -218,8 +225,10 @@ def finetune(
             before = run_evaluate(cost_model, test_records=test_records)
     with console.status(f"fine-tuning on {samples} programs..."):
         result = run_finetune(cost_model, records, samples=samples, seed=seed,
-                              hardware=hardware, steps=steps, out=out)  # fmt: skip
-    summary: dict = {"samples": result.samples, "tasks": result.tasks, "out": str(out)}
+                              hardware=hardware, steps=steps, validate=validate,
+                              out=out)  # fmt: skip
+    summary: dict = {"samples": result.samples, "tasks": result.tasks, "steps": result.steps,
+                     "out": str(out)}  # fmt: skip
     if test_records is not None:
         after = run_evaluate(load_cost_model(out), test_records=test_records)
         summary |= {f"{k}_before": before[k] for k in RANK_METRICS}

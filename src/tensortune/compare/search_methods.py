@@ -8,7 +8,10 @@ Methods:
 - ``pretrained``: draft-then-verify, verifier pre-trained on this hardware, adapted online as
   MoA adapts (a neural model; other kinds are refined after every round);
 - ``moa``: draft-then-verify, a neural verifier pre-trained on *other* hardware, adapted online
-  with momentum (MoA);
+  with momentum (MoA), trusted only once it ranks new measurements better than before
+  (``costmodel/moa.py``'s gate);
+- ``frozen`` and ``moa-ungated`` (not run unless asked): the baselines of MoA's gate, the
+  ``--pretrained`` verifier never updated, and MoA's source adapted and always trusted;
 - ``alt`` (not run unless asked): ``pretrained`` with ALT's validity filter and
   uncertainty/score ping-pong (``search/alt.py``); its run keeps what the filter did.
 
@@ -36,12 +39,14 @@ from tensortune.hardware import Platform, resolve_platform
 from tensortune.workloads.resolve import resolve_tasks
 from tensortune.workloads.task import Task
 
-METHODS = ("default", "draft", "pretrained", "moa", "alt")
+METHODS = ("default", "draft", "pretrained", "moa", "alt", "frozen", "moa-ungated")
 DEFAULT_METHODS = METHODS[:4]
+# The model file each method's verifier comes from: --pretrained's or --moa-source's.
+_FROM_SOURCE = ("moa", "moa-ungated")
 # Saved runs of another version are measured again: 2 starts each clock after the one-off
 # process costs and drafts a task's first candidates without evolution; 3 adapts the
-# pre-trained verifier as MoA does.
-RESULTS_VERSION = 3
+# pre-trained verifier as MoA does; 4 gates MoA.
+RESULTS_VERSION = 4
 
 
 @dataclass
@@ -161,11 +166,12 @@ def bench_tune(
     options = check_options(draft_options or {})
     with about("target"):
         platform = resolve_platform(target)
-    given = {"pretrained": pretrained, "moa": moa_source, "alt": pretrained}
-    files = {name: given[name] or _shipped(platform, other=name == "moa")
+    given = {name: moa_source if name in _FROM_SOURCE else pretrained
+             for name in METHODS if name not in ("default", "draft")}  # fmt: skip
+    files = {name: given[name] or _shipped(platform, other=name in _FROM_SOURCE)
              for name in sorted(set(given) & set(methods))}  # fmt: skip
     for name, path in files.items():  # a broken file fails now, not after the default's minutes
-        with about("moa_source" if name == "moa" else "pretrained"):
+        with about("moa_source" if name in _FROM_SOURCE else "pretrained"):
             load_cost_model(path)
     tasks = resolve_tasks(workloads, model=model, workloads_from=workloads_from,
                           platform=platform, fast_math=fast_math)  # fmt: skip
@@ -216,6 +222,8 @@ def _method(name: str, platform: Platform, verifier: str | None, options: dict[s
     """The strategy and cost model a method searches with."""
     from tensortune.costmodel.factory import cost_model_from
     from tensortune.costmodel.gbdt import XGBoostModel
+    from tensortune.costmodel.moa import MomentumAdapted
+    from tensortune.costmodel.ms_adapter import LearnedCostModel
     from tensortune.search.draft_verify import DraftThenVerify
     from tensortune.search.factory import strategy_from
 
@@ -226,6 +234,11 @@ def _method(name: str, platform: Platform, verifier: str | None, options: dict[s
     strategy = DraftThenVerify(timings=timings, **options)  # tune() hands it build times
     if name == "draft":
         return strategy, cost_model_from(XGBoostModel(), platform, online=True)
+    if name == "frozen":
+        return strategy, cost_model_from(verifier, platform, online=False)
+    if name == "moa-ungated":
+        return strategy, LearnedCostModel(MomentumAdapted(verifier, gate=False), platform,
+                                          online=True)  # fmt: skip
     # pretrained: adapted as MoA adapts when it is a neural model ("auto": refining it after
     # every round fell behind, benchmarks/RESULTS.md, ninth session); moa: MoA, always.
     return strategy, cost_model_from(verifier, platform, online="moa" if name == "moa"

@@ -5,6 +5,14 @@ never adapting it keeps the other hardware's biases.  MoA (from Pruner) keeps a 
 copy of the weights (momentum ``m``): every ``every`` updates it retrains a network *starting
 from that copy* on all measurements so far, predicts with the result, and moves the copy a
 step ``1 - m`` towards it.
+
+Adapting can also make things worse: a few measurements of one task can pull the network away
+from what the other hardware taught it about every task (fine-tuning on 16 to 64 programs lost
+1 to 5 points of PCA on each machine held out of ttset-cpu-v3 to v5, benchmarks/RESULTS.md).
+So, with ``gate`` (the default), MoA keeps the pre-trained network beside the adapted one and
+scores both on each new batch *before* training on it (a prequential test: each batch is data
+neither has seen).  It predicts with the adapted network only once that has put more of the
+measured pairs in the right order than the pre-trained one has, summed over the batches so far.
 """
 
 from __future__ import annotations
@@ -34,7 +42,7 @@ class MomentumAdapted(CostModel):
     kind = "moa"
 
     def __init__(self, model: _RankModel | str, momentum: float = 0.99, every: int = 4,
-                 epochs: int = 10) -> None:  # fmt: skip
+                 epochs: int = 10, gate: bool = True) -> None:  # fmt: skip
         self.model = load_cost_model(model) if isinstance(model, str) else model
         if not can_adapt(self.model):
             raise TensortuneError(
@@ -45,9 +53,13 @@ class MomentumAdapted(CostModel):
         self.momentum = momentum
         self.every = every
         self.epochs = epochs
+        self.gate = gate
         self.momentum_state_ = copy.deepcopy(self.model.net_.state_dict())
+        self.pretrained_ = copy.deepcopy(self.model) if gate else None
         self.updates_ = 0
         self.retrains_ = 0
+        # Pairs of newly measured programs each network ordered right, before training on them.
+        self.right_pairs_ = {"adapted": 0.0, "pretrained": 0.0}
 
     @property
     def uses_tokens(self) -> bool:  # type: ignore[override]
@@ -59,6 +71,9 @@ class MomentumAdapted(CostModel):
         return self
 
     def update(self, data: ProgramSet) -> MomentumAdapted:
+        if self.pretrained_ is not None and self.retrains_ and data.labels is not None:
+            for name, net in (("adapted", self.model), ("pretrained", self.pretrained_)):
+                self.right_pairs_[name] += _right_pairs(net.predict(data), data)
         seen = getattr(self, "seen_", None)
         self.seen_ = data if seen is None else _concat(seen, data)
         self.updates_ += 1
@@ -80,14 +95,38 @@ class MomentumAdapted(CostModel):
             }
         self.retrains_ += 1
 
+    @property
+    def trusted(self) -> _RankModel:
+        """The network MoA predicts with: the adapted one, unless the gate has seen the
+        pre-trained one rank new measurements better."""
+        if self.pretrained_ is None:
+            return self.model
+        right = self.right_pairs_
+        return self.model if right["adapted"] > right["pretrained"] else self.pretrained_
+
     def predict(self, data: ProgramSet) -> np.ndarray:
-        return self.model.predict(data)
+        return self.trusted.predict(data)
 
     def save(self, path) -> None:
-        self.model.save(path)
+        self.trusted.save(path)
 
     def _state(self) -> bytes:
-        return self.model._state()
+        return self.trusted._state()
 
     def _restore(self, state: bytes) -> None:
         self.model._restore(state)
+
+
+def _right_pairs(scores: np.ndarray, data: ProgramSet) -> float:
+    """Pairs of successfully measured programs of one task in ``data`` that ``scores`` order
+    right (a tie counts half)."""
+    from tensortune.search.blend import pair_accuracy
+
+    right = 0.0
+    ok = data.labels > 0
+    for g in np.unique(data.groups[ok]):
+        mine = ok & (data.groups == g)
+        labels = data.labels[mine]
+        pairs = int((labels[:, None] > labels[None, :]).sum())
+        right += pair_accuracy(scores[mine], 1.0 / labels) * pairs
+    return right

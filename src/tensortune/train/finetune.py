@@ -12,6 +12,17 @@ and one network at a time (resnet18, bert-base, vit-tiny; 3 samples each), fine-
 weight of ``hwattn`` on 16 or 64 programs lowered PCA by 1.7-2.1 points below zero-shot (and
 more with more steps); the hardware branch alone moved it by -0.5 to +0.4 points.
 
+How long to fine-tune is checked on the sample itself, since more steps are not always
+better: on every machine held out so far (ttset-cpu-v3 to v5) fine-tuning ``hwattn`` on 16 or
+64 programs of other tasks ranked the test network 1 to 5 points *below* the zero-shot model.
+So ``adapt`` holds out part of the sample (whole tasks when it has two or more, else half the
+programs of its one task), fine-tunes a copy on the rest for each length of ``LENGTHS``
+(``0`` leaves the model as it came), scores each on what was held out by pairwise accuracy
+within tasks, and trains on the whole sample for the best length; a longer one must beat a
+shorter one by ``MARGIN``.
+This is plain model selection by cross-validation; it costs one short training per fold and
+length, seconds on a sample of 256.
+
 Which ``k`` programs: the first ``k`` successful ones in measurement order (the default:
 what a user who has just tuned a few tasks has), or, with a seed, whole tasks in a seeded
 order, up to ``PER_TASK`` programs of each.  Rankings are learned from pairs of programs of
@@ -20,6 +31,7 @@ one task, so ``k`` programs spread over ``k`` tasks would teach a ranking model 
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -37,6 +49,13 @@ PER_TASK = 16
 # Fine-tuning a neural model: optimizer steps, not passes, so that k = 16 (one step a pass)
 # moves the weights as much as k = 256 (four steps a pass).
 STEPS = 100
+# The lengths the validation tries for a neural model, as shares of ``steps``.
+LENGTHS = (0.0, 0.25, 1.0)
+# How much better on held-out pairs a longer training must score than a shorter one to be
+# chosen: smaller gains are within the noise of a sample's few hundred pairs.
+MARGIN = 0.005
+# Folds of the validation, at most: a sample of 16 tasks is scored four tasks at a time.
+FOLDS = 4
 
 
 @dataclass
@@ -44,6 +63,8 @@ class FinetuneResult:
     model: CostModel
     samples: int  # programs the model was fine-tuned on
     tasks: int  # tasks they came from
+    steps: int  # the length the validation chose (0: the model is unchanged)
+    validation: dict[int, float]  # held-out pairwise accuracy of each length tried ({}: none)
 
 
 def on_hardware(columns: dict, hardware: str) -> np.ndarray:
@@ -98,12 +119,63 @@ def sample_set(columns: dict, rows: np.ndarray) -> ProgramSet:
     return data
 
 
-def adapt(model: CostModel, data: ProgramSet, steps: int = STEPS) -> CostModel:
+def adapt(model: CostModel, data: ProgramSet, steps: int = STEPS, *,
+          validate: bool = True) -> CostModel:  # fmt: skip
     """Train a fitted ``model`` further on ``data`` (in place; returned): a neural model for
-    about ``steps`` optimizer steps, a GBDT for its ``refine_rounds``."""
+    about ``steps`` optimizer steps, a GBDT for its ``refine_rounds``.  With ``validate``, for
+    the length among ``LENGTHS`` that the held-out part of ``data`` scores best (see the
+    module's docstring); the choice is kept in ``model.finetune_``."""
     if not model.fitted:
         raise TensortuneError("fine-tuning starts from a trained model; this one is not fitted")
     data.require_labels()
+    scores: dict[int, float] = {}
+    if validate:
+        scores = validate_lengths(model, data, steps)
+        steps = 0
+        for length, score in sorted(scores.items()):
+            if score >= scores[steps] + MARGIN:
+                steps = length
+    model.finetune_ = {"steps": steps, "validation": scores}
+    return _train_for(model, data, steps)
+
+
+def validate_lengths(model: CostModel, data: ProgramSet, steps: int = STEPS) -> dict[int, float]:
+    """Pairwise accuracy within tasks, on held-out parts of ``data``, of ``model`` fine-tuned
+    on the rest of it for each length of ``LENGTHS`` (as shares of ``steps``)."""
+    from tensortune.train.metrics import pairwise_accuracy
+
+    shares = LENGTHS if isinstance(model, _RankModel) else (0.0, 1.0)  # a GBDT refines or not
+    lengths = sorted({round(share * steps) for share in shares})
+    correct = dict.fromkeys(lengths, 0.0)
+    pairs = 0
+    for held in _folds(data):
+        rest = data.subset(np.setdiff1d(np.arange(len(data)), held))
+        test = data.subset(held)
+        counts = {g: int((test.groups == g).sum()) for g in np.unique(test.groups)}
+        weight = {g: n * (n - 1) // 2 for g, n in counts.items()}  # pairs of each task
+        pairs += sum(weight.values())
+        for length in lengths:
+            pred = _train_for(copy.deepcopy(model), rest, length).predict(test)
+            for g, w in weight.items():
+                mine = test.groups == g
+                correct[length] += pairwise_accuracy(pred[mine], test.labels[mine]) * w
+    # No pair to compare (tasks of one program): NaN, and ``adapt`` keeps the model as it came.
+    return {length: correct[length] / pairs if pairs else math.nan for length in lengths}
+
+
+def _folds(data: ProgramSet) -> list[np.ndarray]:
+    """The rows each validation fold holds out: whole tasks, ``FOLDS`` groups of them at
+    most; a sample of one task, alternate programs of it (two folds)."""
+    tasks = np.unique(data.groups)
+    if len(tasks) == 1:
+        return [np.arange(0, len(data), 2), np.arange(1, len(data), 2)]
+    parts = np.array_split(tasks, min(FOLDS, len(tasks)))
+    return [np.flatnonzero(np.isin(data.groups, part)) for part in parts]
+
+
+def _train_for(model: CostModel, data: ProgramSet, steps: int) -> CostModel:
+    if steps <= 0:
+        return model
     if isinstance(model, _RankModel):
         with _only_adapted_trainable(model):
             return model._train(data, max(1, math.ceil(steps / _steps_per_epoch(model, data))))
@@ -141,12 +213,15 @@ def finetune(
     seed: int | None = None,
     hardware: str | None = None,
     steps: int = STEPS,
+    validate: bool = True,
     out: str | Path | None = None,
 ) -> FinetuneResult:
     """Fine-tune ``model`` (a model file or a fitted ``CostModel``) on ``samples`` programs of
     ``records``: a MetaSchedule JSON database directory (taken as measured on this machine) or
     a dataset (a directory, or a shipped dataset's name; ``hardware`` picks one of its
-    machines).  Saves to ``out`` when given; the model file remembers what it was tuned on."""
+    machines).  ``validate``: choose how long to train on held-out parts of the sample (the
+    module's docstring); without it, train ``steps`` steps.  Saves to ``out`` when given; the
+    model file remembers what it was tuned on."""
     from tensortune.costmodel.registry import load_cost_model
     from tensortune.errors import about
     from tensortune.train.trainer import dataset_columns, records_columns
@@ -160,14 +235,17 @@ def finetune(
             columns, _ = dataset_columns(records)
     rows = sample_rows(columns, samples, seed, hardware)
     data = sample_set(columns, rows)
-    adapt(estimator, data, steps)
+    adapt(estimator, data, steps, validate=validate)
+    chosen = estimator.finetune_
     estimator.provenance_ = {
         "finetuned_from": getattr(estimator, "provenance_", None),
         "records": str(records), "samples": len(rows), "seed": seed, "hardware": hardware,
+        "steps": chosen["steps"],
     }  # fmt: skip
     if out is not None:
         estimator.save(out)
-    return FinetuneResult(estimator, len(rows), len(np.unique(data.groups)))
+    return FinetuneResult(estimator, len(rows), len(np.unique(data.groups)), chosen["steps"],
+                          chosen["validation"])  # fmt: skip
 
 
 def _is_metaschedule_database(path: str | Path) -> bool:

@@ -8,6 +8,11 @@ at least one each), except ``shape-dedup``, which first drops whole tasks:
 - ``cluster``: redundancy clustering in feature space: greedy k-center over the programs'
   pooled per-store features (``active/pool.py``), so each kept program stands for the dropped
   ones nearest to it.
+- ``cluster-global``: the same greedy k-center, but with one coverage radius for all groups
+  instead of one quota each: every group is ordered by k-center, each pick remembering its
+  distance to the nearest program picked before it, and the picks farthest from what was
+  already kept are kept across all groups.  A group of near-duplicates then keeps few
+  programs, a diverse one many (each keeps at least its first).
 - ``low-perf``: low-performance redundancy (BALTO's observation that random sampling measures
   mostly slow programs, which teach little about the top a tuner needs): the fastest
   ``FAST_SHARE`` of the quota is kept, the rest by k-center starting from them, so slow
@@ -20,7 +25,8 @@ at least one each), except ``shape-dedup``, which first drops whole tasks:
 
 ``AUTO`` is the method the study (``bench prune``, benchmarks/RESULTS.md) found best: on the
 dense pool, ``cluster`` kept the whole pool's PCA at 60% and lost 0.7 points at 45%, where
-random lost 1.2 and 2.1 and ``low-perf`` 1.6 and 3.1.
+random lost 1.2 and 2.1 and ``low-perf`` 1.6 and 3.1.  ``cluster-global`` lost 0.4 at 45%
+but 1.7 at 40% (4 seeds; ``cluster`` 0.9 at both): better only around half, and less steady.
 """
 
 from __future__ import annotations
@@ -37,7 +43,7 @@ from tensortune.active.selectors import TaskView, k_center
 from tensortune.costmodel.data import ProgramSet
 from tensortune.errors import TensortuneError, about
 
-METHODS = ("random", "cluster", "low-perf", "shape-dedup")
+METHODS = ("random", "cluster", "cluster-global", "low-perf", "shape-dedup")
 AUTO = "cluster"
 FAST_SHARE = 0.5  # of each group's quota, kept for speed alone by low-perf
 
@@ -65,6 +71,8 @@ def prune(pool: Pool, method: str, keep: float, *, seed: int = 0,
         if families is None or len(families) != len(pool):
             raise TensortuneError("shape-dedup needs each program's task family")
         return _shape_dedup(pool, keep, np.asarray(families), rng)
+    if method == "cluster-global":
+        return _cluster_global(pool, max(1, round(keep * len(pool))), rng)
     kept = []
     for task in np.unique(pool.task):
         members = np.flatnonzero(pool.task == task)
@@ -96,6 +104,39 @@ def _keep_in_group(pool: Pool, members: np.ndarray, quota: int, method: str,
     fast, rest = order[:n_fast], order[n_fast:]
     view = TaskView(members[rest], members[fast], pool.vectors, None, None)
     return np.concatenate([fast, rest[k_center(view, np.arange(len(rest)), quota - n_fast, rng)]])
+
+
+def _cluster_global(pool: Pool, target: int, rng: np.random.Generator) -> np.ndarray:
+    """``target`` pool indices (at least one a group): each group's greedy k-center order, cut
+    at one radius."""
+    index, radius = [], []
+    for task in np.unique(pool.task):
+        members = np.flatnonzero(pool.task == task)
+        order, r = cover_order(pool.vectors[members], rng)
+        index.append(members[order])
+        radius.append(r)
+    index_all, radius_all = np.concatenate(index), np.concatenate(radius)
+    # Largest radius first (each group's first pick has an infinite one); ties at random.
+    ranked = np.lexsort((rng.uniform(size=len(index_all)), -radius_all))
+    return np.sort(index_all[ranked[: max(target, len(index))]])
+
+
+def cover_order(x: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """All rows of ``x`` in greedy k-center order from a random first one, and each one's
+    distance to the nearest row before it (``inf`` for the first): how much of the space it
+    covers that the ones before it did not."""
+    x = np.asarray(x, np.float64)
+    nearest = np.full(len(x), np.inf)
+    taken = np.zeros(len(x), dtype=bool)
+    order = np.empty(len(x), dtype=int)
+    radius = np.empty(len(x))
+    j = int(rng.integers(len(x)))
+    for step in range(len(x)):
+        order[step], radius[step] = j, nearest[j]
+        taken[j] = True
+        nearest = np.minimum(nearest, np.sqrt(((x - x[j]) ** 2).sum(axis=1)))
+        j = int(np.argmax(np.where(taken, -np.inf, nearest)))
+    return order, radius
 
 
 def _shape_dedup(pool: Pool, keep: float, families: np.ndarray,
