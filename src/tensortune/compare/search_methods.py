@@ -223,7 +223,6 @@ def _method(name: str, platform: Platform, verifier: str | None, options: dict[s
     from tensortune.costmodel.factory import cost_model_from
     from tensortune.costmodel.gbdt import XGBoostModel
     from tensortune.costmodel.moa import MomentumAdapted
-    from tensortune.costmodel.ms_adapter import LearnedCostModel
     from tensortune.search.draft_verify import DraftThenVerify
     from tensortune.search.factory import strategy_from
 
@@ -237,8 +236,8 @@ def _method(name: str, platform: Platform, verifier: str | None, options: dict[s
     if name == "frozen":
         return strategy, cost_model_from(verifier, platform, online=False)
     if name == "moa-ungated":
-        return strategy, LearnedCostModel(MomentumAdapted(verifier, gate=False), platform,
-                                          online=True)  # fmt: skip
+        return strategy, cost_model_from(MomentumAdapted(verifier, gate=False), platform,
+                                         online=True)  # fmt: skip
     # pretrained: adapted as MoA adapts when it is a neural model ("auto": refining it after
     # every round fell behind, benchmarks/RESULTS.md, ninth session); moa: MoA, always.
     return strategy, cost_model_from(verifier, platform, online="moa" if name == "moa"

@@ -100,3 +100,17 @@ def to_bytes(save) -> bytes:
     buf = io.BytesIO()
     save(buf)
     return buf.getvalue()
+
+
+def pair_accuracy(scores: np.ndarray, latencies: np.ndarray) -> float:
+    """Share of program pairs with different latencies whose scores order them right (higher
+    score = faster; tied scores count half); 0.5 when there is no such pair."""
+    s = np.asarray(scores, np.float64)
+    lat = np.asarray(latencies, np.float64)
+    faster = lat[:, None] < lat[None, :]
+    pairs = faster.sum()
+    if pairs == 0:
+        return 0.5
+    ds = s[:, None] - s[None, :]
+    right = ((ds > 0) & faster).sum() + 0.5 * ((ds == 0) & faster).sum()
+    return float(right / pairs)

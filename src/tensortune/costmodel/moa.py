@@ -21,7 +21,7 @@ import copy
 
 import numpy as np
 
-from tensortune.costmodel.base import CostModel, _concat
+from tensortune.costmodel.base import CostModel, _concat, pair_accuracy
 from tensortune.costmodel.data import ProgramSet
 from tensortune.costmodel.nn import _RankModel
 from tensortune.costmodel.registry import load_cost_model
@@ -118,13 +118,13 @@ class MomentumAdapted(CostModel):
 
 
 def _right_pairs(scores: np.ndarray, data: ProgramSet) -> float:
-    """Pairs of successfully measured programs of one task in ``data`` (a higher label: faster)
-    that ``scores`` put in the same order; a tie of scores counts half."""
+    """Pairs of successfully measured programs of one task in ``data`` that ``scores`` order
+    right (a tie counts half)."""
     right = 0.0
     ok = data.labels > 0
     for g in np.unique(data.groups[ok]):
         mine = ok & (data.groups == g)
-        faster = data.labels[mine][:, None] > data.labels[mine][None, :]
-        gap = scores[mine][:, None] - scores[mine][None, :]
-        right += float(((gap > 0) & faster).sum() + 0.5 * ((gap == 0) & faster).sum())
+        labels = data.labels[mine]
+        pairs = int((labels[:, None] > labels[None, :]).sum())
+        right += pair_accuracy(scores[mine], 1.0 / labels) * pairs
     return right

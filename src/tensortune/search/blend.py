@@ -18,6 +18,8 @@ from collections import deque
 
 import numpy as np
 
+from tensortune.costmodel.base import pair_accuracy
+
 
 def rank_share(x: np.ndarray) -> np.ndarray:
     """Each value's rank over the number of values, in (0, 1]; ties share their mean rank, and
@@ -28,20 +30,6 @@ def rank_share(x: np.ndarray) -> np.ndarray:
     ranks[np.argsort(x, kind="stable")] = np.arange(1, len(x) + 1)
     _, group = np.unique(x, return_inverse=True)
     return (np.bincount(group, ranks) / np.bincount(group))[group] / max(len(x), 1)
-
-
-def pair_accuracy(scores: np.ndarray, latencies: np.ndarray) -> float:
-    """Share of program pairs with different latencies whose scores order them right (higher
-    score = faster; tied scores count half); 0.5 when there is no such pair."""
-    s = np.asarray(scores, np.float64)
-    lat = np.asarray(latencies, np.float64)
-    faster = lat[:, None] < lat[None, :]
-    pairs = faster.sum()
-    if pairs == 0:
-        return 0.5
-    ds = s[:, None] - s[None, :]
-    right = ((ds > 0) & faster).sum() + 0.5 * ((ds == 0) & faster).sum()
-    return float(right / pairs)
 
 
 class TrustBlend:

@@ -155,7 +155,8 @@ def validate_lengths(model: CostModel, data: ProgramSet, steps: int = STEPS) -> 
         weight = {g: n * (n - 1) // 2 for g, n in counts.items()}  # pairs of each task
         pairs += sum(weight.values())
         for length in lengths:
-            pred = _train_for(copy.deepcopy(model), rest, length).predict(test)
+            tuned = _train_for(copy.deepcopy(model), rest, length) if length else model
+            pred = tuned.predict(test)
             for g, w in weight.items():
                 mine = test.groups == g
                 correct[length] += pairwise_accuracy(pred[mine], test.labels[mine]) * w
