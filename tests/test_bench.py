@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from tensortune.cli.app import app
 from tensortune.compare.plots import plot_curves
-from tensortune.compare.search_methods import BenchResult, MethodRun, bench_tune
+from tensortune.compare.search_methods import BenchResult, MethodRun, bench_tune, run_order
 from tensortune.compare.seeds import summarize_seeds
 from tensortune.errors import TensortuneError
 
@@ -224,13 +224,22 @@ def test_a_run_ending_just_above_the_defaults_latency_counts_within_a_tolerance(
     assert summary["speedup_within_1pct"]["near"]["sem"] is None  # one seed: no spread
 
 
+def test_each_seed_runs_the_methods_in_another_order():
+    methods = ["default", "frozen", "moa"]
+    orders = [run_order(methods, seed) for seed in range(3)]
+    assert orders[0] == methods
+    assert sorted(orders[1]) == sorted(methods)
+    assert {order[0] for order in orders} == set(methods)  # each is first once
+    assert {order[-1] for order in orders} == set(methods)  # and last once
+
+
 def test_the_cli_runs_each_seed_in_its_own_directory(tmp_path):
     from conftest import TARGET
 
-    out = CliRunner().invoke(app, ["bench", "tune", "-w", SPEC, "--trials-per-task", "8",
-                                   "--work-dir", str(tmp_path), "--target", json.dumps(TARGET),
-                                   "--method", "default", "--seed", "3", "--seed", "4",
-                                   "--json"])  # fmt: skip
+    args = ["bench", "tune", "-w", SPEC, "--trials-per-task", "8", "--work-dir", str(tmp_path),
+            "--target", json.dumps(TARGET), "--method", "default", "--seed", "3", "--seed",
+            "4"]  # fmt: skip
+    out = CliRunner().invoke(app, [*args, "--json"])
     assert out.exit_code == 0, out.output
     data = json.loads(out.output)
     assert [r["seed"] for r in data["runs"]] == [3, 4]
@@ -238,6 +247,11 @@ def test_the_cli_runs_each_seed_in_its_own_directory(tmp_path):
     assert len(data["summary"]["speedup"]["default"]["seeds"]) == 2
     for s in (3, 4):
         assert json.loads((tmp_path / f"seed-{s}" / "results.json").read_text())["seed"] == s
+    again = CliRunner().invoke(app, args)
+    assert again.exit_code == 0, again.output  # the saved runs, summarized as text
+    text = " ".join(again.output.split())  # the console wraps long lines
+    assert "default: median speedup" in text and "over seeds [3, 4]" in text
+    assert "in trials 1.00x, 1.00x" in text
 
 
 def test_the_pretrained_verifier_adapts_as_moa_when_it_is_neural(tmp_path):

@@ -57,16 +57,21 @@ def test_every_system_runs_the_same_model_and_is_timed_in_turns(tuned):
     )
 
 
-def test_a_missing_runtime_is_named_and_skipped(tuned, monkeypatch):
-    model, store, platform, work = tuned
+@pytest.fixture
+def no_openvino(monkeypatch):
+    """Imports of openvino fail, as where it is not installed."""
     real_import = builtins.__import__
 
-    def no_openvino(name, *args, **kwargs):
+    def without(name, *args, **kwargs):
         if name == "openvino" or name.startswith("openvino."):
             raise ImportError("No module named 'openvino'", name="openvino")
         return real_import(name, *args, **kwargs)
 
-    monkeypatch.setattr(builtins, "__import__", no_openvino)
+    monkeypatch.setattr(builtins, "__import__", without)
+
+
+def test_a_missing_runtime_is_named_and_skipped(tuned, no_openvino):
+    model, store, platform, work = tuned
     systems = e2e._set_up(model, store, platform, ("openvino",), work, lambda text: None)
     run, timing = systems["openvino"]
     assert run is None and "pip install tensortune[anchors]" in timing.missing
@@ -100,3 +105,11 @@ def test_unknown_anchors_are_refused_before_any_work(tmp_path):
     with pytest.raises(TensortuneError, match="unknown anchor 'tensorrt'"):
         e2e.bench_e2e(["resnet18"], anchors=("tensorrt",), work_dir=tmp_path)
     assert not list(tmp_path.iterdir())
+
+
+def test_the_peak_is_the_best_matrix_product_of_the_runtimes_at_hand(tmp_path, no_openvino):
+    libraries = ("pytorch", "onnxruntime", "openvino")
+    peak, where = e2e.peak_gflops(1, tmp_path, libraries, sizes=(64, 128), repeat=1)
+    library, size = where.split(", ")
+    assert peak > 0 and library in ("pytorch", "onnxruntime") and size in ("64³", "128³")
+    assert (tmp_path / "matmul-128.onnx").is_file()  # ONNX Runtime's was timed too

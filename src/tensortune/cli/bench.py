@@ -154,14 +154,17 @@ def tune(
         n = len(results)
         for m, v in summary["speedup"].items():
             each = ", ".join(fmt_ratio(x) for x in v["seeds"])
+            # Two methods that measure the same programs differ in time by the machine's noise
+            # (up to 15% between runs on a shared 2-core guest); the trial ratio shows it.
+            trials = ", ".join(fmt_ratio(x) for x in summary["trial_ratio"][m]["seeds"])
             near = []
             for t in TOLERANCES:
                 w = summary[within_key(t)][m]
                 near.append(f"within {t:.0%}: {w['reached']} of {n}, "
                             f"{w['mean']:.2f}x ± {w['sem']:.2f}")  # fmt: skip
             console.print(f"{m}: median speedup {fmt_ratio(v['median'])} over seeds {seeds} "
-                          f"({each}), reached in {v['reached']} of {n}; mean ± standard "
-                          f"error {'; '.join(near)}")  # fmt: skip
+                          f"({each}; in trials {trials}), reached in {v['reached']} of {n}; "
+                          f"mean ± standard error {'; '.join(near)}")  # fmt: skip
 
 
 def _print_bench(result) -> None:
@@ -369,8 +372,10 @@ def e2e(
                       f"{s.max_abs_error:.1e}" if s.max_abs_error is not None else "-")  # fmt: skip
         print_table(t)
     if results:
-        console.print(f"practical peak: {results[0].peak_gflops:.1f} GFLOP/s (best fp32 "
-                      f"matrix product of 512³–2048³, {results[0].threads} threads)")  # fmt: skip
+        r = results[0]
+        console.print(f"practical peak: {r.peak_gflops:.1f} GFLOP/s (the best fp32 matrix "
+                      f"product of 512³–2048³ in PyTorch and the runtimes, {r.threads} threads: "
+                      f"{r.peak_by})")  # fmt: skip
     if plot is not None:
         console.print(f"plot: {plot}")
 

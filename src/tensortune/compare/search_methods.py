@@ -15,7 +15,8 @@ Methods:
 - ``alt`` (not run unless asked): ``pretrained`` with ALT's validity filter and
   uncertainty/score ping-pong (``search/alt.py``); its run keeps what the filter did.
 
-Each method tunes into a store of its own.  The curve is the network latency estimate
+Each method tunes into a store of its own; each seed runs them in another order
+(``run_order``).  The curve is the network latency estimate
 (Σ task weight x best latency) after every measured batch, against wall time and trials; the
 search-time speedup of a method is the default's total time over the time the method needed
 to reach the default's final latency (algorithms.md §1.6).  Finished methods are kept in
@@ -184,7 +185,7 @@ def bench_tune(
     result = BenchResult([t.name for t in tasks], trials_per_task, platform.target, seed=seed)
     if saved.is_file():
         result.runs = _saved_runs(json.loads(saved.read_text()), result)
-    for name in methods:
+    for name in run_order(methods, seed):
         done = result.runs.get(name)
         if done is not None and (
             name == "default"
@@ -196,7 +197,20 @@ def bench_tune(
         run.verifier = given.get(name)
         result.runs[name] = run
         saved.write_text(json.dumps(result.to_dict(), indent=1))
+    result.runs = {**{m: result.runs[m] for m in methods if m in result.runs}, **result.runs}
     return result
+
+
+def run_order(methods: Sequence[str], seed: int) -> list[str]:
+    """The order in which seed ``seed`` runs ``methods``: rotated by the seed.
+
+    Methods run one after another in one process, and later ones ran slower: in stop 45's
+    eight seeds the third draft-then-verify method spent longer in its draft step than the
+    first in 7 of 8, by up to 18%, for as many trials (``benchmarks/RESULTS.md``, stop 46).
+    Rotating spreads that drift over the methods across seeds instead of charging it to
+    whichever is listed last."""
+    k = seed % len(methods) if methods else 0
+    return [*methods[k:], *methods[:k]]
 
 
 def _saved_runs(old: dict, result: BenchResult) -> dict[str, MethodRun]:
