@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import zipfile
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -86,6 +87,21 @@ def test_torch_tensors_in_give_torch_tensors_out(shipped):
     with torch.no_grad():
         torch.testing.assert_close(a, module(x)[0], rtol=1e-4, atol=1e-5)
     assert m.manifest["model"] == "TwoHeads" and m.manifest["tasks"] >= 1
+
+
+def test_each_call_sees_its_own_inputs_from_any_thread(shipped):
+    # the inputs are staged in tensors allocated once: no call may see another's
+    path, module, _ = shipped
+    m = load(path)
+    xs = [torch.randn(4, 32, generator=torch.Generator().manual_seed(k)) for k in range(8)]
+    with torch.no_grad():
+        want = [module(x)[0] for x in xs]
+    for x, w in zip(xs, want, strict=True):
+        torch.testing.assert_close(m(x)[0], w, rtol=1e-4, atol=1e-5)
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(lambda x: m(x.numpy())[0], xs * 4))
+    for g, w in zip(got, want * 4, strict=True):
+        np.testing.assert_allclose(g, w.numpy(), rtol=1e-4, atol=1e-5)
 
 
 def test_inputs_of_the_wrong_shape_or_count_get_one_line(shipped):

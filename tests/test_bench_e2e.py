@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import builtins
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -12,6 +13,8 @@ torch = pytest.importorskip("torch")
 from test_compile import TinyMLP  # noqa: E402
 
 from tensortune.compare import e2e  # noqa: E402
+from tensortune.compare.e2e import SystemTiming  # noqa: E402
+from tensortune.compare.own_process import OwnProcess  # noqa: E402
 from tensortune.compat import tvm  # noqa: E402
 from tensortune.errors import TensortuneError  # noqa: E402
 from tensortune.hardware import resolve_platform  # noqa: E402
@@ -44,7 +47,10 @@ def test_every_system_runs_the_same_model_and_is_timed_in_turns(tuned):
     for name, (run, timing) in systems.items():
         assert run is not None and not timing.missing and not timing.note, name
         assert timing.max_abs_error is not None and timing.max_abs_error < 1e-4, name
-    e2e._time_in_turns(systems, rounds=2, repeat=2)
+    try:
+        e2e._time_in_turns(systems, rounds=2, repeat=2)
+    finally:
+        e2e._close(systems)
     result = e2e.E2EResult("tiny", 1e-3, platform.threads, "cpu", 100.0, 1.0, 4,
                            {n: s for n, (_, s) in systems.items()})  # fmt: skip
     assert all(len(s.rounds) == 2 and s.median > 0 for s in result.systems.values())
@@ -113,3 +119,59 @@ def test_the_peak_is_the_best_matrix_product_of_the_runtimes_at_hand(tmp_path, n
     library, size = where.split(", ")
     assert peak > 0 and library in ("pytorch", "onnxruntime") and size in ("64³", "128³")
     assert (tmp_path / "matmul-128.onnx").is_file()  # ONNX Runtime's was timed too
+
+
+def test_the_artifact_is_timed_in_a_process_of_its_own_beside_the_tuned_build(tuned):
+    model, store, platform, work = tuned
+    systems = e2e._set_up(model, store, platform, (), work, lambda text: None)
+    assert e2e.OWN_PROCESS not in systems  # nothing else is timed while it runs
+    timing = e2e._time_own_process(systems, model, platform.threads, work, rounds=2, repeat=2)
+    assert not timing.missing and timing.max_abs_error < 1e-4
+    assert len(timing.rounds) == 2 and len(timing.baseline) == 2
+    assert not systems[e2e.TUNED][1].rounds  # the pair's tuned rounds are its own
+    result = e2e.E2EResult("tiny", 1e-3, platform.threads, "cpu", 100.0, 1.0, 4,
+                           {e2e.TUNED: SystemTiming(e2e.TUNED, rounds=[1.0, 1.0]),
+                            e2e.OWN_PROCESS: timing})  # fmt: skip
+    ratios = sorted(o / t for o, t in zip(timing.rounds, timing.baseline, strict=True))
+    assert result.speedup_over(e2e.OWN_PROCESS) == pytest.approx(sum(ratios) / 2)
+
+
+def test_a_child_that_dies_while_timed_costs_only_its_own_figures(tuned, tmp_path):
+    model, store, platform, work = tuned
+    systems = e2e._set_up(model, store, platform, (), work, lambda text: None)
+    child = OwnProcess(work / "tiny.tt", model.inputs, platform.threads, tmp_path)
+    child._child.kill()
+    child._child.wait()
+    timing = SystemTiming(e2e.OWN_PROCESS)
+    pair = {e2e.TUNED: systems[e2e.TUNED], e2e.OWN_PROCESS: (child, timing)}
+    try:
+        e2e._time_in_turns(pair, rounds=2, repeat=1)
+    finally:
+        e2e._close(pair)
+    assert pair[e2e.OWN_PROCESS][0] is None and not timing.rounds
+    assert timing.missing.startswith("failed while timed: the artifact's own process ended")
+    assert len(systems[e2e.TUNED][1].rounds) == 2
+
+
+def test_without_a_shipped_artifact_the_own_process_is_named_and_skipped(tuned):
+    model, _, platform, work = tuned
+    systems = {e2e.TUNED: (None, SystemTiming(e2e.TUNED, missing="failed: x"))}
+    timing = e2e._time_own_process(systems, model, platform.threads, work, rounds=1, repeat=1)
+    assert timing.missing == "failed: there is no artifact to load" and not timing.rounds
+
+
+def test_a_file_that_is_not_an_artifact_is_refused_by_the_child_in_one_line(tmp_path):
+    bad = tmp_path / "bad.tt"
+    bad.write_bytes(b"not a zip")
+    with pytest.raises(TensortuneError, match=r"own process: ArtifactError: .*bad\.tt: not a") as e:
+        OwnProcess(bad, [np.zeros(2, dtype="float32")], 1, tmp_path)
+    assert "\n" not in str(e.value)
+
+
+def test_a_runtime_that_fails_is_left_out_of_the_peak(tmp_path, monkeypatch):
+    def broken(*args):
+        raise RuntimeError("no kernel for this CPU")
+
+    monkeypatch.setattr(e2e, "_ort_runner", broken)
+    peak, where = e2e.peak_gflops(1, tmp_path, ("pytorch", "onnxruntime"), sizes=(64,), repeat=1)
+    assert peak > 0 and where == "pytorch, 64³"

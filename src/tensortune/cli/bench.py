@@ -333,8 +333,8 @@ def e2e(
     """Tune each network for a time budget, then time it against PyTorch eager,
     torch.compile, ONNX Runtime and OpenVINO (fp32), in turns in this process, outputs checked
     against eager, with the machine's practical peak (fp32 matrix products up to 2048³).  The tuned
-    build is also timed as shipped: its artifact read back by tensortune.load, and through the
-    torch.compile backend.
+    build is also timed as shipped: its artifact read back by tensortune.load (here, and in a
+    process of its own that has loaded nothing else), and through the torch.compile backend.
 
     Example: tensortune bench e2e -m resnet18 --time 20m --plot e2e.png
     """

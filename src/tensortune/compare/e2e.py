@@ -13,8 +13,10 @@ For each network, in one process on one machine:
 3. they are timed in turns, ``rounds`` times: in each round every system gives the median of
    ``repeat`` timings (each timing loops calls for at least 50 ms), so drift on a shared
    machine hits all systems alike; medians and spreads over the rounds are reported;
-4. each system's outputs are compared with PyTorch eager's (largest absolute difference);
-5. the machine's practical peak is measured in the same run: the fastest of 512³, 1024³ and
+4. then the artifact is loaded by a fresh process of its own (``own_process``), as a user's
+   service runs it, and timed in turns with the tuned build alone (``_time_own_process``);
+5. each system's outputs are compared with PyTorch eager's (largest absolute difference);
+6. the machine's practical peak is measured in the same run: the fastest of 512³, 1024³ and
    2048³ fp32 matrix products on the same threads in PyTorch and in the runtimes among the
    anchors (``peak_gflops``), and each system's GFLOP/s is given as a share of it.
 
@@ -34,6 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tensortune.compare.own_process import OwnProcess
 from tensortune.deploy.compile import build_tuned, seconds_per_call
 from tensortune.errors import TensortuneError, last_line
 from tensortune.hardware import Platform, resolve_platform
@@ -43,7 +46,9 @@ DEFAULT_NETWORKS = ("resnet18", "resnet50", "mobilenetv2", "bert-layer", "gpt2-b
 ANCHORS = ("pytorch", "torch.compile", "onnxruntime", "openvino")
 TUNED = "tensortune"
 # The same tuned kernels reached as users ship them: the artifact ``compile --out`` writes, read
-# back with ``tensortune.load``, and the ``torch.compile`` backend on the same store.
+# back with ``tensortune.load`` (also in a process of its own, ``OWN_PROCESS``, timed apart),
+# and the ``torch.compile`` backend on the same store.
+OWN_PROCESS = "tensortune.load[own process]"
 ROUTES = ("tensortune.load", "torch.compile[tensortune]")
 # Where a missing runtime comes from.
 _INSTALL = {"onnxruntime": "onnxruntime", "openvino": "openvino"}
@@ -56,6 +61,9 @@ class SystemTiming:
     max_abs_error: float | None = None  # against PyTorch eager's outputs
     setup_s: float = 0.0  # building, exporting, compiling
     missing: str = ""  # why it did not run
+    # the tuned build's rounds timed in turns with this system, where they are not the main
+    # rounds (the artifact in its own process is timed after the others)
+    baseline: list[float] = field(default_factory=list)
     note: str = ""  # e.g. graphs the torch.compile backend left to eager
 
     @property
@@ -81,7 +89,8 @@ class E2EResult:
 
     def speedup_over(self, name: str) -> float | None:
         """Median over rounds of that system's time / tuned time, each pair from one round."""
-        tuned, other = self.systems[TUNED].rounds, self.systems[name].rounds
+        other = self.systems[name].rounds
+        tuned = self.systems[name].baseline or self.systems[TUNED].rounds
         if not tuned or not other:
             return None
         return statistics.median(o / t for o, t in zip(other, tuned, strict=True))
@@ -119,8 +128,10 @@ def peak_gflops(threads: int, work: Path, libraries: tuple[str, ...] = ("pytorch
             try:
                 call = _matmul(library, a, b, threads, work)
                 call()
-            except ImportError:
-                continue  # a missing runtime is named where the networks are timed
+            except Exception:
+                # a missing or broken runtime is named where the networks are set up; the
+                # peak is the best of those that run
+                continue
             gflops = 2 * n**3 / min(seconds_per_call(call) for _ in range(repeat)) / 1e9
             if gflops > best:
                 best, where = gflops, f"{library}, {n}³"
@@ -194,10 +205,17 @@ def bench_e2e(
         say(f"{net}: timing {', '.join(n for n, s in systems.items() if not s[1].missing)} "
             f"in turns, {rounds} rounds")  # fmt: skip
         _time_in_turns(systems, rounds, repeat)
+        say(f"{net}: timing {OWN_PROCESS} in turns with {TUNED}, {rounds} rounds")
+        own = _time_own_process(systems, model, threads, work, rounds, repeat)
+        if own.missing:
+            say(f"{net}: {OWN_PROCESS} {own.missing}")
+        timings = {n: s for n, (_, s) in systems.items()}
+        timings = {**dict(list(timings.items())[:2]), OWN_PROCESS: own,
+                   **dict(list(timings.items())[2:])}  # fmt: skip
         gflop = sum(t.flop * t.weight for t in model.tasks) / 1e9
         result = E2EResult(net, gflop, threads, platform.hardware.cpu_model, peak,
                            info["seconds"], info["trials"],
-                           {n: s for n, (_, s) in systems.items()}, peak_by)  # fmt: skip
+                           timings, peak_by)  # fmt: skip
         (work / f"{net}-e2e.json").write_text(json.dumps(result.to_dict()))
         out.append(result)
     return out
@@ -212,17 +230,15 @@ def _set_up(model, store: Path, platform: Platform, anchors: tuple[str, ...], wo
     """Each system ready to call on the model's inputs, its outputs checked against eager."""
     import torch
 
-    from tensortune.deploy.torch_backend import stats as backend_stats
-
     threads = platform.threads
     torch.set_num_threads(threads)
     module, args = model.torch_module, model.torch_inputs
-    with torch.no_grad():
-        reference = _flat(module(*args))
+    reference = _eager_outputs(model)
     built: dict = {}  # the tuned executable, for the artifact
-    makers = {TUNED: lambda: _tvm_runner(model, store, platform, built),
-              "tensortune.load": lambda: _artifact_runner(built.get("executable"), model, platform,
-                                                          work)}  # fmt: skip
+    makers = {
+        TUNED: lambda: _tvm_runner(model, store, platform, built),
+        "tensortune.load": lambda: _artifact_runner(built, model, platform, work),
+    }
     if model.torch_module is not None:
         options = {"records": f"sqlite:///{store}", "target": platform.target}
         makers["torch.compile[tensortune]"] = lambda: _torch_runner(
@@ -241,40 +257,97 @@ def _set_up(model, store: Path, platform: Platform, anchors: tuple[str, ...], wo
                                                 threads)  # fmt: skip
     systems: Systems = {}
     for name, make in makers.items():
-        timing = SystemTiming(name)
         say(f"{model.name}: setting up {name}")
-        start = time.perf_counter()
-        eager_before = backend_stats.eager
-        try:
-            run = make()
-            outputs = run()  # also the warm-up: first calls pay one-off costs
-        except ImportError as e:
-            timing.missing = f"not installed ({e.name or e}): pip install tensortune[anchors]"
-            systems[name] = (None, timing)
-            continue
-        except Exception as e:  # one system failing must not cost the others' figures
-            timing.missing = f"failed: {type(e).__name__}: {last_line(e)}"
-            say(f"{model.name}: {name} {timing.missing}")
-            systems[name] = (None, timing)
-            continue
-        timing.setup_s = time.perf_counter() - start
-        if backend_stats.eager > eager_before:
-            timing.note = f"{backend_stats.eager - eager_before} graph(s) ran eagerly"
-        if len(outputs) != len(reference):
-            raise TensortuneError(f"{name} gave {len(outputs)} outputs, eager "
-                                  f"{len(reference)}")  # fmt: skip
-        timing.max_abs_error = max(float(np.abs(o - r).max())
-                                   for o, r in zip(outputs, reference, strict=True))  # fmt: skip
-        systems[name] = (run, timing)
+        systems[name] = _start(name, make, reference)
+        if systems[name][1].missing.startswith("failed"):
+            say(f"{model.name}: {name} {systems[name][1].missing}")
     return systems
+
+
+def _eager_outputs(model) -> list[np.ndarray]:
+    import torch
+
+    with torch.no_grad():
+        return _flat(model.torch_module(*model.torch_inputs))
+
+
+def _start(name: str, make: Callable[[], Runner], reference: list[np.ndarray]) -> tuple[
+        Runner | None, SystemTiming]:  # fmt: skip
+    """``make()`` a system and call it once (the warm-up: first calls pay one-off costs),
+    its outputs checked against ``reference``; a system that cannot start is named with why."""
+    from tensortune.deploy.torch_backend import stats as backend_stats
+
+    timing = SystemTiming(name)
+    start = time.perf_counter()
+    eager_before = backend_stats.eager
+    run = None
+    try:
+        run = make()
+        outputs = run()
+    except ImportError as e:
+        timing.missing = f"not installed ({e.name or e}): pip install tensortune[anchors]"
+        return None, timing
+    except Exception as e:  # one system failing must not cost the others' figures
+        _close({name: (run, timing)})
+        timing.missing = f"failed: {type(e).__name__}: {last_line(e)}"
+        return None, timing
+    timing.setup_s = time.perf_counter() - start
+    if backend_stats.eager > eager_before:
+        timing.note = f"{backend_stats.eager - eager_before} graph(s) ran eagerly"
+    if len(outputs) != len(reference):
+        raise TensortuneError(f"{name} gave {len(outputs)} outputs, eager {len(reference)}")
+    timing.max_abs_error = max(float(np.abs(o - r).max())
+                               for o, r in zip(outputs, reference, strict=True))  # fmt: skip
+    return run, timing
+
+
+def _time_own_process(systems: Systems, model, threads: int, work: Path, rounds: int,
+                      repeat: int) -> SystemTiming:  # fmt: skip
+    """The artifact in a process of its own, timed after the other systems, in turns with the
+    tuned build only (its rounds are the pair's ``baseline``).
+
+    Not beside the others: in two runs with the child alive throughout, ONNX Runtime and
+    PyTorch (both with thread pools that spin while they wait) had rounds 3-4x slower than
+    their others, which no run without it had."""
+    tuned, shipped = systems[TUNED][0], systems.get("tensortune.load", (None, None))[0]
+    if tuned is None or shipped is None:
+        return SystemTiming(OWN_PROCESS, missing="failed: there is no artifact to load")
+    artifact = work / f"{model.name}.tt"
+    run, timing = _start(OWN_PROCESS,
+                         lambda: OwnProcess(artifact, model.inputs, threads, work),
+                         _eager_outputs(model))  # fmt: skip
+    if run is None:
+        return timing
+    beside = SystemTiming(TUNED)
+    pair: Systems = {TUNED: (tuned, beside), OWN_PROCESS: (run, timing)}
+    try:
+        _time_in_turns(pair, rounds, repeat)
+    finally:
+        _close(pair)
+    timing.baseline = beside.rounds if timing.rounds else []
+    timing.note = f"timed apart, in turns with {TUNED}"
+    return timing
 
 
 def _time_in_turns(systems: Systems, rounds: int, repeat: int) -> None:
     for _ in range(rounds):
-        for run, timing in systems.values():
-            if run is not None:
+        for name, (run, timing) in systems.items():
+            if isinstance(run, OwnProcess):  # it times itself, where it runs
+                try:
+                    timing.rounds.append(run.median_of(repeat))
+                except TensortuneError as e:  # a crashed child costs only its own figures
+                    timing.rounds, timing.missing = [], f"failed while timed: {e}"
+                    systems[name] = (None, timing)
+            elif run is not None:
                 times = [seconds_per_call(run) for _ in range(repeat)]
                 timing.rounds.append(statistics.median(times))
+
+
+def _close(systems: Systems) -> None:
+    """End the processes of systems that run in one of their own."""
+    for run, _ in systems.values():
+        if isinstance(run, OwnProcess):
+            run.close()
 
 
 def _flat(value) -> list[np.ndarray]:
@@ -318,12 +391,12 @@ def _tvm_runner(model, store: Path, platform: Platform, built: dict) -> Runner:
     return run
 
 
-def _artifact_runner(executable, model, platform: Platform, work: Path) -> Runner:
+def _artifact_runner(built: dict, model, platform: Platform, work: Path) -> Runner:
     from tensortune.deploy.artifact import load, save_artifact
 
-    if executable is None:
+    if "executable" not in built:
         raise TensortuneError("there is no tuned build to ship: it failed to set up")
-    path = save_artifact(executable, work / f"{model.name}.tt", model=model,
+    path = save_artifact(built["executable"], work / f"{model.name}.tt", model=model,
                          target=platform.target, threads=platform.threads)  # fmt: skip
     compiled = load(path)
 

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from tensortune.deploy.host_call import HostCall
 from tensortune.errors import TensortuneError, last_line
-from tensortune.hardware.fingerprint import affinity_kept
 
 if TYPE_CHECKING:
     from tensortune.workloads.models import Model
@@ -154,30 +154,27 @@ class CompiledModel:
 
     TVM's thread pool is one per process and sized when first used: ``load`` sets
     ``TVM_NUM_THREADS`` to the threads the model was tuned for unless it is set already.
+    Calls from several threads take turns (``HostCall``).
     """
 
     def __init__(self, manifest: dict, vm: Any) -> None:
         self.manifest = manifest
         self.inputs = [TensorSpec(tuple(x["shape"]), x["dtype"]) for x in manifest["inputs"]]
         self._vm = vm
+        self._call = HostCall(vm, [x.shape for x in self.inputs], [x.dtype for x in self.inputs])
 
     @property
     def name(self) -> str:
         return str(self.manifest.get("model", ""))
 
     def __call__(self, *args: Any) -> Any:
-        from tensortune.compat import tvm
-        from tensortune.measure.executable import as_arrays
-
         if len(args) != len(self.inputs):
             raise TensortuneError(f"{self.name} takes {len(self.inputs)} input(s), "
                                   f"got {len(args)}")  # fmt: skip
         torch_in = any(type(a).__module__.startswith("torch") for a in args)
         pairs = enumerate(zip(args, self.inputs, strict=True))
         arrays = [_as_array(a, spec, i) for i, (a, spec) in pairs]
-        dev = tvm.cpu()
-        with affinity_kept():
-            outs = as_arrays(self._vm["main"](*[tvm.runtime.tensor(x, dev) for x in arrays]))
+        outs = self._call(arrays)
         if torch_in:
             import torch
 

@@ -16,8 +16,8 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
+from tensortune.deploy.host_call import HostCall
 from tensortune.errors import RecordsError, TensortuneError, WorkloadError
-from tensortune.hardware.fingerprint import affinity_kept
 from tensortune.records import DEFAULT_URL
 
 _OPTIONS = {"records": DEFAULT_URL, "target": None, "fast_math": True, "winograd": True}
@@ -57,6 +57,10 @@ def tensortune_backend(gm: Any, example_inputs: list, options: dict | None = Non
                                    dtype=example_inputs[i].dtype) for i in data)  # fmt: skip
     except TypeError:  # a symbolic dimension
         return _eager(gm, "it has dynamic shapes (use torch.compile(..., dynamic=False))")
+    try:
+        dtypes = [str(x.numpy().dtype) for x in shaped]
+    except TypeError:
+        return _eager(gm, "an input's dtype has no NumPy equivalent")
     module = _bound(gm, {i: example_inputs[i] for i in state}, len(example_inputs))
     with torch.no_grad():
         leaves, spec = tree_flatten(module(*shaped))
@@ -78,15 +82,10 @@ def tensortune_backend(gm: Any, example_inputs: list, options: dict | None = Non
                       "model first, e.g. tensortune tune --model ...)", stacklevel=2)  # fmt: skip
     stats.built += 1
     n_out = len(leaves)
+    call = HostCall(vm, [tuple(x.shape) for x in shaped], dtypes)
 
     def run(*args: Any) -> Any:
-        from tensortune.compat import tvm
-        from tensortune.measure.executable import as_arrays
-
-        dev = tvm.cpu()
-        inputs = [tvm.runtime.tensor(args[i].detach().cpu().numpy(), dev) for i in data]
-        with affinity_kept():
-            outs = [torch.from_numpy(o) for o in as_arrays(vm["main"](*inputs))]
+        outs = [torch.from_numpy(o) for o in call([args[i].detach().cpu().numpy() for i in data])]
         if len(outs) != n_out:  # cannot happen for a graph TVM imported whole
             raise TensortuneError(f"TVM's build returned {len(outs)} outputs, not {n_out}")
         return tree_unflatten(outs, spec)
