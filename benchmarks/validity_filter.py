@@ -13,7 +13,9 @@ draft-then-verify and an online XGBoost verifier, nothing else changed:
 The shadow runs also log the filter's rating of every program it judged, and so give the
 shares removed and wrongly dropped at other thresholds than the filter's.
 Then ``warm``: the filter run again on the ``filter`` run's records store, so the earlier
-run's failures train the filter before the first round (``StoreDatabase.outcomes``).
+run's failures train the filter before the first round (``StoreDatabase.outcomes``); and
+``warm-shadow``: the shadow run again on the ``shadow`` run's store, which checks every
+decision of a filter warm-started that way.
 
 Run:  .venv/bin/python benchmarks/validity_filter.py --work vf [--timeout 0.3] [--trials 96]
       [--seeds 3] [-w matmul:509,1021,263 ...] [--mode plain ...]
@@ -34,6 +36,8 @@ WORKLOADS = ["matmul:509,1021,263", "conv2d_nchw:1,58,58,61,127,3", "batch_matmu
 THRESHOLDS = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5)
 MIN_EACH = (3, 8, 16)
 MODES = {"plain": {}, "shadow": {"validity": 1, "audit": 1.0}, "filter": {"validity": 1}}
+# Runs resumed on an earlier mode's store, with that mode's options.
+WARM = {"warm": "filter", "warm-shadow": "shadow"}
 
 
 def _tune(workload: str, mode: str, seed: int, args, records: Path) -> dict:
@@ -43,7 +47,7 @@ def _tune(workload: str, mode: str, seed: int, args, records: Path) -> dict:
     from tensortune.tuning.tune import tune
 
     platform = resolve_platform(None)
-    options = MODES["filter" if mode == "warm" else mode]
+    options = MODES[WARM.get(mode, mode)]
     log: list[tuple[float, bool, int]] = []
     strategy = DraftThenVerify(**options, alt_log=log)
     runner = PersistentRunner(num_threads=platform.threads, timeout_s=args.timeout)
@@ -51,7 +55,7 @@ def _tune(workload: str, mode: str, seed: int, args, records: Path) -> dict:
         runner.wait_ready()
         start = time.perf_counter()
         # Resuming is tune's default: the warm run's store already holds the filter run's.
-        trials = args.trials * (2 if mode == "warm" else 1)
+        trials = args.trials * (2 if mode in WARM else 1)
         result = tune([workload], trials=trials, records=f"sqlite:///{records}",
                       work_dir=records.parent / "w", target=platform, strategy=strategy,
                       cost_model="xgb", runner=runner, check_correctness=False,
@@ -76,7 +80,7 @@ def _share(a: float, b: float) -> float | None:
 def _summary(runs: list[dict]) -> dict:
     """Per mode, summed over workloads and seeds (module docstring for each figure)."""
     out: dict[str, dict] = {}
-    for mode in [*MODES, "warm"]:
+    for mode in [*MODES, *WARM]:
         rs = [r for r in runs if r["mode"] == mode]
         if not rs:
             continue
@@ -85,7 +89,7 @@ def _summary(runs: list[dict]) -> dict:
               ("dropped", "audited", "audited_valid", "measured_failed", "failed_unfiltered",
                "earlier")}  # fmt: skip
         row: dict = {**total, **st, "failed_share": _share(total["failed"], total["trials"])}
-        if mode == "shadow":
+        if mode in ("shadow", "warm-shadow"):
             would_remove = st["audited"] - st["audited_valid"]
             row["removed_share"] = _share(would_remove, st["measured_failed"])
             learned = st["measured_failed"] - st["failed_unfiltered"]
@@ -100,12 +104,12 @@ def _summary(runs: list[dict]) -> dict:
     return out
 
 
-def _thresholds(runs: list[dict]) -> list[dict]:
-    """From the shadow runs' ratings (every judged program was measured): for each threshold
-    and each least number of both outcomes seen before the filter acts (``min_each``), the
-    share of the judged failures it would have removed and of the judged programs that ran it
-    would have dropped."""
-    rows = [e for r in runs if r["mode"] == "shadow" for e in r["log"]]
+def _thresholds(runs: list[dict], mode: str = "shadow") -> list[dict]:
+    """From the ``mode`` runs' ratings (shadow runs: every judged program was measured): for
+    each threshold and each least number of both outcomes seen before the filter acts
+    (``min_each``), the share of the judged failures it would have removed and of the judged
+    programs that ran it would have dropped."""
+    rows = [e for r in runs if r["mode"] == mode for e in r["log"]]
     if not rows:
         return []
     p, ran, fewest = (np.array(c) for c in zip(*rows, strict=True))
@@ -129,7 +133,7 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=0.3)
     ap.add_argument("--trials", type=int, default=96)
     ap.add_argument("--seeds", type=int, default=3)
-    ap.add_argument("--mode", action="append", choices=[*MODES, "warm"], default=None)
+    ap.add_argument("--mode", action="append", choices=[*MODES, *WARM], default=None)
     args = ap.parse_args()
     workloads = args.workload or WORKLOADS
     args.work.mkdir(parents=True, exist_ok=True)
@@ -143,11 +147,11 @@ def main() -> None:
           flush=True)  # fmt: skip
     for seed in range(args.seeds):
         for i, workload in enumerate(workloads):
-            for mode in args.mode or [*MODES, "warm"]:
+            for mode in args.mode or [*MODES, *WARM]:
                 if (workload, mode, seed) in done:
                     continue
-                where = args.work / f"s{seed}-t{i}-{'filter' if mode == 'warm' else mode}"
-                if mode != "warm":
+                where = args.work / f"s{seed}-t{i}-{WARM.get(mode, mode)}"
+                if mode not in WARM:
                     shutil.rmtree(where, ignore_errors=True)
                 where.mkdir(parents=True, exist_ok=True)
                 run = _tune(workload, mode, seed, args, where / "records.db")
@@ -168,13 +172,14 @@ def main() -> None:
             ratios = [b / p for b, p in zip(best[mode], best["plain"], strict=True)]
             print(f"{mode} best latency / plain's: median {statistics.median(ratios):.3f} over "
                   f"{len(ratios)} runs")  # fmt: skip
-    curve = _thresholds(runs)
-    for row in curve:
-        print(f"shadow, min_each {row['min_each']}, threshold {row['threshold']:.2f}: removes "
-              f"{row['removed_share']:.3f} of {row['failed']} judged failures, drops "
-              f"{row['wrongly_dropped_share']:.3f} of {row['judged'] - row['failed']} judged "
-              "programs that ran")  # fmt: skip
-    summary["thresholds"] = curve
+    for mode in ("shadow", "warm-shadow"):
+        curve = _thresholds(runs, mode)
+        for row in curve:
+            print(f"{mode}, min_each {row['min_each']}, threshold {row['threshold']:.2f}: "
+                  f"removes {row['removed_share']:.3f} of {row['failed']} judged failures, "
+                  f"drops {row['wrongly_dropped_share']:.3f} of "
+                  f"{row['judged'] - row['failed']} judged programs that ran")  # fmt: skip
+        summary["thresholds" if mode == "shadow" else "thresholds_warm"] = curve
     (args.work / "summary.json").write_text(json.dumps(summary, indent=1))
 
 

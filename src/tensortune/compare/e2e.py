@@ -209,9 +209,11 @@ def bench_e2e(
         own = _time_own_process(systems, model, threads, work, rounds, repeat)
         if own.missing:
             say(f"{net}: {OWN_PROCESS} {own.missing}")
-        timings = {n: s for n, (_, s) in systems.items()}
-        timings = {**dict(list(timings.items())[:2]), OWN_PROCESS: own,
-                   **dict(list(timings.items())[2:])}  # fmt: skip
+        timings: dict[str, SystemTiming] = {}
+        for name, (_, timing) in systems.items():
+            timings[name] = timing
+            if name == "tensortune.load":  # the two loads side by side in the table
+                timings[OWN_PROCESS] = own
         gflop = sum(t.flop * t.weight for t in model.tasks) / 1e9
         result = E2EResult(net, gflop, threads, platform.hardware.cpu_model, peak,
                            info["seconds"], info["trials"],
@@ -237,7 +239,7 @@ def _set_up(model, store: Path, platform: Platform, anchors: tuple[str, ...], wo
     built: dict = {}  # the tuned executable, for the artifact
     makers = {
         TUNED: lambda: _tvm_runner(model, store, platform, built),
-        "tensortune.load": lambda: _artifact_runner(built, model, platform, work),
+        "tensortune.load": lambda: _artifact_runner(built.get("executable"), model, platform, work),
     }
     if model.torch_module is not None:
         options = {"records": f"sqlite:///{store}", "target": platform.target}
@@ -306,9 +308,9 @@ def _time_own_process(systems: Systems, model, threads: int, work: Path, rounds:
     """The artifact in a process of its own, timed after the other systems, in turns with the
     tuned build only (its rounds are the pair's ``baseline``).
 
-    Not beside the others: in two runs with the child alive throughout, ONNX Runtime and
-    PyTorch (both with thread pools that spin while they wait) had rounds 3-4x slower than
-    their others, which no run without it had."""
+    Not beside the others: in two runs on an AMD Zen 5 with the child alive throughout, ONNX
+    Runtime and PyTorch (both with thread pools that spin while they wait) had bursts of
+    rounds 3-4x slower than their others; the two runs without it there had none."""
     tuned, shipped = systems[TUNED][0], systems.get("tensortune.load", (None, None))[0]
     if tuned is None or shipped is None:
         return SystemTiming(OWN_PROCESS, missing="failed: there is no artifact to load")
@@ -391,12 +393,12 @@ def _tvm_runner(model, store: Path, platform: Platform, built: dict) -> Runner:
     return run
 
 
-def _artifact_runner(built: dict, model, platform: Platform, work: Path) -> Runner:
+def _artifact_runner(executable, model, platform: Platform, work: Path) -> Runner:
     from tensortune.deploy.artifact import load, save_artifact
 
-    if "executable" not in built:
+    if executable is None:
         raise TensortuneError("there is no tuned build to ship: it failed to set up")
-    path = save_artifact(built["executable"], work / f"{model.name}.tt", model=model,
+    path = save_artifact(executable, work / f"{model.name}.tt", model=model,
                          target=platform.target, threads=platform.threads)  # fmt: skip
     compiled = load(path)
 
