@@ -356,6 +356,37 @@ def test_alt_policy_filters_what_fails_audits_some_and_alternates_picks(matmul_c
     assert len(picks) == 5 == len(set(picks)) and all(allowed[i] for i in picks)
 
 
+def test_adaptive_ping_pong_explores_only_after_a_round_that_bought_nothing(matmul_candidates):
+    from tensortune.compat import ms
+    from tensortune.search.alt import STAT_KEYS, AltPolicy
+
+    ctx, cands = matmul_candidates
+    policy = AltPolicy(validity=False, pingpong=2, audit=0.0, stats=dict.fromkeys(STAT_KEYS, 0),
+                       seed=0)  # fmt: skip
+    pool, taken = cands[60:100], iter(range(60))
+
+    def measure(seconds: list[float]) -> None:
+        batch = [cands[next(taken)] for _ in seconds]
+        policy.observe(ctx, batch, [ms.runner.RunnerResult([t], None) for t in seconds])
+
+    def explores(round_: int) -> bool:
+        picks = policy.explore(ctx, pool, np.ones(len(pool), dtype=bool), 4, round_=round_)
+        assert picks is None or len(set(picks)) == 4
+        return picks is not None
+
+    measure([1e-3 * (1 + i % 5) for i in range(20)])  # the first batch: a best where none was
+    assert not explores(1)  # odd, but the last batch improved the task
+    measure([5e-3] * 4)
+    assert explores(2)  # even, but the last batch bought nothing
+    measure([5e-3] * 4)
+    assert not explores(3)  # never two exploring rounds in a row
+    measure([5e-3] * 4)
+    assert explores(4)
+    measure([1e-4, 5e-3, 5e-3, 5e-3])
+    assert not explores(5)
+    assert policy.stats["explored"] == 2
+
+
 def test_draft_then_verify_tunes_with_alts_filter_and_ping_pong(tmp_path, target):
     from tensortune.search.draft_verify import DraftThenVerify
     from tensortune.tuning.tune import tune

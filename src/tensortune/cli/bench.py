@@ -50,7 +50,8 @@ def tune(
             "--method",
             metavar="NAME",
             help="default (MetaSchedule's) | draft | pretrained | moa | alt (pretrained with "
-            "ALT's validity filter and ping-pong) | frozen (pretrained, never updated) | "
+            "ALT's validity filter and ping-pong) | alt-adaptive (exploring only after a round "
+            "that did not improve the task) | frozen (pretrained, never updated) | "
             "moa-ungated (MoA always trusting the adapted model); repeatable (default: the "
             "first four).",
         ),

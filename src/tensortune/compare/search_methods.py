@@ -13,7 +13,8 @@ Methods:
 - ``frozen`` and ``moa-ungated`` (not run unless asked): the baselines of MoA's gate, the
   ``--pretrained`` verifier never updated, and MoA's source adapted and always trusted;
 - ``alt`` (not run unless asked): ``pretrained`` with ALT's validity filter and
-  uncertainty/score ping-pong (``search/alt.py``); its run keeps what the filter did.
+  uncertainty/score ping-pong (``search/alt.py``); its run keeps what the filter did;
+  ``alt-adaptive``: the same, exploring only after a round that did not improve the task.
 
 Each method tunes into a store of its own; each seed runs them in another order
 (``run_order``).  The curve is the network latency estimate
@@ -40,8 +41,11 @@ from tensortune.hardware import Platform, resolve_platform
 from tensortune.workloads.resolve import resolve_tasks
 from tensortune.workloads.task import Task
 
-METHODS = ("default", "draft", "pretrained", "moa", "alt", "frozen", "moa-ungated")
+METHODS = ("default", "draft", "pretrained", "moa", "alt", "frozen", "moa-ungated",
+           "alt-adaptive")  # fmt: skip
 DEFAULT_METHODS = METHODS[:4]
+# ALT's methods: the validity filter on, and which ping-pong (``search/alt.py``).
+ALT_PINGPONG = {"alt": 1, "alt-adaptive": 2}
 # The model file each method's verifier comes from: --pretrained's or --moa-source's.
 _FROM_SOURCE = ("moa", "moa-ungated")
 # Saved runs of another version are measured again: 2 starts each clock after the one-off
@@ -242,8 +246,8 @@ def _method(name: str, platform: Platform, verifier: str | None, options: dict[s
 
     if name == "default":
         return strategy_from("evolutionary"), cost_model_from("xgb", platform)
-    if name == "alt":
-        options = {**options, "validity": 1, "pingpong": 1}
+    if name in ALT_PINGPONG:
+        options = {**options, "validity": 1, "pingpong": ALT_PINGPONG[name]}
     strategy = DraftThenVerify(timings=timings, **options)  # tune() hands it build times
     if name == "draft":
         return strategy, cost_model_from(XGBoostModel(), platform, online=True)
@@ -307,7 +311,7 @@ def _run_method(name: str, tasks: list[Task], trials_per_task: int, work: Path,
                      **timings}  # fmt: skip
     known = sum(v for k, v in run.breakdown.items() if k != "verify")
     run.breakdown["other_search"] = max(run.wall_s - known, 0.0)
-    if name == "alt":
+    if name in ALT_PINGPONG:
         run.alt_stats = dict(strategy.alt_stats)
     return run
 

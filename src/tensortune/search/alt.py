@@ -10,14 +10,19 @@
   always does (the verifier's best, the score predictor's turn); odd rounds pick by
   uncertainty: a bootstrap ensemble of a small GBDT fitted on the task's measurements, and its
   most disputed candidates kept apart in feature space (the ``alt`` selector's exploring
-  round, ``active/selectors.py``).
+  round, ``active/selectors.py``).  ``pingpong=2`` adapts the mix to what the last batch
+  bought instead: a round explores only after a verifier's round that did not improve the
+  task's best latency (and never twice in a row).  Fixed alternation spent half of a short
+  budget on exploring and reached MetaSchedule's final latency later than the verifier alone
+  on three networks (benchmarks/RESULTS.md, "ALT's ping-pong in bench tune").
 
 ``stats`` (shared by every task's clone, like the strategy's timings) counts what the filter
 did: ``dropped`` (measurements saved), ``audited`` and ``audited_valid`` (dropped programs
 measured anyway, and how many of them ran), the measured programs that failed (and of those,
 ``failed_unfiltered``: picked before the filter had seen enough of both kinds to judge), and
 ``earlier``: the records store's measurements of earlier runs the filter and the ensemble
-started from (``warm_start``; failures included, which MetaSchedule's database queries omit).
+started from (``warm_start``; failures included, which MetaSchedule's database queries omit);
+``explored``: the rounds the uncertainty ensemble picked.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from tensortune.costmodel.data import ProgramSet, concat_programs
 from tensortune.measure.status import run_seconds
 
 STAT_KEYS = ("dropped", "audited", "audited_valid", "measured", "measured_failed",
-             "failed_unfiltered", "earlier")  # fmt: skip
+             "failed_unfiltered", "earlier", "explored")  # fmt: skip
 # Programs whose features are kept (a few KB each); the cache holds a few hundred at a time.
 MEMO_SIZE = 5000
 # Fewest measured programs (and successes) before the uncertainty ensemble is fitted.
@@ -41,7 +46,7 @@ MIN_LABELLED = 8
 class AltPolicy:
     """One task's ALT state: features of its candidates, outcomes of its measurements."""
 
-    def __init__(self, *, validity: bool, pingpong: bool, audit: float, stats: dict[str, int],
+    def __init__(self, *, validity: bool, pingpong: int, audit: float, stats: dict[str, int],
                  seed: int, log: list[tuple[float, bool, int]] | None = None) -> None:  # fmt: skip
         self.filter = ValidityFilter(seed=seed) if validity else None
         # Of each measured program the filter judged: P(valid) then, whether it ran, and the
@@ -61,6 +66,8 @@ class AltPolicy:
         self._fewest = 0
         self._measured: list[np.ndarray] = []
         self._costs: list[float] = []
+        self._explored = False  # the last round picked by uncertainty
+        self._stalled = False  # the last measured batch did not improve the task's best
 
     def features(self, context, cands) -> list[np.ndarray]:
         """Per-store features of each candidate, extracted once (while the memo has room)."""
@@ -116,7 +123,10 @@ class AltPolicy:
         (an even round, or too few measurements to fit an ensemble on)."""
         from tensortune.costmodel.gbdt import XGBoostModel
 
-        if not self.pingpong or round_ % 2 == 0:
+        explored_last, self._explored = self._explored, False
+        if not self.pingpong or (self.pingpong == 1 and round_ % 2 == 0):
+            return None
+        if self.pingpong == 2 and (explored_last or not self._stalled):
             return None
         costs = np.array(self._costs)
         if len(costs) < MIN_LABELLED or np.isfinite(costs).sum() < MIN_LABELLED // 2:
@@ -132,8 +142,11 @@ class AltPolicy:
         merged.task[:] = 0
         labelled = np.arange(len(known))
         model = XGBoostModel(n_rounds=60, threads=1, seed=self.seed).fit(merged.labelled(labelled))
+        # an odd round is the selector's exploring one (``round_`` itself in fixed alternation)
         picks = make_selector("alt").select(merged, labelled, model, n, seed=self.seed,
-                                            round=round_)  # fmt: skip
+                                            round=round_ | 1)  # fmt: skip
+        self._explored = True
+        self.stats["explored"] += 1
         return [int(where[p - len(known)]) for p in picks]
 
     def warm_start(self, context, earlier: list[tuple[object, bool]]) -> set[str]:
@@ -162,6 +175,8 @@ class AltPolicy:
         """Learn from a measured batch: its outcomes train the filter and the ensemble."""
         cands, results = list(cands), list(results)
         feats = self.features(context, cands)
+        finite = [c for c in self._costs if np.isfinite(c)]
+        best_before = min(finite) if finite else np.inf
         learning = self.filter is not None and not self.filter.active  # it kept all of these
         for c, f, res in zip(cands, feats, results, strict=True):
             key = _key(c)
@@ -179,6 +194,8 @@ class AltPolicy:
                 self._audited.discard(key)
                 self.stats["audited"] += 1
                 self.stats["audited_valid"] += int(ran)
+        new = [c for c in self._costs[len(self._costs) - len(cands) :] if np.isfinite(c)]
+        self._stalled = not new or min(new) >= best_before
         self._refit()
 
     def _refit(self) -> None:

@@ -69,7 +69,7 @@ OPTION_RANGES: dict[str, tuple[float, float]] = {
     "first_draft_generations": (0, math.inf), "draft_size": (1, math.inf),
     "redraft_every": (1, math.inf), "verify_mutants": (0, math.inf), "per_round": (1, math.inf),
     "eps": (0.0, 1.0), "init_measured_ratio": (0.0, 1.0), "build_cost_weight": (0.0, math.inf),
-    "blend": (0, 1), "validity": (0, 1), "pingpong": (0, 1), "audit": (0.0, 1.0),
+    "blend": (0, 1), "validity": (0, 1), "pingpong": (0, 2), "audit": (0.0, 1.0),
 }  # fmt: skip
 
 
@@ -226,7 +226,7 @@ class DraftThenVerify(PySearchStrategy):
         self.trust = TrustBlend()
         self.picked_scores: list[tuple[float, float | None]] = []
         self.analyzer_memo: dict[int, tuple[object, float]] = {}
-        self.alt = (AltPolicy(validity=bool(self.validity), pingpong=bool(self.pingpong),
+        self.alt = (AltPolicy(validity=bool(self.validity), pingpong=int(self.pingpong),
                               audit=self.audit, stats=self.alt_stats,
                               seed=int(self.rng.integers(1 << 30)), log=self.alt_log)
                     if self.validity or self.pingpong else None)  # fmt: skip
