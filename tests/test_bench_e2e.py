@@ -4,6 +4,7 @@ checked against eager, timed in turns; a missing runtime is named, not fatal."""
 from __future__ import annotations
 
 import builtins
+import subprocess
 
 import numpy as np
 import pytest
@@ -158,6 +159,18 @@ def test_without_a_shipped_artifact_the_own_process_is_named_and_skipped(tuned):
     systems = {e2e.TUNED: (None, SystemTiming(e2e.TUNED, missing="failed: x"))}
     timing = e2e._time_own_process(systems, model, platform.threads, work, rounds=1, repeat=1)
     assert timing.missing == "failed: there is no artifact to load" and not timing.rounds
+
+
+def test_a_child_that_hangs_is_killed_with_one_line(tmp_path):
+    # the child's side stands in for a kernel that never returns: a process that never answers
+    hung = OwnProcess.__new__(OwnProcess)
+    hung._timeout_s, hung._log_path = 0.5, tmp_path / "hung.log"
+    hung._log = open(hung._log_path, "w")  # noqa: SIM115
+    hung._child = subprocess.Popen(["sleep", "60"], stdin=subprocess.PIPE,
+                                   stdout=subprocess.PIPE, text=True)  # fmt: skip
+    with pytest.raises(TensortuneError, match=r"did not answer 'time' in 0.5 s") as e:
+        hung.median_of(3)
+    assert "\n" not in str(e.value) and hung._child.poll() is not None
 
 
 def test_a_file_that_is_not_an_artifact_is_refused_by_the_child_in_one_line(tmp_path):

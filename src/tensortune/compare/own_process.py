@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import select
 import statistics
 import subprocess
 import sys
@@ -29,11 +30,14 @@ from tensortune.errors import TensortuneError, last_line
 
 class OwnProcess:
     """``run()`` gives the artifact's outputs on ``inputs``; ``median_of(repeat)`` a round's
-    median seconds per call, measured in the child. ``close()`` ends the child."""
+    median seconds per call, measured in the child. ``close()`` ends the child. A child that
+    does not answer within ``timeout_s`` (a kernel that hangs) is killed, with a one-line
+    error."""
 
-    def __init__(self, artifact: Path, inputs: list[np.ndarray], threads: int,
-                 work: Path) -> None:  # fmt: skip
+    def __init__(self, artifact: Path, inputs: list[np.ndarray], threads: int, work: Path,
+                 timeout_s: float = 600.0) -> None:  # fmt: skip
         self._work = work
+        self._timeout_s = timeout_s
         inputs_file = work / f"{artifact.stem}-inputs.npz"
         np.savez(inputs_file, *inputs)
         self._log_path = work / f"{artifact.stem}-own-process.log"
@@ -73,6 +77,14 @@ class OwnProcess:
         try:
             self._child.stdin.write(json.dumps(request) + "\n")
             self._child.stdin.flush()
+            # One line answers each request, so nothing is left in the pipe's buffer to miss.
+            ready, _, _ = select.select([self._child.stdout], [], [], self._timeout_s)
+            if not ready:
+                self._child.kill()
+                self.close()
+                raise TensortuneError(f"the artifact's own process did not answer "
+                                      f"{request['do']!r} in {self._timeout_s:g} s "
+                                      "(a kernel that hangs?)")  # fmt: skip
             line = self._child.stdout.readline()
         except BrokenPipeError:
             line = ""
