@@ -290,7 +290,8 @@ def _start(name: str, make: Callable[[], Runner], reference: list[np.ndarray]) -
         timing.missing = f"not installed ({e.name or e}): pip install tensortune[anchors]"
         return None, timing
     except Exception as e:  # one system failing must not cost the others' figures
-        _close({name: (run, timing)})
+        if isinstance(run, OwnProcess):
+            run.close()
         timing.missing = f"failed: {type(e).__name__}: {last_line(e)}"
         return None, timing
     timing.setup_s = time.perf_counter() - start

@@ -3,8 +3,8 @@
 ``bench e2e`` times ``tensortune.load`` in its own process too, but that process has built,
 tuned and run other runtimes: its heap, its thread pools and the pages of the model already
 mapped are not what a fresh service has. The artifact here is loaded by a child interpreter
-that has imported nothing else, and timed there on request, one round at a time, so it still
-takes its turn between the other systems' rounds.
+that has imported nothing else, and timed there on request, one round at a time, so it can
+take turns with the tuned build timed in the parent (``e2e._time_own_process``).
 
 The parent and the child speak one JSON object per line over the child's stdin and stdout:
 ``{"do": "outputs", "to": PATH}`` (the child saves its outputs to an ``.npz``) and

@@ -175,8 +175,7 @@ class AltPolicy:
         """Learn from a measured batch: its outcomes train the filter and the ensemble."""
         cands, results = list(cands), list(results)
         feats = self.features(context, cands)
-        finite = [c for c in self._costs if np.isfinite(c)]
-        best_before = min(finite) if finite else np.inf
+        best_before = min(self._costs, default=np.inf)  # failures are inf
         learning = self.filter is not None and not self.filter.active  # it kept all of these
         for c, f, res in zip(cands, feats, results, strict=True):
             key = _key(c)
@@ -194,8 +193,8 @@ class AltPolicy:
                 self._audited.discard(key)
                 self.stats["audited"] += 1
                 self.stats["audited_valid"] += int(ran)
-        new = [c for c in self._costs[len(self._costs) - len(cands) :] if np.isfinite(c)]
-        self._stalled = not new or min(new) >= best_before
+        batch = self._costs[len(self._costs) - len(cands) :]
+        self._stalled = min(batch, default=np.inf) >= best_before
         self._refit()
 
     def _refit(self) -> None:
