@@ -50,15 +50,23 @@ def build(mod: Any, target: dict, out_path: str) -> str:
     short; ``export_library`` also forces LLVM code generation, which TVM otherwise defers to
     the first call.
     """
+    _compile(mod, target).export_library(out_path, fcompile=_link)
+    return out_path
+
+
+def assembly(mod: Any, target: dict) -> str:
+    """The assembly LLVM generates for a scheduled module; nothing is linked or run."""
+    return _compile(mod, target).mod.inspect_source("asm")
+
+
+def _compile(mod: Any, target: dict) -> Any:
     import tvm
     from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
 
     # Same preparation as MetaSchedule's default_build: candidates whose weights were laid out
     # anew (RewriteLayout) take the rewritten weights directly.
     mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
-    executable = tvm.compile(mod, target=tvm.target.Target(target))
-    executable.export_library(out_path, fcompile=_link)
-    return out_path
+    return tvm.compile(mod, target=tvm.target.Target(target))
 
 
 @functools.cache
@@ -202,7 +210,13 @@ def _ping() -> int:
     return os.getpid()
 
 
-_HANDLERS = {"build": build, "run": run, "time_model": time_model, "ping": _ping}
+_HANDLERS = {
+    "build": build,
+    "assembly": assembly,
+    "run": run,
+    "time_model": time_model,
+    "ping": _ping,
+}
 
 
 if __name__ == "__main__":

@@ -5,6 +5,9 @@
   MetaSchedule's instruction set: kind one-hot + log-scaled decisions, inputs and attributes);
 - workload embedding: what kinds of blocks the workload has, and how big it is;
 - hardware vector: what the target's ISA, the cores and the caches offer.
+
+``features.code`` summarises the machine code LLVM generates for a program instead; it needs
+a build (~0.3 s a program), so it is not among the features every dataset row caches.
 """
 
 from __future__ import annotations
