@@ -50,14 +50,14 @@ def extract(dataset: str, columns: dict, needed: np.ndarray, cache: str | None,
                 known = dict(zip(saved["program_id"].tolist(), saved["features"], strict=True))
     todo, first = [], {}
     for i, pid in enumerate(ids.tolist()):
+        # A program measured on several machines with one target is built once.
+        key = (columns["task_id"][i], columns["target"][i], columns["trace"][i])
         if pid in known and not np.isnan(known[pid][0]):
             out[i] = known[pid]
-        elif needed[i]:
-            # A program measured on several machines with one target is built once.
-            key = (columns["task_id"][i], columns["target"][i], columns["trace"][i])
-            if key not in first:
-                first[key] = i
-                todo.append(i)
+            first.setdefault(key, i)
+        elif needed[i] and key not in first:
+            first[key] = i
+            todo.append(i)
     modules = load_workloads(dataset_path(dataset))
 
     def replayed():
@@ -83,6 +83,8 @@ def extract(dataset: str, columns: dict, needed: np.ndarray, cache: str | None,
     for i in np.flatnonzero(needed & np.isnan(out[:, 0])):
         key = (columns["task_id"][i], columns["target"][i], columns["trace"][i])
         out[i] = out[first[key]] if key in first else out[i]
+    if cache and todo:
+        np.savez_compressed(cache, program_id=ids, features=out)
     return out
 
 
@@ -142,9 +144,17 @@ def main() -> None:
     print(f"{args.dataset}: {len(tasks)} programs; folds: {', '.join(masks)}; "
           f"{int(needed.sum())} to build", flush=True)  # fmt: skip
     code = extract(args.dataset, columns, needed, args.cache, args.workers)
-    missing = np.isnan(code[:, 0])
-    print(f"{int((needed & missing).sum())} programs did not build and are left out of every arm",
+    # Rows without per-store features (a trace their extraction could not replay) and rows
+    # that did not build are left out of every arm, so that all arms see the same rows.
+    no_store = np.array([p is None for p in columns["per_store"]])
+    missing = np.isnan(code[:, 0]) | no_store
+    print(f"{int((needed & np.isnan(code[:, 0])).sum())} programs did not build, "
+          f"{int(no_store.sum())} have no per-store features; both are left out of every arm",
           flush=True)  # fmt: skip
+    width = next(len(p[0]) for p in columns["per_store"] if p)
+    placeholder = [[0.0] * width]  # never trained on nor scored
+    columns = {**columns, "per_store": [placeholder if p is None else p
+                                        for p in columns["per_store"]]}  # fmt: skip
     x_plain = program_rows(columns, None)
     logged = np.log1p(np.nan_to_num(code))
     arms = {
