@@ -151,10 +151,6 @@ def main() -> None:
     print(f"{int((needed & np.isnan(code[:, 0])).sum())} programs did not build, "
           f"{int(no_store.sum())} have no per-store features; both are left out of every arm",
           flush=True)  # fmt: skip
-    width = next(len(p[0]) for p in columns["per_store"] if p)
-    placeholder = [[0.0] * width]  # never trained on nor scored
-    columns = {**columns, "per_store": [placeholder if p is None else p
-                                        for p in columns["per_store"]]}  # fmt: skip
     x_plain = program_rows(columns, None)
     logged = np.log1p(np.nan_to_num(code))
     arms = {

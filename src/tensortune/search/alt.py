@@ -176,6 +176,7 @@ class AltPolicy:
         cands, results = list(cands), list(results)
         feats = self.features(context, cands)
         best_before = min(self._costs, default=np.inf)  # failures are inf
+        best_now = np.inf
         learning = self.filter is not None and not self.filter.active  # it kept all of these
         for c, f, res in zip(cands, feats, results, strict=True):
             key = _key(c)
@@ -183,6 +184,7 @@ class AltPolicy:
             ran = bool(np.isfinite(cost)) and not res.error_msg
             self._measured.append(f)
             self._costs.append(cost if ran else np.inf)
+            best_now = min(best_now, self._costs[-1])
             self.stats["measured"] += 1
             self.stats["measured_failed"] += int(not ran)
             self.stats["failed_unfiltered"] += int(not ran and learning)
@@ -193,8 +195,7 @@ class AltPolicy:
                 self._audited.discard(key)
                 self.stats["audited"] += 1
                 self.stats["audited_valid"] += int(ran)
-        batch = self._costs[len(self._costs) - len(cands) :]
-        self._stalled = min(batch, default=np.inf) >= best_before
+        self._stalled = best_now >= best_before
         self._refit()
 
     def _refit(self) -> None:
