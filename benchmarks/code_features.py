@@ -15,8 +15,14 @@ weighted toward fast programs) with and without these features and scores both o
 networks with TenSet's metrics (mean ± sd over seeds and folds).  A share of the training
 rows is built (`--train-share`); every test row is.
 
+`--features lowered` compares `tensortune.features.lowered` instead: the hot loop of TVM's
+lowered TIR, read before LLVM runs (~15 ms a program, no build), from the dataset's
+`lowered.parquet` (computed first where missing, as `tensortune dataset lower` does); `both`
+trains every combination.
+
 Run:  .venv/bin/python benchmarks/code_features.py [--dataset pool] [--seeds 3]
           [--train-share 0.2] [--fractions 0.25,1] [--cache F.npz] [--json F]
+          [--features code|lowered|both]
       (a pool program takes ~0.3 s to build: 20% of the pool and its test rows, ~14 minutes on
       2 cores; the features are cached, so a second run only trains)
 """
@@ -88,6 +94,19 @@ def extract(dataset: str, columns: dict, needed: np.ndarray, cache: str | None,
     return out
 
 
+def extract_lowered(dataset: str, columns: dict, workers: int) -> np.ndarray:
+    """Lowered-loop features (`tensortune.features.lowered`) of every row: the dataset's
+    `lowered.parquet`, computed first where it lacks some (`tensortune dataset lower`;
+    ~15 ms a program in the measurement pool's workers, no LLVM)."""
+    from tensortune.datasets.lowered import lower_dataset, read_lowered
+
+    start = time.perf_counter()
+    report = lower_dataset(dataset, workers=workers)
+    print(f"  lowered {report['lowered_now']} programs in {time.perf_counter() - start:.0f} s "
+          f"({report['failed']} could not be)", flush=True)  # fmt: skip
+    return read_lowered(dataset, columns["program_id"])
+
+
 def per_task_share(mask: np.ndarray, tasks: np.ndarray, share: float, seed: int) -> np.ndarray:
     """A seeded random `share` of each task's rows in `mask` (at least 2 of each)."""
     if share >= 1:
@@ -128,6 +147,13 @@ def main() -> None:
         help="random shares of the built training rows (per task) to fit on",
     )
     ap.add_argument("--cache", default=None, help="an .npz to keep the code features in")
+    ap.add_argument(
+        "--features",
+        choices=("code", "lowered", "both"),
+        default="code",
+        help="code: the assembly's summary (a build each); lowered: the hot loop of TVM's "
+        "lowered TIR (no LLVM, ~20 ms a program); both",
+    )
     ap.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)))
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
@@ -143,28 +169,35 @@ def main() -> None:
     needed = np.logical_or.reduce([a | b for a, b in masks.values()])
     print(f"{args.dataset}: {len(tasks)} programs; folds: {', '.join(masks)}; "
           f"{int(needed.sum())} to build", flush=True)  # fmt: skip
-    code = extract(args.dataset, columns, needed, args.cache, args.workers)
+    extra = {}
+    if args.features in ("code", "both"):
+        extra["code"] = extract(args.dataset, columns, needed, args.cache, args.workers)
+    if args.features in ("lowered", "both"):
+        extra["lowered"] = extract_lowered(args.dataset, columns, args.workers)
     # Rows without per-store features (a trace their extraction could not replay) and rows
     # that did not build are left out of every arm, so that all arms see the same rows.
     no_store = np.array([p is None for p in columns["per_store"]])
-    missing = np.isnan(code[:, 0]) | no_store
-    print(f"{int((needed & np.isnan(code[:, 0])).sum())} programs did not build, "
+    failed = np.logical_or.reduce([np.isnan(f[:, 0]) for f in extra.values()])
+    missing = failed | no_store
+    print(f"{int((needed & failed).sum())} programs did not build, "
           f"{int(no_store.sum())} have no per-store features; both are left out of every arm",
           flush=True)  # fmt: skip
     x_plain = program_rows(columns, None)
-    logged = np.log1p(np.nan_to_num(code))
-    arms = {
-        "program rows": x_plain,
-        "program rows + code": np.concatenate([x_plain, logged], axis=1),
-        "code + workload only": np.concatenate(
-            [logged, np.asarray(columns["workload_embedding"], np.float32)], axis=1
-        ),
-    }
+    logged = {k: np.log1p(np.maximum(np.nan_to_num(f), 0.0)) for k, f in extra.items()}
+    workload = np.asarray(columns["workload_embedding"], np.float32)
+    arms = {"program rows": x_plain}
+    for k, f in logged.items():
+        arms[f"program rows + {k}"] = np.concatenate([x_plain, f], axis=1)
+        arms[f"{k} + workload only"] = np.concatenate([f, workload], axis=1)
+    if len(logged) > 1:
+        arms["program rows + " + " + ".join(logged)] = np.concatenate([x_plain, *logged.values()],
+                                                                      axis=1)  # fmt: skip
     report: dict = {
         "dataset": args.dataset,
         "split": args.split,
         "folds": list(masks),
         "train_share": args.train_share,
+        "features": args.features,
         "seeds": args.seeds,
         "arms": {},
     }

@@ -13,6 +13,7 @@ from tensortune import features as F
 from tensortune.costmodel.data import ProgramSet
 from tensortune.costmodel.registry import load_cost_model, model_class, model_kinds
 from tensortune.errors import TensortuneError
+from tensortune.features.lowered import LOWERED_WIDTH
 
 FAST = {
     "xgb": {"n_rounds": 60},
@@ -28,13 +29,15 @@ def synthetic(n: int, seed: int) -> ProgramSet:
     """Programs whose speed is a known function of two features, in 4 tasks."""
     rng = np.random.default_rng(seed)
     per_store, tokens, speed = [], [], []
-    for _ in range(n):
+    lowered = rng.uniform(size=(n, LOWERED_WIDTH)).astype(np.float32)
+    for i in range(n):
         blocks = rng.uniform(0, 5, size=(rng.integers(1, 4), F.PER_STORE_WIDTH)).astype(np.float32)
         per_store.append(blocks)
         toks = rng.uniform(0, 1, size=(rng.integers(3, 9), F.TOKEN_WIDTH)).astype(np.float32)
         # The same two quantities are visible to trace-based models, in the first token.
         toks[0, -2:] = blocks[:, 3].sum(), blocks[:, 7].sum()
         tokens.append(toks)
+        lowered[i, :2] = blocks[:, 3].sum(), blocks[:, 7].sum()  # and to lowered-loop readers
         speed.append(blocks[:, 3].sum() - 0.5 * blocks[:, 7].sum())
     groups = rng.integers(0, 4, size=n)
     speed = np.asarray(speed)
@@ -43,7 +46,8 @@ def synthetic(n: int, seed: int) -> ProgramSet:
         s = np.exp(speed[groups == g] / 3)
         labels[groups == g] = s / s.max()
     return ProgramSet(per_store, tokens, rng.uniform(size=(n, F.WORKLOAD_WIDTH)).astype(np.float32),
-                      np.ones((n, F.HARDWARE_WIDTH), np.float32), groups, labels)  # fmt: skip
+                      np.ones((n, F.HARDWARE_WIDTH), np.float32), groups, labels,
+                      lowered)  # fmt: skip
 
 
 def _spearman(a: np.ndarray, b: np.ndarray) -> float:
@@ -65,6 +69,8 @@ def test():
 # Every kind with its fast settings, and a neural model as an ensemble of members.
 CASES = {k: (k, FAST.get(k, {})) for k in model_kinds()}
 CASES["mlp-members"] = ("mlp", {**FAST["mlp"], "members": 3})
+CASES["xgb-lowered"] = ("xgb", {**FAST["xgb"], "lowered": 1})
+CASES["lgbm-lowered"] = ("lgbm", {**FAST["lgbm"], "lowered": 1})
 
 
 @pytest.fixture(scope="module", params=list(CASES))
@@ -193,6 +199,27 @@ def test_an_ensemble_predicts_the_mean_of_members_trained_apart(train, test):
     assert np.allclose(each[0], one.predict(test), atol=1e-5)
     with pytest.raises(TensortuneError, match="members must be at least 1"):
         model_class("mlp")(members=0).fit(train)
+
+
+@pytest.mark.parametrize("kind", ["xgb", "lgbm"])
+def test_lowered_features_are_read_only_by_a_model_told_to(kind, train, test):
+    """Speed a function of one lowered feature alone: only ``lowered=1`` can rank it, and it
+    refuses programs without lowered features in one line."""
+
+    def relabeled(data: ProgramSet) -> ProgramSet:
+        labels = np.exp(data.lowered[:, 5] * 2)
+        return ProgramSet(data.per_store, data.tokens, data.workload, data.hardware,
+                          data.groups, labels / labels.max(), data.lowered)  # fmt: skip
+
+    fit, check = relabeled(train), relabeled(test)
+    reads = model_class(kind)(**FAST[kind], lowered=1).fit(fit)
+    blind = model_class(kind)(**FAST[kind]).fit(fit)
+    assert reads.uses_lowered and not blind.uses_lowered
+    assert _spearman(reads.predict(check), check.labels) > 0.8
+    assert abs(_spearman(blind.predict(check), check.labels)) < 0.3
+    bare = ProgramSet(test.per_store, test.tokens, test.workload, test.hardware, test.groups)
+    with pytest.raises(TensortuneError, match="lowered-loop features, which these programs lack"):
+        reads.predict(bare)
 
 
 def test_model_settings_from_text():

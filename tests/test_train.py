@@ -117,6 +117,41 @@ def test_tuning_with_a_pretrained_model_frozen_and_online(built, tmp_path):
     assert adapter.model.provenance_["split"] == "within-task"
 
 
+def test_a_model_of_lowered_loops_trains_on_a_lowered_dataset_and_tunes(built, tmp_path):
+    import shutil
+
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    from tensortune.datasets.lowered import LOWERED_FILE, lower_dataset, read_lowered
+    from tensortune.features.lowered import LOWERED_WIDTH
+
+    root, _ = built
+    d = tmp_path / "d"
+    shutil.copytree(root / "d", d)
+    settings = {"n_rounds": 20, "refine_rounds": 5, "lowered": 1}
+    with pytest.raises(TensortuneError, match="tensortune dataset lower"):
+        train(d, cost_model="xgb", split="by-task", params=settings)
+    cli = [sys.executable, "-m", "tensortune.cli.app", "dataset", "lower", "--dataset", str(d)]
+    done = subprocess.run([*cli, "--workers", "1", "--json"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    ids = pq.read_table(d / "programs.parquet", columns=["program_id"]).column(0).to_pylist()
+    assert report["programs"] == len(ids) and report["lowered_now"] > 0
+    lowered = read_lowered(d, ids)
+    assert lowered.shape == (len(ids), LOWERED_WIDTH) and np.isfinite(lowered).all()
+    assert lower_dataset(d, workers=1)["lowered_now"] == 0  # all there: nothing recomputed
+    result = train(d, cost_model="xgb", split="by-task", out=tmp_path / "m.ttm", params=settings)
+    assert 0 <= result.metrics["pca"] <= 1
+    out = tune(["matmul:16,32,32"], trials=4, records=f"sqlite:///{tmp_path / 't.db'}",
+               work_dir=tmp_path / "w", trials_per_round=4, target=TARGET,
+               cost_model=str(tmp_path / "m.ttm"))  # fmt: skip
+    assert out.tasks[0].trials == 4
+    (d / LOWERED_FILE).write_bytes(b"PAR1 broken")
+    with pytest.raises(TensortuneError, match="not a readable Parquet table"):
+        read_lowered(d, ids)
+
+
 def test_default_model_is_refused_when_none_is_shipped_for_the_target(tmp_path):
     with pytest.raises(TensortuneError, match="no pre-trained cost model is shipped"):
         tune(["matmul:8,8,8"], trials=2, records=f"sqlite:///{tmp_path / 'r.db'}",

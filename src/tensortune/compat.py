@@ -213,3 +213,18 @@ __all__ = [
     "tvm_rpc",
     "walk_tir",
 ]
+
+
+def lower_for_codegen(mod: tvm.IRModule, target: dict) -> tvm.IRModule:
+    """``mod`` lowered by TVM's default TIR pipeline for ``target``: loops unrolled and
+    vectorized as LLVM will receive them, before host/device split and code generation.
+    The same steps as ``tvm.tirx.build`` up to its pipeline (BindTarget first: the passes
+    read the target from the functions)."""
+    from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
+
+    t = tvm.target.Target(target)
+    t = t.with_host(t.host or t)
+    mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
+    mod = tvm.tirx.transform.BindTarget(t)(mod)
+    pipeline, _, _ = tvm.tirx.get_default_tir_pipeline(t)
+    return pipeline(mod)

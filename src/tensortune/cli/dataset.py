@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -312,6 +313,38 @@ def recheck(
     print_table(t)
 
 
+@app.command("lower")
+def lower(
+    dataset: Annotated[
+        str,
+        typer.Option(metavar="DATASET", help="A dataset directory, or default / pool (shipped)."),
+    ] = "default",
+    workers: Annotated[
+        int, typer.Option(min=1, help="Processes lowering programs in parallel.")
+    ] = max(1, len(os.sched_getaffinity(0))),
+    as_json: JsonOpt = False,
+) -> None:
+    """Compute the lowered-loop features (the register tile TVM hands LLVM) of a dataset's
+    programs into lowered.parquet beside its table, so that models with `--param lowered=1`
+    can train on it.  ~20 ms a program; a killed run resumes where it stopped.
+
+    Example: tensortune dataset lower --dataset my-dataset
+    """
+    from tensortune.datasets.lowered import lower_dataset
+
+    with Reporter(console, quiet=as_json) as reporter:
+        bar = reporter.bar("lowering programs", None)
+        report = lower_dataset(
+            dataset, workers=workers,
+            progress=lambda n, total: reporter.update(bar, completed=n, total=total),
+        )  # fmt: skip
+    if as_json:
+        print(json.dumps(report))
+        return
+    console.print(f"{report['file']}: {report['programs']} programs ({report['lowered_now']} "
+                  f"lowered now, {report['failed']} could not be lowered)")  # fmt: skip
+
+
 @app.command("info")
 def info(
     dataset: Annotated[
@@ -329,6 +362,7 @@ def info(
     """
     from tensortune.costmodel.shipped import models_trained_on
     from tensortune.datasets.build import read_card
+    from tensortune.datasets.lowered import lowered_state
     from tensortune.datasets.shipped import dataset_path
     from tensortune.errors import about
     from tensortune.train.metrics import RANK_METRICS
@@ -341,6 +375,7 @@ def info(
     summary["feature_schema"] = d["feature_schema"]
     if d.get("held_out"):
         summary["held_out"] = d["held_out"]
+    summary["lowered"] = lowered_state(dataset_path(dataset))
     models = models_trained_on(d.get("name", ""))
     if as_json:
         print(json.dumps({**summary, "shipped_models": models} if models else summary))

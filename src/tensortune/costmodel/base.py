@@ -34,6 +34,11 @@ class CostModel(abc.ABC):
     # Which per-program features the model reads: callers skip computing the others.
     uses_tokens: ClassVar[bool] = False
 
+    @property
+    def uses_lowered(self) -> bool:
+        """Whether the model reads ``features.lowered`` (a setting of the models that can)."""
+        return bool(getattr(self, "lowered", 0))
+
     def get_params(self) -> dict:
         names = [p for p in inspect.signature(type(self).__init__).parameters if p != "self"]
         return {n: getattr(self, n) for n in names}
@@ -89,10 +94,12 @@ class CostModel(abc.ABC):
 def _concat(a: ProgramSet, b: ProgramSet) -> ProgramSet:
     offset = int(a.groups.max()) + 1 if len(a) else 0
     labels = None if a.labels is None or b.labels is None else np.concatenate([a.labels, b.labels])
+    lowered = (None if a.lowered is None or b.lowered is None
+               else np.concatenate([a.lowered, b.lowered]))  # fmt: skip
     return ProgramSet(a.per_store + b.per_store, a.tokens + b.tokens,
                       np.concatenate([a.workload, b.workload]),
                       np.concatenate([a.hardware, b.hardware]),
-                      np.concatenate([a.groups, b.groups + offset]), labels)  # fmt: skip
+                      np.concatenate([a.groups, b.groups + offset]), labels, lowered)  # fmt: skip
 
 
 def to_bytes(save) -> bytes:

@@ -24,6 +24,7 @@ class ProgramSet:
     hardware: np.ndarray  # (n, HARDWARE_WIDTH)
     groups: np.ndarray  # (n,) int
     labels: np.ndarray | None = None
+    lowered: np.ndarray | None = None  # (n, LOWERED_WIDTH): features.lowered, when computed
 
     def __len__(self) -> int:
         return len(self.per_store)
@@ -37,6 +38,7 @@ class ProgramSet:
             self.hardware[index],
             self.groups[index],
             None if self.labels is None else self.labels[index],
+            None if self.lowered is None else self.lowered[index],
         )
 
     def require_labels(self) -> np.ndarray:
@@ -48,13 +50,32 @@ class ProgramSet:
             raise TensortuneError("no successful measurement among these programs")
         return self.labels
 
-    def blocks(self) -> tuple[np.ndarray, np.ndarray]:
-        """One row per block, ``[per-store | workload | hardware]``, and each row's program."""
+    def blocks(self, lowered: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """One row per block, ``[per-store | workload | hardware]``, and each row's program.
+
+        ``lowered``: a ``lowered`` column block too, NaN on the block rows, and one more row
+        per program with the program's lowered-loop features (NaN per-store features).  A
+        model summing its rows' outputs then adds one term per program for them, not one per
+        block (a program of three blocks would count them three times).
+        """
         counts = np.array([len(p) for p in self.per_store])
         program_of_row = np.repeat(np.arange(len(self)), counts)
         rows = np.concatenate(self.per_store) if len(self) else np.zeros((0, 164), np.float32)
-        context = np.concatenate([self.workload, self.hardware], axis=1)[program_of_row]
-        return np.concatenate([rows, context], axis=1).astype(np.float32), program_of_row
+        context = np.concatenate([self.workload, self.hardware], axis=1)
+        out = np.concatenate([rows, context[program_of_row]], axis=1).astype(np.float32)
+        if not lowered:
+            return out, program_of_row
+        if self.lowered is None:
+            raise TensortuneError(
+                "this model reads lowered-loop features, which these programs lack "
+                "(for a dataset: `tensortune dataset lower --dataset D`)"
+            )
+        n, width = len(self), self.lowered.shape[1]
+        blank_store = np.full((n, rows.shape[1]), np.nan, np.float32)
+        extra = np.concatenate([blank_store, context, self.lowered], axis=1)
+        out = np.concatenate([out, np.full((len(out), width), np.nan, np.float32)], axis=1)
+        return (np.concatenate([out, extra]).astype(np.float32),
+                np.concatenate([program_of_row, np.arange(n)]))  # fmt: skip
 
     @classmethod
     def from_columns(cls, columns: dict, index: np.ndarray | None = None) -> ProgramSet:
@@ -70,7 +91,9 @@ class ProgramSet:
             return [np.asarray(columns[name][i], dtype=np.float32).reshape(
                 len(columns[name][i]), -1) for i in keep]  # fmt: skip
 
+        lowered = columns.get("lowered")
         return cls(
+            lowered=None if lowered is None else np.asarray(lowered, np.float32)[keep],
             per_store=arr("per_store"),
             tokens=arr("trace_tokens"),
             workload=np.asarray([columns["workload_embedding"][i] for i in keep], np.float32),
@@ -96,10 +119,11 @@ def one_program() -> ProgramSet:
     """One program of one block and one trace instruction, all zeros: what a model's input
     width is measured on, to check a model file against the features computed here."""
     from tensortune import features as F
+    from tensortune.features.lowered import LOWERED_WIDTH
 
     def zeros(*shape: int) -> np.ndarray:
         return np.zeros(shape, np.float32)
 
     return ProgramSet([zeros(1, F.PER_STORE_WIDTH)], [zeros(1, F.TOKEN_WIDTH)],
                       zeros(1, F.WORKLOAD_WIDTH), zeros(1, F.HARDWARE_WIDTH),
-                      np.zeros(1, np.int64))  # fmt: skip
+                      np.zeros(1, np.int64), lowered=zeros(1, LOWERED_WIDTH))  # fmt: skip

@@ -17,19 +17,26 @@ _MEMO_SIZE = 50_000  # programs whose features are kept (about 10 KB each)
 
 
 def candidate_features(context, candidates, *, workload: np.ndarray, hardware: np.ndarray,
-                       tokens: bool = True) -> ProgramSet:  # fmt: skip
+                       tokens: bool = True,
+                       lowered_for: dict | None = None) -> ProgramSet:  # fmt: skip
     """Features of MetaSchedule candidates, computed as ``dataset build`` computes them.
 
     ``workload`` and ``hardware`` are the task's vectors; trace tokens are skipped (left
-    empty) when the model does not read them.
+    empty) when the model does not read them; ``lowered_for``: the target to compute the
+    lowered-loop features for (None: the model does not read them).
     """
     extractor = ms.feature_extractor.PerStoreFeature()
     per_store = [f.numpy().astype(np.float32) for f in extractor.extract_from(context, candidates)]
     seqs = [F.trace_tokens(to_plain(c.sch.trace.as_json(remove_postproc=False))) if tokens
             else np.zeros((0, F.TOKEN_WIDTH), np.float32) for c in candidates]  # fmt: skip
     n = len(candidates)
+    lowered = None
+    if lowered_for is not None:
+        from tensortune.features.lowered import lowered_features_or_nan
+
+        lowered = np.stack([lowered_features_or_nan(c.sch.mod, lowered_for) for c in candidates])
     return ProgramSet(per_store, seqs, np.tile(workload, (n, 1)), np.tile(hardware, (n, 1)),
-                      np.zeros(n, dtype=np.int64))  # fmt: skip
+                      np.zeros(n, dtype=np.int64), lowered=lowered)  # fmt: skip
 
 
 @derived_object
@@ -51,7 +58,7 @@ class LearnedCostModel(PyCostModel):
         self._measured: dict[str, list[tuple[ProgramSet, np.ndarray]]] = {}
         self._workload: dict[str, np.ndarray] = {}
         self._hardware = F.hardware_vector(self.platform)
-        self._memo: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self._memo: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray | None]] = {}
 
     def _features(self, context, candidates) -> ProgramSet:
         """Features of the candidates, extracted once per distinct program: search strategies
@@ -67,15 +74,19 @@ class LearnedCostModel(PyCostModel):
             fresh = candidate_features(
                 context, list(missing.values()), workload=self._workload[key],
                 hardware=self._hardware, tokens=self.model.uses_tokens,
+                lowered_for=self.platform.target if self.model.uses_lowered else None,
             )  # fmt: skip
             if len(self._memo) + len(missing) > _MEMO_SIZE:
                 self._memo.clear()
-            for k, p, t in zip(missing, fresh.per_store, fresh.tokens, strict=True):
-                self._memo[k] = (p, t)
+            low = fresh.lowered if fresh.lowered is not None else [None] * len(missing)
+            for k, p, t, w in zip(missing, fresh.per_store, fresh.tokens, low, strict=True):
+                self._memo[k] = (p, t, w)
         n = len(candidates)
+        lowered = (np.stack([self._memo[k][2] for k in keys]) if self.model.uses_lowered
+                   else None)  # fmt: skip
         return ProgramSet([self._memo[k][0] for k in keys], [self._memo[k][1] for k in keys],
                           np.tile(self._workload[key], (n, 1)), np.tile(self._hardware, (n, 1)),
-                          np.zeros(n, dtype=np.int64))  # fmt: skip
+                          np.zeros(n, dtype=np.int64), lowered=lowered)  # fmt: skip
 
     def predict(self, context, candidates) -> np.ndarray:
         if not candidates or not self.model.fitted:  # a cold online model knows nothing yet

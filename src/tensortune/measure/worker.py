@@ -59,6 +59,14 @@ def assembly(mod: Any, target: dict) -> str:
     return _compile(mod, target).mod.inspect_source("asm")
 
 
+def lower(mod: Any, target: dict) -> Any:
+    """The module as TVM lowers it for ``target``, just before LLVM (``features.lowered``
+    reads it); in a worker because a pathological schedule can take TVM minutes."""
+    from tensortune.compat import lower_for_codegen
+
+    return lower_for_codegen(mod, target)
+
+
 def _compile(mod: Any, target: dict) -> Any:
     import tvm
     from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
@@ -213,6 +221,7 @@ def _ping() -> int:
 _HANDLERS = {
     "build": build,
     "assembly": assembly,
+    "lower": lower,
     "run": run,
     "time_model": time_model,
     "ping": _ping,

@@ -51,14 +51,20 @@ def split_masks(columns: dict, spec: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 def dataset_columns(dataset: str | Path) -> tuple[dict, dict]:
-    """The table's columns and the card of a dataset directory or shipped dataset's name."""
+    """The table's columns and the card of a dataset directory or shipped dataset's name;
+    ``lowered`` too (an array) when the dataset has current lowered-loop features."""
     from tensortune.datasets.build import load_table, read_card
+    from tensortune.datasets.lowered import read_lowered
     from tensortune.datasets.shipped import dataset_path
 
     with about("dataset"):
         directory = dataset_path(dataset)
         card = read_card(directory).data
-        return load_table(directory).to_pydict(), card
+        columns = load_table(directory).to_pydict()
+        lowered = read_lowered(directory, columns["program_id"])
+        if lowered is not None:
+            columns["lowered"] = lowered
+        return columns, card
 
 
 def card_networks(card: dict) -> dict[str, dict[int, int]] | None:

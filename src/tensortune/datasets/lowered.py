@@ -1,0 +1,179 @@
+"""Lowered-loop features of a dataset's programs, kept beside its table in ``lowered.parquet``.
+
+Why a file of its own: they derive from the table (workload, trace and target of each row) by
+``features.lowered`` at ~20 ms a program, too slow to recompute at every ``train``, and newer
+than the datasets already shared, whose table and card stay as they are.  The file is data:
+its schema, width, feature version and program ids are checked when read, and a stale or
+malformed one is refused with one line.  Computing it resumes: a killed run keeps what it
+finished (the file is rewritten whole every few hundred programs, never left half-written).
+Programs are lowered in the measurement pool's workers, so that one TVM takes minutes over (a
+Winograd transform under a 512-step unroll, seen on dataset v5) costs a minute and a NaN row.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from tensortune.datasets.build import load_table, load_workloads
+from tensortune.datasets.shipped import dataset_path
+from tensortune.errors import TensortuneError, last_line
+from tensortune.features.lowered import (
+    LOWERED_VERSION,
+    LOWERED_WIDTH,
+    lowered_features_or_nan,
+    summarize_lowered,
+)
+
+LOWERED_FILE = "lowered.parquet"
+_VERSION_KEY = b"tensortune.lowered_version"
+_CHUNK = 16  # programs per worker handed to the pool at once
+_SAVE_EVERY = 512  # programs between checkpoints
+LOWER_TIMEOUT_S = 60.0  # TVM lowers a program in ~15 ms; a few unrolls take it many minutes
+
+
+def read_lowered(dataset: str | Path, program_ids: list[int]) -> np.ndarray | None:
+    """``(len(program_ids), LOWERED_WIDTH)`` features of these programs of ``dataset`` (NaN
+    where one could not be lowered or was not computed yet); None when the dataset has no
+    lowered file or one from another feature version (``dataset lower`` recomputes it)."""
+    rows = _read(Path(dataset_path(dataset)) / LOWERED_FILE)
+    if rows is None:
+        return None
+    out = np.full((len(program_ids), LOWERED_WIDTH), np.nan, np.float32)
+    for i, pid in enumerate(program_ids):
+        got = rows.get(int(pid))
+        if got is not None:
+            out[i] = got
+    return out
+
+
+def lowered_state(dataset: str | Path) -> str:
+    """What ``dataset info`` says of the dataset's lowered-loop features."""
+    path = Path(dataset_path(dataset)) / LOWERED_FILE
+    if not path.is_file():
+        return "none (`tensortune dataset lower` computes them)"
+    rows = _read(path)
+    if rows is None:
+        return "stale (another feature version: `tensortune dataset lower` recomputes them)"
+    return f"{len(rows)} programs ({LOWERED_FILE})"
+
+
+def _read(path: Path) -> dict[int, np.ndarray] | None:
+    """program id -> features (NaN: it did not lower); None without a current file."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if not path.is_file():
+        return None
+    try:
+        meta = pq.read_schema(path).metadata or {}
+        if meta.get(_VERSION_KEY) != str(LOWERED_VERSION).encode():
+            return None  # features of another version: stale, recomputed by `dataset lower`
+        table = pq.read_table(path, columns=["program_id", "lowered"])
+    except (pa.ArrowException, OSError, ValueError) as e:
+        raise TensortuneError(f"{path} is not a readable Parquet table ({last_line(e)})") from None
+    values = table.column("lowered").to_pylist()
+    if any(v is None or len(v) != LOWERED_WIDTH for v in values):
+        raise TensortuneError(f"{path}: a row's lowered features are not {LOWERED_WIDTH} numbers")
+    ids = table.column("program_id").to_pylist()
+    return dict(zip(ids, np.asarray(values, np.float32).reshape(-1, LOWERED_WIDTH), strict=True))
+
+
+def _write(path: Path, done: dict[int, np.ndarray]) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    ids = sorted(done)
+    schema = pa.schema([("program_id", pa.int64()), ("lowered", pa.list_(pa.float32()))],
+                       metadata={_VERSION_KEY: str(LOWERED_VERSION).encode()})  # fmt: skip
+    table = pa.table({"program_id": ids, "lowered": [done[i].tolist() for i in ids]},
+                     schema=schema)  # fmt: skip
+    partial = path.with_suffix(".partial")
+    pq.write_table(table, partial, compression="zstd", compression_level=9)
+    os.replace(partial, path)
+
+
+def lower_dataset(dataset: str | Path, *, workers: int = 1,
+                  progress: Callable[[int, int], None] | None = None) -> dict:  # fmt: skip
+    """Compute the lowered-loop features of every program of ``dataset`` that lacks them and
+    write ``lowered.parquet`` into its directory; returns what was done."""
+    directory = Path(dataset_path(dataset))
+    path = directory / LOWERED_FILE
+    columns = load_table(directory, ["program_id", "task_id", "target", "trace"]).to_pydict()
+    done = _read(path) or {}
+    first: dict[tuple, int] = {}  # a program measured on several machines is lowered once
+    todo: list[int] = []
+    for i, pid in enumerate(columns["program_id"]):
+        key = (columns["task_id"][i], columns["target"][i], columns["trace"][i])
+        if pid not in done and key not in first:
+            todo.append(i)
+        first.setdefault(key, i)
+    if todo:
+        _compute(directory, columns, todo, done, path, workers, progress)
+    for i, pid in enumerate(columns["program_id"]):  # the copies of a program lowered once
+        key = (columns["task_id"][i], columns["target"][i], columns["trace"][i])
+        if pid not in done:
+            done[pid] = done[columns["program_id"][first[key]]]
+    _write(path, done)
+    failed = sum(bool(np.isnan(v[0])) for v in done.values())
+    return {"dataset": str(directory), "programs": len(done), "lowered_now": len(todo),
+            "failed": failed, "file": str(path)}  # fmt: skip
+
+
+def _compute(directory: Path, columns: dict, todo: list[int], done: dict, path: Path,
+             workers: int, progress: Callable[[int, int], None] | None) -> None:  # fmt: skip
+    """Lower the ``todo`` rows in ``workers`` processes of the measurement pool; a program
+    TVM cannot lower within ``LOWER_TIMEOUT_S`` (a pathological unroll) gets NaN."""
+    from tensortune.measure.pool import WorkerPool
+
+    modules = load_workloads(directory)
+    pool = WorkerPool(workers)
+    finished = since_save = 0
+    try:
+        for start in range(0, len(todo), _CHUNK * pool.size):
+            chunk = todo[start : start + _CHUNK * pool.size]
+            jobs = [(replayed(modules[columns["task_id"][i]], columns["trace"][i]),
+                     json.loads(columns["target"][i])) for i in chunk]  # fmt: skip
+            runnable = [j for j, (mod, _) in enumerate(jobs) if mod is not None]
+            outcomes = dict(zip(runnable, pool.map("lower", [jobs[j] for j in runnable],
+                                                   LOWER_TIMEOUT_S), strict=True))  # fmt: skip
+            for j, i in enumerate(chunk):
+                got = outcomes.get(j)
+                done[columns["program_id"][i]] = (
+                    summarize_lowered(got.value, jobs[j][1]) if got is not None and
+                    got.kind == "ok" else np.full(LOWERED_WIDTH, np.nan, np.float32))  # fmt: skip
+            finished += len(chunk)
+            since_save += len(chunk)
+            if progress is not None:
+                progress(finished, len(todo))
+            if since_save >= _SAVE_EVERY:
+                _write(path, done)
+                since_save = 0
+    finally:
+        pool.close()
+
+
+def replayed(module: object, trace: str) -> object | None:
+    """``module`` scheduled by a dataset row's trace (JSON text); None for a trace this TVM
+    cannot replay."""
+    from tensortune.compat import tvm
+
+    sch = tvm.s_tir.Schedule(module)
+    try:
+        tvm.s_tir.Trace.apply_json_to_schedule(json.loads(trace), sch)
+    except Exception:  # TVM raises its own error types for a trace it cannot replay
+        return None
+    return sch.mod
+
+
+def row_lowered(module: object, target: str, trace: str) -> np.ndarray:
+    """The lowered-loop features of one dataset row, in this process: its workload module,
+    target and trace (both JSON text); NaN for a trace this TVM cannot replay or lower."""
+    mod = replayed(module, trace)
+    if mod is None:
+        return np.full(LOWERED_WIDTH, np.nan, np.float32)
+    return lowered_features_or_nan(mod, json.loads(target))

@@ -1,0 +1,76 @@
+"""Lowered-loop features: the hot loop of TVM's lowered TIR, read before LLVM runs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tensortune.features.lowered import LOWERED_FEATURE_NAMES, LOWERED_WIDTH, lowered_features
+
+AVX512 = {"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 2}
+AVX2 = {"kind": "llvm", "mcpu": "haswell", "num-cores": 2}
+
+
+def named(row: np.ndarray) -> dict[str, float]:
+    assert row.shape == (LOWERED_WIDTH,) and np.isfinite(row).all()
+    return dict(zip(LOWERED_FEATURE_NAMES, row.tolist(), strict=True))
+
+
+def matmul(tile_rows: int | None):
+    """64³ matmul: naive (None), or a register tile of ``tile_rows`` x 16 lanes under k."""
+    from tensortune.compat import tvm
+    from tensortune.workloads.ops import parse_spec
+
+    mod = parse_spec("matmul:64,64,64").to_module()
+    if tile_rows is None:
+        return mod
+    sch = tvm.s_tir.Schedule(mod)
+    i, j, k = sch.get_loops(sch.get_sblock("C"))
+    i0, i1 = sch.split(i, [None, tile_rows])
+    j0, j1 = sch.split(j, [None, 16])
+    sch.reorder(i0, j0, k, i1, j1)
+    sch.unroll(i1)
+    sch.vectorize(j1)
+    return sch.mod
+
+
+def test_the_naive_loop_feeds_one_fma_lane_per_two_loads():
+    f = named(lowered_features(matmul(None), AVX512))
+    assert f["hot_fma_lanes"] == 1
+    assert f["hot_scalar_loads"] == 2 and f["hot_vector_loads"] == 0
+    # C[i, j] does not move with k: it is an accumulator, not an access per iteration.
+    assert f["hot_stores"] == 0 and f["hot_accumulator_registers"] == 1
+    assert f["hot_fma_per_access"] == pytest.approx(0.5)
+    assert f["hot_log_trips"] == pytest.approx(np.log2(64**3 + 1), rel=1e-4)
+
+
+def test_a_register_tile_reads_as_many_fmas_per_access():
+    f = named(lowered_features(matmul(4), AVX512))
+    # Under k: four 16-lane FMAs fed by one vector load of B and four scalar loads of A.
+    assert f["hot_fma_lanes"] == 64
+    assert f["hot_vector_loads"] == 1 and f["hot_scalar_loads"] == 4
+    assert f["hot_accumulator_registers"] == 4 and f["hot_register_excess"] == 0
+    assert f["hot_fma_per_access"] == pytest.approx(64 / 5)
+    assert f["program_vector_share"] > 0.1
+
+
+def test_registers_are_counted_for_the_target():
+    zmm = named(lowered_features(matmul(4), AVX512))
+    ymm = named(lowered_features(matmul(4), AVX2))
+    assert ymm["hot_vector_loads"] == 2 * zmm["hot_vector_loads"]
+    assert ymm["hot_accumulator_registers"] == 2 * zmm["hot_accumulator_registers"]
+
+
+def test_a_tile_too_big_for_the_registers_shows_as_excess():
+    f = named(lowered_features(matmul(64), AVX2))  # 64 rows x 2 ymm accumulators > 16
+    assert f["hot_accumulator_registers"] == 128
+    assert f["hot_register_excess"] > 100
+    assert f["hot_fma_per_access"] < named(lowered_features(matmul(4), AVX2))["hot_fma_per_access"]
+
+
+@pytest.mark.parametrize("spec", ["softmax:8,256", "conv2d_nchw:1,16,14,14,16,3,1,1"])
+def test_other_workloads_give_finite_rows(spec):
+    from tensortune.workloads.ops import parse_spec
+
+    f = named(lowered_features(parse_spec(spec).to_module(), AVX512))
+    assert f["program_log_work"] > 0 and 0 < f["hot_work_share"] <= 1
