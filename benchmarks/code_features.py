@@ -16,7 +16,7 @@ networks with TenSet's metrics (mean ± sd over seeds and folds).  A share of th
 rows is built (`--train-share`); every test row is.
 
 `--features lowered` compares `tensortune.features.lowered` instead: the hot loop of TVM's
-lowered TIR, read before LLVM runs (~15 ms a program, no build), from the dataset's
+lowered TIR, read before LLVM runs (no build; ~65 ms a program on average), from the dataset's
 `lowered.parquet` (computed first where missing, as `tensortune dataset lower` does); `both`
 trains every combination.
 
@@ -97,7 +97,7 @@ def extract(dataset: str, columns: dict, needed: np.ndarray, cache: str | None,
 def extract_lowered(dataset: str, columns: dict, workers: int) -> np.ndarray:
     """Lowered-loop features (`tensortune.features.lowered`) of every row: the dataset's
     `lowered.parquet`, computed first where it lacks some (`tensortune dataset lower`;
-    ~15 ms a program in the measurement pool's workers, no LLVM)."""
+    ~65 ms a program on average, in the measurement pool's workers, no LLVM)."""
     from tensortune.datasets.lowered import lower_dataset, read_lowered
 
     start = time.perf_counter()
@@ -152,7 +152,7 @@ def main() -> None:
         choices=("code", "lowered", "both"),
         default="code",
         help="code: the assembly's summary (a build each); lowered: the hot loop of TVM's "
-        "lowered TIR (no LLVM, ~20 ms a program); both",
+        "lowered TIR (no LLVM, ~65 ms a program on average); both",
     )
     ap.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)))
     ap.add_argument("--json", default=None)

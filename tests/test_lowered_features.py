@@ -74,3 +74,18 @@ def test_other_workloads_give_finite_rows(spec):
 
     f = named(lowered_features(parse_spec(spec).to_module(), AVX512))
     assert f["program_log_work"] > 0 and 0 < f["hot_work_share"] <= 1
+
+
+def test_a_batch_lowers_in_workers_and_a_program_past_the_time_limit_costs_only_its_row():
+    from tensortune.features.lowered import lowered_features_batch
+    from tensortune.measure.pool import WorkerPool
+
+    jobs = [(matmul(4), AVX512), (None, AVX512), (matmul(None), AVX2)]
+    with WorkerPool(1) as pool:
+        tiled, unreplayed, naive = lowered_features_batch(jobs, pool)
+        np.testing.assert_array_equal(tiled, lowered_features(matmul(4), AVX512))
+        np.testing.assert_array_equal(naive, lowered_features(matmul(None), AVX2))
+        assert np.isnan(unreplayed).all()
+        # A limit no lowering meets stands for TVM taking minutes: NaN, and the pool goes on.
+        assert np.isnan(lowered_features_batch(jobs[:1], pool, timeout_s=1e-6)[0]).all()
+        np.testing.assert_array_equal(lowered_features_batch(jobs[:1], pool)[0], tiled)

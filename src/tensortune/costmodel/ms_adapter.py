@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 from tensortune import features as F
@@ -9,7 +11,9 @@ from tensortune.compat import PyCostModel, derived_object, ms, structural_hash
 from tensortune.costmodel.base import CostModel
 from tensortune.costmodel.data import ProgramSet
 from tensortune.costmodel.registry import load_cost_model
+from tensortune.features.lowered import lowered_features_batch, lowered_features_or_nan
 from tensortune.hardware import Platform, resolve_platform
+from tensortune.measure.pool import WorkerPool
 from tensortune.measure.status import run_seconds
 from tensortune.records.convert import to_plain
 
@@ -17,13 +21,14 @@ _MEMO_SIZE = 50_000  # programs whose features are kept (about 10 KB each)
 
 
 def candidate_features(context, candidates, *, workload: np.ndarray, hardware: np.ndarray,
-                       tokens: bool = True,
-                       lowered_for: dict | None = None) -> ProgramSet:  # fmt: skip
+                       tokens: bool = True, lowered_for: dict | None = None,
+                       lower_pool: WorkerPool | None = None) -> ProgramSet:  # fmt: skip
     """Features of MetaSchedule candidates, computed as ``dataset build`` computes them.
 
     ``workload`` and ``hardware`` are the task's vectors; trace tokens are skipped (left
     empty) when the model does not read them; ``lowered_for``: the target to compute the
-    lowered-loop features for (None: the model does not read them).
+    lowered-loop features for (None: the model does not read them), lowered in
+    ``lower_pool``'s workers under their time limit when given, else here.
     """
     extractor = ms.feature_extractor.PerStoreFeature()
     per_store = [f.numpy().astype(np.float32) for f in extractor.extract_from(context, candidates)]
@@ -31,9 +36,10 @@ def candidate_features(context, candidates, *, workload: np.ndarray, hardware: n
             else np.zeros((0, F.TOKEN_WIDTH), np.float32) for c in candidates]  # fmt: skip
     n = len(candidates)
     lowered = None
-    if lowered_for is not None:
-        from tensortune.features.lowered import lowered_features_or_nan
-
+    if lowered_for is not None and lower_pool is not None:
+        jobs = [(c.sch.mod, lowered_for) for c in candidates]
+        lowered = np.stack(lowered_features_batch(jobs, lower_pool))
+    elif lowered_for is not None:
         lowered = np.stack([lowered_features_or_nan(c.sch.mod, lowered_for) for c in candidates])
     return ProgramSet(per_store, seqs, np.tile(workload, (n, 1)), np.tile(hardware, (n, 1)),
                       np.zeros(n, dtype=np.int64), lowered=lowered)  # fmt: skip
@@ -59,6 +65,15 @@ class LearnedCostModel(PyCostModel):
         self._workload: dict[str, np.ndarray] = {}
         self._hardware = F.hardware_vector(self.platform)
         self._memo: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray | None]] = {}
+        self._lower_pool: WorkerPool | None = None  # started on the first lowering
+
+    def _lowering(self) -> WorkerPool:
+        """One worker that lowers candidates for a model reading lowered-loop features: TVM
+        takes minutes over a few schedules, which must cost a search a time limit, not a stall."""
+        if self._lower_pool is None:
+            self._lower_pool = WorkerPool(1)
+            weakref.finalize(self, self._lower_pool.close)
+        return self._lower_pool
 
     def _features(self, context, candidates) -> ProgramSet:
         """Features of the candidates, extracted once per distinct program: search strategies
@@ -75,6 +90,7 @@ class LearnedCostModel(PyCostModel):
                 context, list(missing.values()), workload=self._workload[key],
                 hardware=self._hardware, tokens=self.model.uses_tokens,
                 lowered_for=self.platform.target if self.model.uses_lowered else None,
+                lower_pool=self._lowering() if self.model.uses_lowered else None,
             )  # fmt: skip
             if len(self._memo) + len(missing) > _MEMO_SIZE:
                 self._memo.clear()

@@ -1,13 +1,13 @@
 """Lowered-loop features of a dataset's programs, kept beside its table in ``lowered.parquet``.
 
 Why a file of its own: they derive from the table (workload, trace and target of each row) by
-``features.lowered`` at ~20 ms a program, too slow to recompute at every ``train``, and newer
-than the datasets already shared, whose table and card stay as they are.  The file is data:
-its schema, width, feature version and program ids are checked when read, and a stale or
-malformed one is refused with one line.  Computing it resumes: a killed run keeps what it
+``features.lowered`` at ~65 ms a program on average, too slow to recompute at every ``train``,
+and newer than the datasets already shared, whose table and card stay as they are.  The file
+is data: its schema, width, feature version and program ids are checked when read, and a stale
+or malformed one is refused with one line.  Computing it resumes: a killed run keeps what it
 finished (the file is rewritten whole every few hundred programs, never left half-written).
-Programs are lowered in the measurement pool's workers, so that one TVM takes minutes over (a
-Winograd transform under a 512-step unroll, seen on dataset v5) costs a minute and a NaN row.
+Programs are lowered in the measurement pool's workers (``features.lowered_features_batch``),
+so that one TVM takes minutes over costs a minute and a NaN row.
 """
 
 from __future__ import annotations
@@ -25,15 +25,14 @@ from tensortune.errors import TensortuneError, last_line
 from tensortune.features.lowered import (
     LOWERED_VERSION,
     LOWERED_WIDTH,
+    lowered_features_batch,
     lowered_features_or_nan,
-    summarize_lowered,
 )
 
 LOWERED_FILE = "lowered.parquet"
 _VERSION_KEY = b"tensortune.lowered_version"
 _CHUNK = 16  # programs per worker handed to the pool at once
 _SAVE_EVERY = 512  # programs between checkpoints
-LOWER_TIMEOUT_S = 60.0  # TVM lowers a program in ~15 ms; a few unrolls take it many minutes
 
 
 def read_lowered(dataset: str | Path, program_ids: list[int]) -> np.ndarray | None:
@@ -126,8 +125,7 @@ def lower_dataset(dataset: str | Path, *, workers: int = 1,
 
 def _compute(directory: Path, columns: dict, todo: list[int], done: dict, path: Path,
              workers: int, progress: Callable[[int, int], None] | None) -> None:  # fmt: skip
-    """Lower the ``todo`` rows in ``workers`` processes of the measurement pool; a program
-    TVM cannot lower within ``LOWER_TIMEOUT_S`` (a pathological unroll) gets NaN."""
+    """Lower the ``todo`` rows in ``workers`` processes of the measurement pool."""
     from tensortune.measure.pool import WorkerPool
 
     modules = load_workloads(directory)
@@ -138,14 +136,8 @@ def _compute(directory: Path, columns: dict, todo: list[int], done: dict, path: 
             chunk = todo[start : start + _CHUNK * pool.size]
             jobs = [(replayed(modules[columns["task_id"][i]], columns["trace"][i]),
                      json.loads(columns["target"][i])) for i in chunk]  # fmt: skip
-            runnable = [j for j, (mod, _) in enumerate(jobs) if mod is not None]
-            outcomes = dict(zip(runnable, pool.map("lower", [jobs[j] for j in runnable],
-                                                   LOWER_TIMEOUT_S), strict=True))  # fmt: skip
-            for j, i in enumerate(chunk):
-                got = outcomes.get(j)
-                done[columns["program_id"][i]] = (
-                    summarize_lowered(got.value, jobs[j][1]) if got is not None and
-                    got.kind == "ok" else np.full(LOWERED_WIDTH, np.nan, np.float32))  # fmt: skip
+            for i, row in zip(chunk, lowered_features_batch(jobs, pool), strict=True):
+                done[columns["program_id"][i]] = row
             finished += len(chunk)
             since_save += len(chunk)
             if progress is not None:

@@ -6,8 +6,8 @@ XGBoost's gain and lifted held-out PCA by 8 points.  That count is already visib
 before LLVM, in TVM's lowered TIR, where the unroll and vectorize annotations have been
 applied: the innermost loop that stays a loop holds the unrolled micro-kernel, its vector
 FMAs, the loads that feed them and the accumulators kept in small local buffers.  Lowering
-costs ~10 ms a program against ~100-300 ms for LLVM's code generation, so these features can
-be computed for a search's candidates, not only for programs about to be built.
+takes a median ~15 ms a program against ~100-300 ms for LLVM's code generation, so these
+features can be computed for a search's candidates, not only for programs about to be built.
 
 How: the module is lowered by TVM's own pipeline for its target (``compat.lower_for_codegen``)
 and walked once, recording for every ``for`` its arithmetic and its memory accesses, each with
@@ -25,15 +25,23 @@ buffers of the function's own at fixed places: LLVM keeps both in registers), in
 and how far all these overflow the register file.  Estimates of what LLVM will emit, not a
 substitute for ``features.code``; what they are worth is measured in
 ``benchmarks/code_features.py --features lowered``.
+
+TVM lowers most programs in ~15 ms (the mean is ~65 ms) but a few pathological unrolls for
+minutes, so callers that
+meet arbitrary schedules (a dataset, a search) lower in the measurement pool's workers under a
+time limit (``lowered_features_batch``).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from tensortune.measure.pool import WorkerPool
 
 _LOOP_FIELDS = ("fma_lanes", "arith_lanes", "vector_loads", "scalar_loads", "gathers",
                 "invariant_loads", "stores", "local_accesses", "calls")  # fmt: skip
@@ -391,6 +399,23 @@ def lowered_features(mod: Any, target: dict) -> np.ndarray:
     from tensortune.compat import lower_for_codegen
 
     return summarize_lowered(lower_for_codegen(mod, target), target)
+
+
+LOWER_TIMEOUT_S = 60.0  # TVM lowers most programs in ~15 ms; a few unrolls take it minutes
+
+
+def lowered_features_batch(jobs: list[tuple[Any, dict]], pool: WorkerPool,
+                           timeout_s: float = LOWER_TIMEOUT_S) -> list[np.ndarray]:  # fmt: skip
+    """Lowered-loop features of ``(module, target)`` pairs, lowered in ``pool``'s workers (the
+    walk runs here): a module that is None, fails, crashes or overruns ``timeout_s`` (a Winograd
+    transform under a 512-step unroll kept TVM busy for minutes) gives NaN."""
+    out = [np.full(LOWERED_WIDTH, np.nan, np.float32) for _ in jobs]
+    runnable = [j for j, (mod, _) in enumerate(jobs) if mod is not None]
+    outcomes = pool.map("lower", [jobs[j] for j in runnable], timeout_s)
+    for j, got in zip(runnable, outcomes, strict=True):
+        if got.kind == "ok":
+            out[j] = summarize_lowered(got.value, jobs[j][1])
+    return out
 
 
 def lowered_features_or_nan(mod: Any, target: dict) -> np.ndarray:
