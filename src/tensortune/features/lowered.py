@@ -16,7 +16,7 @@ is replayed, innermost loops first: a scalar loop whose accesses are contiguous 
 is vectorized (LLVM's loop vectorizer), and a short loop is fully unrolled into its parent.
 LLVM's SLP vectorizer (packing an unrolled body's neighbouring scalars) and vectorized sums
 are left out: modelled, they ranked the dense pool's programs worse (the per-task Spearman
-correlation of the hot loop's FMAs per access with throughput fell from 0.76 to 0.74-0.64).
+correlation of the hot loop's FMAs per access with throughput fell from 0.76 to 0.75-0.62).
 The hot loop is the surviving loop with the most work times trips.  Of it the features count,
 per iteration and in the target's vector registers: FMA lanes, other float arithmetic, the
 loads that change with the loop (split into contiguous vector, scalar/broadcast and gathered),
