@@ -178,6 +178,21 @@ def block_names(mod: tvm.IRModule) -> list[str]:
     return [b.name_hint for b in sblocks(task_func(mod).body) if b.name_hint != "root"]
 
 
+def lower_for_codegen(mod: tvm.IRModule, target: dict) -> tvm.IRModule:
+    """``mod`` lowered by TVM's default TIR pipeline for ``target``: loops unrolled and
+    vectorized as LLVM will receive them, before host/device split and code generation.
+    The same steps as ``tvm.tirx.build`` up to its pipeline (BindTarget first: the passes
+    read the target from the functions)."""
+    from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
+
+    t = tvm.target.Target(target)
+    t = t.with_host(t.host or t)
+    mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
+    mod = tvm.tirx.transform.BindTarget(t)(mod)
+    pipeline, _, _ = tvm.tirx.get_default_tir_pipeline(t)
+    return pipeline(mod)
+
+
 __all__ = [
     "TVM_VERSION",
     "ArgInfo",
@@ -200,6 +215,7 @@ __all__ = [
     "block_names",
     "derived_object",
     "load_tensor_intrinsics",
+    "lower_for_codegen",
     "ms",
     "rpc_base",
     "rpc_listen_loop",
@@ -213,18 +229,3 @@ __all__ = [
     "tvm_rpc",
     "walk_tir",
 ]
-
-
-def lower_for_codegen(mod: tvm.IRModule, target: dict) -> tvm.IRModule:
-    """``mod`` lowered by TVM's default TIR pipeline for ``target``: loops unrolled and
-    vectorized as LLVM will receive them, before host/device split and code generation.
-    The same steps as ``tvm.tirx.build`` up to its pipeline (BindTarget first: the passes
-    read the target from the functions)."""
-    from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
-
-    t = tvm.target.Target(target)
-    t = t.with_host(t.host or t)
-    mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
-    mod = tvm.tirx.transform.BindTarget(t)(mod)
-    pipeline, _, _ = tvm.tirx.get_default_tir_pipeline(t)
-    return pipeline(mod)
