@@ -178,17 +178,22 @@ def block_names(mod: tvm.IRModule) -> list[str]:
     return [b.name_hint for b in sblocks(task_func(mod).body) if b.name_hint != "root"]
 
 
+def build_ready(mod: tvm.IRModule) -> tvm.IRModule:
+    """A scheduled module as MetaSchedule's default builder prepares it: candidates whose
+    weights were laid out anew (RewriteLayout) take the rewritten weights directly."""
+    from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
+
+    return RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
+
+
 def lower_for_codegen(mod: tvm.IRModule, target: dict) -> tvm.IRModule:
     """``mod`` lowered by TVM's default TIR pipeline for ``target``: loops unrolled and
     vectorized as LLVM will receive them, before host/device split and code generation.
     The same steps as ``tvm.tirx.build`` up to its pipeline (BindTarget first: the passes
     read the target from the functions)."""
-    from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
-
     t = tvm.target.Target(target)
     t = t.with_host(t.host or t)
-    mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
-    mod = tvm.tirx.transform.BindTarget(t)(mod)
+    mod = tvm.tirx.transform.BindTarget(t)(build_ready(mod))
     pipeline, _, _ = tvm.tirx.get_default_tir_pipeline(t)
     return pipeline(mod)
 
@@ -213,6 +218,7 @@ __all__ = [
     "TuningRecord",
     "Workload",
     "block_names",
+    "build_ready",
     "derived_object",
     "load_tensor_intrinsics",
     "lower_for_codegen",

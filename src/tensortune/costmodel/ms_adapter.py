@@ -11,7 +11,8 @@ from tensortune.compat import PyCostModel, derived_object, ms, structural_hash
 from tensortune.costmodel.base import CostModel
 from tensortune.costmodel.data import ProgramSet
 from tensortune.costmodel.registry import load_cost_model
-from tensortune.features.lowered import lowered_features_batch, lowered_features_or_nan
+from tensortune.errors import TensortuneError
+from tensortune.features.lowered import lowered_features_batch
 from tensortune.hardware import Platform, resolve_platform
 from tensortune.measure.pool import WorkerPool
 from tensortune.measure.status import run_seconds
@@ -28,7 +29,7 @@ def candidate_features(context, candidates, *, workload: np.ndarray, hardware: n
     ``workload`` and ``hardware`` are the task's vectors; trace tokens are skipped (left
     empty) when the model does not read them; ``lowered_for``: the target to compute the
     lowered-loop features for (None: the model does not read them), lowered in
-    ``lower_pool``'s workers under their time limit when given, else here.
+    ``lower_pool``'s workers under their time limit.
     """
     extractor = ms.feature_extractor.PerStoreFeature()
     per_store = [f.numpy().astype(np.float32) for f in extractor.extract_from(context, candidates)]
@@ -36,11 +37,11 @@ def candidate_features(context, candidates, *, workload: np.ndarray, hardware: n
             else np.zeros((0, F.TOKEN_WIDTH), np.float32) for c in candidates]  # fmt: skip
     n = len(candidates)
     lowered = None
-    if lowered_for is not None and lower_pool is not None:
+    if lowered_for is not None:
+        if lower_pool is None:
+            raise TensortuneError("lowered-loop features need a worker pool to lower in")
         jobs = [(c.sch.mod, lowered_for) for c in candidates]
         lowered = np.stack(lowered_features_batch(jobs, lower_pool))
-    elif lowered_for is not None:
-        lowered = np.stack([lowered_features_or_nan(c.sch.mod, lowered_for) for c in candidates])
     return ProgramSet(per_store, seqs, np.tile(workload, (n, 1)), np.tile(hardware, (n, 1)),
                       np.zeros(n, dtype=np.int64), lowered=lowered)  # fmt: skip
 

@@ -26,7 +26,6 @@ from tensortune.features.lowered import (
     LOWERED_VERSION,
     LOWERED_WIDTH,
     lowered_features_batch,
-    lowered_features_or_nan,
 )
 
 LOWERED_FILE = "lowered.parquet"
@@ -104,17 +103,16 @@ def lower_dataset(dataset: str | Path, *, workers: int = 1,
     path = directory / LOWERED_FILE
     columns = load_table(directory, ["program_id", "task_id", "target", "trace"]).to_pydict()
     done = _read(path) or {}
+    keys = list(zip(columns["task_id"], columns["target"], columns["trace"], strict=True))
     first: dict[tuple, int] = {}  # a program measured on several machines is lowered once
     todo: list[int] = []
-    for i, pid in enumerate(columns["program_id"]):
-        key = (columns["task_id"][i], columns["target"][i], columns["trace"][i])
+    for i, (pid, key) in enumerate(zip(columns["program_id"], keys, strict=True)):
         if pid not in done and key not in first:
             todo.append(i)
         first.setdefault(key, i)
     if todo:
         _compute(directory, columns, todo, done, path, workers, progress)
-    for i, pid in enumerate(columns["program_id"]):  # the copies of a program lowered once
-        key = (columns["task_id"][i], columns["target"][i], columns["trace"][i])
+    for pid, key in zip(columns["program_id"], keys, strict=True):  # copies lowered once
         if pid not in done:
             done[pid] = done[columns["program_id"][first[key]]]
     _write(path, done)
@@ -160,12 +158,3 @@ def replayed(module: object, trace: str) -> object | None:
     except Exception:  # TVM raises its own error types for a trace it cannot replay
         return None
     return sch.mod
-
-
-def row_lowered(module: object, target: str, trace: str) -> np.ndarray:
-    """The lowered-loop features of one dataset row, in this process: its workload module,
-    target and trace (both JSON text); NaN for a trace this TVM cannot replay or lower."""
-    mod = replayed(module, trace)
-    if mod is None:
-        return np.full(LOWERED_WIDTH, np.nan, np.float32)
-    return lowered_features_or_nan(mod, json.loads(target))

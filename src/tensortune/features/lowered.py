@@ -416,12 +416,3 @@ def lowered_features_batch(jobs: list[tuple[Any, dict]], pool: WorkerPool,
         if got.kind == "ok":
             out[j] = summarize_lowered(got.value, jobs[j][1])
     return out
-
-
-def lowered_features_or_nan(mod: Any, target: dict) -> np.ndarray:
-    """``lowered_features``, or NaN (a missing value to tree models) for a program TVM cannot
-    lower: it would not build either, and one such candidate must not stop a search."""
-    try:
-        return lowered_features(mod, target)
-    except Exception:  # TVM raises its own error types from lowering passes
-        return np.full(LOWERED_WIDTH, np.nan, np.float32)

@@ -68,13 +68,9 @@ def lower(mod: Any, target: dict) -> Any:
 
 
 def _compile(mod: Any, target: dict) -> Any:
-    import tvm
-    from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
+    from tensortune.compat import build_ready, tvm
 
-    # Same preparation as MetaSchedule's default_build: candidates whose weights were laid out
-    # anew (RewriteLayout) take the rewritten weights directly.
-    mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
-    return tvm.compile(mod, target=tvm.target.Target(target))
+    return tvm.compile(build_ready(mod), target=tvm.target.Target(target))
 
 
 @functools.cache
