@@ -71,6 +71,7 @@ CASES = {k: (k, FAST.get(k, {})) for k in model_kinds()}
 CASES["mlp-members"] = ("mlp", {**FAST["mlp"], "members": 3})
 CASES["xgb-lowered"] = ("xgb", {**FAST["xgb"], "lowered": 1})
 CASES["lgbm-lowered"] = ("lgbm", {**FAST["lgbm"], "lowered": 1})
+CASES["pacm-lowered"] = ("pacm", {**FAST["pacm"], "lowered": 1})
 
 
 @pytest.fixture(scope="module", params=list(CASES))
@@ -201,10 +202,11 @@ def test_an_ensemble_predicts_the_mean_of_members_trained_apart(train, test):
         model_class("mlp")(members=0).fit(train)
 
 
-@pytest.mark.parametrize("kind", ["xgb", "lgbm"])
+@pytest.mark.parametrize("kind", ["xgb", "lgbm", "pacm"])
 def test_lowered_features_are_read_only_by_a_model_told_to(kind, train, test):
-    """Speed a function of one lowered feature alone: only ``lowered=1`` can rank it, and it
-    refuses programs without lowered features in one line."""
+    """Speed a function of one lowered feature alone: only ``lowered=1`` can rank it, it
+    scores a program whose lowering failed (NaN) and refuses programs without lowered
+    features in one line."""
 
     def relabeled(data: ProgramSet) -> ProgramSet:
         labels = np.exp(data.lowered[:, 5] * 2)
@@ -217,6 +219,11 @@ def test_lowered_features_are_read_only_by_a_model_told_to(kind, train, test):
     assert reads.uses_lowered and not blind.uses_lowered
     assert _spearman(reads.predict(check), check.labels) > 0.8
     assert abs(_spearman(blind.predict(check), check.labels)) < 0.3
+    lowered = test.lowered.copy()
+    lowered[:5] = np.nan
+    failed = ProgramSet(test.per_store, test.tokens, test.workload, test.hardware, test.groups,
+                        lowered=lowered)  # fmt: skip
+    assert np.isfinite(reads.predict(failed)).all()
     bare = ProgramSet(test.per_store, test.tokens, test.workload, test.hardware, test.groups)
     with pytest.raises(TensortuneError, match="lowered-loop features, which these programs lack"):
         reads.predict(bare)

@@ -224,13 +224,15 @@ def test_moa_adapts_a_pretrained_verifier_during_draft_then_verify(tmp_path, tar
 
     from tensortune.costmodel.moa import MomentumAdapted
     from tensortune.costmodel.ms_adapter import LearnedCostModel
-    from tensortune.costmodel.nn import MLPModel
+    from tensortune.costmodel.pacm import PaCMModel
     from tensortune.search.draft_verify import DraftThenVerify
     from tensortune.tuning.tune import tune
 
-    # A network "pre-trained elsewhere": synthetic data with the real feature widths.
-    moa = MomentumAdapted(MLPModel(hidden=16, epochs=2, chunk=16).fit(synthetic(60, seed=5)),
-                          every=1, epochs=1)  # fmt: skip
+    # A network "pre-trained elsewhere": synthetic data with the real feature widths.  It
+    # reads lowered-loop features, so the search lowers candidates for the adapted model too.
+    pretrained = PaCMModel(hidden=16, pattern_hidden=8, heads=2, epochs=2, chunk=16, lowered=1)
+    moa = MomentumAdapted(pretrained.fit(synthetic(60, seed=5)), every=1, epochs=1)
+    assert moa.uses_lowered
     verifier = LearnedCostModel(moa, target, online=True)
     strategy = DraftThenVerify(population=32, draft_size=16, per_round=6, verify_mutants=4)
     result = tune(["matmul:64,64,64"], trials=12, records=f"sqlite:///{tmp_path / 'r.db'}",

@@ -150,6 +150,7 @@ def test_the_pruning_study_scores_each_method_and_the_whole_pool():
 
 def test_a_pruned_dataset_is_one_that_train_reads(tmp_path):
     from tensortune.datasets.build import load_table, read_card
+    from tensortune.datasets.lowered import read_lowered
     from tensortune.datasets.shipped import dataset_path
     from tensortune.train.trainer import train
 
@@ -164,6 +165,10 @@ def test_a_pruned_dataset_is_one_that_train_reads(tmp_path):
     for t, h, y in zip(table["task_id"], table["hardware"], table["label"], strict=True):
         best[(t, h)] = max(y, best.get((t, h), 0.0))
     assert all(y == pytest.approx(1.0) for y in best.values())
+    # the kept programs keep their lowered-loop features (the shipped dataset has them)
+    ids = table["program_id"]
+    np.testing.assert_array_equal(read_lowered(tmp_path / "pruned", ids),
+                                  read_lowered("default", ids))  # fmt: skip
     result = train(tmp_path / "pruned", cost_model="xgb", params=FAST_XGB, split="by-task")
     assert 0 < result.metrics["pca"] <= 1
     out = subprocess.run([*CLI, "dataset", "prune", "--keep", "0.3", "--method", "random",

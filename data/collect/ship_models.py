@@ -23,6 +23,7 @@ from tensortune.train.trainer import train
 # and the widest set MoA adapts to the remaining one.
 SHIPPED = (("avx512-2c",), ("avx2-1c",), ("avx2-1c", "avx512-1c"))
 KIND = "pacm"  # the best ranker of the cost-model benchmark (README, "Learned cost models")
+SETTINGS: dict[str, object] = {}  # the shipped models' settings other than the defaults
 
 
 def main() -> None:
@@ -37,7 +38,7 @@ def main() -> None:
         held = [h for h in hardware if h.split("@")[0] not in configs]
         split = "by-hardware:" + ",".join(held)
         path = args.out / f"{'+'.join(configs)}.ttm"
-        result = train(args.dataset, cost_model=KIND, split=split, out=path)
+        result = train(args.dataset, cost_model=KIND, split=split, out=path, params=SETTINGS)
         test = {k: round(float(result.metrics[k]), 4) for k in RANK_METRICS}
         files[path.name] = {
             "sha256": file_sha256(path),

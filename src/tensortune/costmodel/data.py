@@ -50,6 +50,15 @@ class ProgramSet:
             raise TensortuneError("no successful measurement among these programs")
         return self.labels
 
+    def require_lowered(self) -> np.ndarray:
+        """The lowered-loop features, or the one-line refusal of a model that reads them."""
+        if self.lowered is None:
+            raise TensortuneError(
+                "this model reads lowered-loop features, which these programs lack "
+                "(for a dataset: `tensortune dataset lower --dataset D`)"
+            )
+        return self.lowered
+
     def blocks(self, lowered: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """One row per block, ``[per-store | workload | hardware]``, and each row's program.
 
@@ -65,14 +74,10 @@ class ProgramSet:
         out = np.concatenate([rows, context[program_of_row]], axis=1).astype(np.float32)
         if not lowered:
             return out, program_of_row
-        if self.lowered is None:
-            raise TensortuneError(
-                "this model reads lowered-loop features, which these programs lack "
-                "(for a dataset: `tensortune dataset lower --dataset D`)"
-            )
-        n, width = len(self), self.lowered.shape[1]
+        low = self.require_lowered()
+        n, width = len(self), low.shape[1]
         blank_store = np.full((n, rows.shape[1]), np.nan, np.float32)
-        extra = np.concatenate([blank_store, context, self.lowered], axis=1)
+        extra = np.concatenate([blank_store, context, low], axis=1)
         out = np.concatenate([out, np.full((len(out), width), np.nan, np.float32)], axis=1)
         return (np.concatenate([out, extra]).astype(np.float32),
                 np.concatenate([program_of_row, np.arange(n)]))  # fmt: skip
@@ -104,15 +109,18 @@ class ProgramSet:
 
 
 def concat_programs(sets: list[ProgramSet]) -> ProgramSet:
-    """The programs of ``sets`` in order, groups as they are (labels only if all have them)."""
+    """The programs of ``sets`` in order, groups as they are (labels and lowered-loop features
+    only if all have them)."""
     if not sets:
         raise ValueError("nothing to concatenate")
     labels = None if any(s.labels is None for s in sets) else np.concatenate(
         [s.labels for s in sets])  # fmt: skip
+    lowered = None if any(s.lowered is None for s in sets) else np.concatenate(
+        [s.lowered for s in sets])  # fmt: skip
     return ProgramSet([p for s in sets for p in s.per_store], [t for s in sets for t in s.tokens],
                       np.concatenate([s.workload for s in sets]),
                       np.concatenate([s.hardware for s in sets]),
-                      np.concatenate([s.groups for s in sets]), labels)  # fmt: skip
+                      np.concatenate([s.groups for s in sets]), labels, lowered)  # fmt: skip
 
 
 def one_program() -> ProgramSet:

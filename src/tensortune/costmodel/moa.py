@@ -65,6 +65,10 @@ class MomentumAdapted(CostModel):
     def uses_tokens(self) -> bool:  # type: ignore[override]
         return self.model.uses_tokens
 
+    @property
+    def uses_lowered(self) -> bool:
+        return self.model.uses_lowered
+
     def fit(self, data: ProgramSet) -> MomentumAdapted:
         self.seen_ = data
         self._retrain()

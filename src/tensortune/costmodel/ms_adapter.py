@@ -13,12 +13,13 @@ from tensortune.costmodel.data import ProgramSet
 from tensortune.costmodel.registry import load_cost_model
 from tensortune.errors import TensortuneError
 from tensortune.features.lowered import lowered_features_batch
-from tensortune.hardware import Platform, resolve_platform
+from tensortune.hardware import Platform, resolve_platform, usable_cores
 from tensortune.measure.pool import WorkerPool
 from tensortune.measure.status import run_seconds
 from tensortune.records.convert import to_plain
 
 _MEMO_SIZE = 50_000  # programs whose features are kept (about 10 KB each)
+_LOWER_WORKERS = 8  # each holds its own TVM (hundreds of MB)
 
 
 def candidate_features(context, candidates, *, workload: np.ndarray, hardware: np.ndarray,
@@ -69,10 +70,12 @@ class LearnedCostModel(PyCostModel):
         self._lower_pool: WorkerPool | None = None  # started on the first lowering
 
     def _lowering(self) -> WorkerPool:
-        """One worker that lowers candidates for a model reading lowered-loop features: TVM
-        takes minutes over a few schedules, which must cost a search a time limit, not a stall."""
+        """Workers that lower candidates for a model reading lowered-loop features: TVM takes
+        minutes over a few schedules, which must cost a search a time limit, not a stall.  One
+        per usable core: the search waits on them (candidates are scored between measured
+        batches), and lowering is most of the features' cost."""
         if self._lower_pool is None:
-            self._lower_pool = WorkerPool(1)
+            self._lower_pool = WorkerPool(min(usable_cores(), _LOWER_WORKERS))
             weakref.finalize(self, self._lower_pool.close)
         return self._lower_pool
 

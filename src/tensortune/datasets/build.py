@@ -155,36 +155,6 @@ def write_dataset(out_dir: str | Path, columns: dict, modules: dict, *, descript
     return Card(card)
 
 
-def write_subset(dataset: str | Path, rows: np.ndarray, out_dir: str | Path, *,
-                 description: str, extra: dict | None = None,
-                 costs: dict[int, list[float]] | None = None) -> Card:  # fmt: skip
-    """A dataset of some rows of ``dataset``.  Labels are recomputed against the best program
-    kept of each task: what a learner that measured only these would know.  ``costs`` gives
-    some rows new timing repeats (row index -> seconds), their cost the median."""
-    directory = Path(dataset)
-    card = read_card(directory).data
-    columns = load_table(directory).to_pydict()
-    for i, secs in (costs or {}).items():
-        columns["run_secs"][i] = list(secs)
-        columns["cost"][i] = float(np.median(secs))
-    rows = np.asarray(rows, dtype=int)
-    kept = {k: [v[i] for i in rows] for k, v in columns.items()}
-    best: dict[tuple, float] = {}
-    for t, h, c in zip(kept["task_id"], kept["hardware"], kept["cost"], strict=True):
-        if c is not None:
-            best[(t, h)] = min(c, best.get((t, h), c))
-    kept["label"] = [0.0 if c is None else best[(t, h)] / c
-                     for t, h, c in zip(kept["task_id"], kept["hardware"], kept["cost"],
-                                        strict=True)]  # fmt: skip
-    tasks = set(kept["task_id"])
-    modules = load_table(directory, table=WORKLOADS).to_pydict()
-    keep_mod = [i for i, t in enumerate(modules["task_id"]) if t in tasks]
-    modules = {k: [v[i] for i in keep_mod] for k, v in modules.items()}
-    return write_dataset(out_dir, kept, modules, description=description,
-                         task_weights=card.get("task_weights") or {},
-                         hardware=card["hardware"], extra=extra)  # fmt: skip
-
-
 def card_markdown(card: dict, columns: dict) -> str:
     """The card for people: what is in the table, per hardware and network, and how it was made."""
     lines = [f"# Dataset card: {card['name']}", "", card["description"] or "(no description)", "",

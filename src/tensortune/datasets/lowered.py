@@ -60,6 +60,17 @@ def lowered_state(dataset: str | Path) -> str:
     return f"{len(rows)} programs ({LOWERED_FILE})"
 
 
+def copy_lowered(dataset: str | Path, out_dir: str | Path, program_ids: list[int]) -> int:
+    """Give a dataset written from some of ``dataset``'s programs (``dataset select``,
+    ``dataset prune``) their lowered-loop features, when ``dataset`` has current ones; returns
+    how many programs got them."""
+    rows = _read(Path(dataset_path(dataset)) / LOWERED_FILE)
+    kept = {} if rows is None else {int(p): rows[int(p)] for p in program_ids if int(p) in rows}
+    if kept:
+        _write(Path(out_dir) / LOWERED_FILE, kept)
+    return len(kept)
+
+
 def _read(path: Path) -> dict[int, np.ndarray] | None:
     """program id -> features (NaN: it did not lower); None without a current file."""
     import pyarrow as pa

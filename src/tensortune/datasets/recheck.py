@@ -102,8 +102,9 @@ def recheck_dataset(
 ) -> dict:
     """Write ``dataset`` with its suspect rows re-measured (where they were measured on this
     machine and ``remeasure``) or dropped to ``out``; returns the report the card keeps."""
-    from tensortune.datasets.build import load_table, read_card, write_subset
+    from tensortune.datasets.build import load_table, read_card
     from tensortune.datasets.shipped import dataset_path
+    from tensortune.datasets.subset import write_subset
     from tensortune.errors import about
 
     tell = progress or (lambda _: None)

@@ -181,8 +181,8 @@ def prune_dataset(dataset: str | Path, method: str, keep: float, out: str | Path
     """Write the programs ``method`` keeps of every group of ``dataset`` (all its hardware) to
     ``out`` as a dataset ``train`` reads; returns its card.  Rows without features (failed
     builds) are kept out, as training leaves them out."""
-    from tensortune.datasets.build import write_subset
     from tensortune.datasets.shipped import dataset_path
+    from tensortune.datasets.subset import write_subset
     from tensortune.train.trainer import dataset_columns
 
     with about("method"):

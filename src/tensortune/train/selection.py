@@ -62,8 +62,8 @@ def select_dataset(dataset: str | Path, selector: str, fraction: float, out: str
     (less the tasks of ``held_out`` networks) to ``out`` as a dataset that ``train`` reads.
     The picks are the study's for the same seed (``grow``, an ``acquisition`` model with
     ``params``, seeded with ``seed``).  Returns the new card."""
-    from tensortune.datasets.build import write_subset
     from tensortune.datasets.shipped import dataset_path
+    from tensortune.datasets.subset import write_subset
     from tensortune.train.trainer import dataset_columns
 
     if not 0 < fraction <= 1:

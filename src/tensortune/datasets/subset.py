@@ -1,0 +1,45 @@
+"""A dataset of some of another's rows: what ``dataset select``, ``dataset prune`` and
+``dataset recheck`` write.  Its own module because it carries both the table (``build``) and
+the lowered-loop features beside it (``lowered``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from tensortune.datasets.build import WORKLOADS, Card, load_table, read_card, write_dataset
+from tensortune.datasets.lowered import copy_lowered
+
+
+def write_subset(dataset: str | Path, rows: np.ndarray, out_dir: str | Path, *,
+                 description: str, extra: dict | None = None,
+                 costs: dict[int, list[float]] | None = None) -> Card:  # fmt: skip
+    """A dataset of some rows of ``dataset``.  Labels are recomputed against the best program
+    kept of each task: what a learner that measured only these would know.  ``costs`` gives
+    some rows new timing repeats (row index -> seconds), their cost the median.  The kept
+    programs' lowered-loop features come along when ``dataset`` has them."""
+    directory = Path(dataset)
+    card = read_card(directory).data
+    columns = load_table(directory).to_pydict()
+    for i, secs in (costs or {}).items():
+        columns["run_secs"][i] = list(secs)
+        columns["cost"][i] = float(np.median(secs))
+    rows = np.asarray(rows, dtype=int)
+    kept = {k: [v[i] for i in rows] for k, v in columns.items()}
+    best: dict[tuple, float] = {}
+    for t, h, c in zip(kept["task_id"], kept["hardware"], kept["cost"], strict=True):
+        if c is not None:
+            best[(t, h)] = min(c, best.get((t, h), c))
+    kept["label"] = [0.0 if c is None else best[(t, h)] / c
+                     for t, h, c in zip(kept["task_id"], kept["hardware"], kept["cost"],
+                                        strict=True)]  # fmt: skip
+    tasks = set(kept["task_id"])
+    modules = load_table(directory, table=WORKLOADS).to_pydict()
+    keep_mod = [i for i, t in enumerate(modules["task_id"]) if t in tasks]
+    modules = {k: [v[i] for i in keep_mod] for k, v in modules.items()}
+    written = write_dataset(out_dir, kept, modules, description=description,
+                            task_weights=card.get("task_weights") or {},
+                            hardware=card["hardware"], extra=extra)  # fmt: skip
+    copy_lowered(directory, out_dir, kept["program_id"])
+    return written
