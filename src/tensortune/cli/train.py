@@ -61,8 +61,8 @@ def train(
             "--param",
             metavar="KEY=VALUE",
             help="A setting of the model, e.g. members=5 (an ensemble of mlp, tlp, pacm or "
-            "hwattn), n_rounds=100, or lowered=1 (xgb, lgbm: read the lowered-loop features of "
-            "`tensortune dataset lower`); repeatable.",
+            "hwattn), n_rounds=100, or lowered=1 (xgb, lgbm, pacm: read the lowered-loop "
+            "features of `tensortune dataset lower`); repeatable.",
         ),
     ] = None,
     as_json: JsonOpt = False,

@@ -11,6 +11,7 @@ in ``trees.py``), refusing what does not fit.
 from __future__ import annotations
 
 import abc
+import dataclasses
 import inspect
 import io
 import json
@@ -20,7 +21,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from tensortune.costmodel.data import ProgramSet
+from tensortune.costmodel.data import ProgramSet, concat_programs
 from tensortune.errors import TensortuneError
 
 FORMAT = "tensortune-cost-model"
@@ -92,14 +93,9 @@ class CostModel(abc.ABC):
 
 
 def _concat(a: ProgramSet, b: ProgramSet) -> ProgramSet:
+    """``b``'s programs after ``a``'s, its groups numbered after ``a``'s."""
     offset = int(a.groups.max()) + 1 if len(a) else 0
-    labels = None if a.labels is None or b.labels is None else np.concatenate([a.labels, b.labels])
-    lowered = (None if a.lowered is None or b.lowered is None
-               else np.concatenate([a.lowered, b.lowered]))  # fmt: skip
-    return ProgramSet(a.per_store + b.per_store, a.tokens + b.tokens,
-                      np.concatenate([a.workload, b.workload]),
-                      np.concatenate([a.hardware, b.hardware]),
-                      np.concatenate([a.groups, b.groups + offset]), labels, lowered)  # fmt: skip
+    return concat_programs([a, dataclasses.replace(b, groups=b.groups + offset)])
 
 
 def to_bytes(save) -> bytes:

@@ -61,9 +61,8 @@ def lowered_state(dataset: str | Path) -> str:
 
 
 def copy_lowered(dataset: str | Path, out_dir: str | Path, program_ids: list[int]) -> int:
-    """Give a dataset written from some of ``dataset``'s programs (``dataset select``,
-    ``dataset prune``) their lowered-loop features, when ``dataset`` has current ones; returns
-    how many programs got them."""
+    """Give a dataset written from some of ``dataset``'s programs (``datasets.subset``) their
+    lowered-loop features, when ``dataset`` has current ones; returns how many got them."""
     rows = _read(Path(dataset_path(dataset)) / LOWERED_FILE)
     kept = {} if rows is None else {int(p): rows[int(p)] for p in program_ids if int(p) in rows}
     if kept:
