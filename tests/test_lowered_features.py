@@ -68,6 +68,43 @@ def test_a_tile_too_big_for_the_registers_shows_as_excess():
     assert f["hot_fma_per_access"] < named(lowered_features(matmul(4), AVX2))["hot_fma_per_access"]
 
 
+def tiled_with_pragma(max_step: int):
+    """matmul(4) whose 4-row tile is left to TVM's auto-unroll, as MetaSchedule's
+    postprocessor writes it: the unroll pragmas on the outermost loop."""
+    from tensortune.compat import tvm
+    from tensortune.workloads.ops import parse_spec
+
+    sch = tvm.s_tir.Schedule(parse_spec("matmul:64,64,64").to_module())
+    i, j, k = sch.get_loops(sch.get_sblock("C"))
+    i0, i1 = sch.split(i, [None, 4])
+    j0, j1 = sch.split(j, [None, 16])
+    sch.reorder(i0, j0, k, i1, j1)
+    sch.vectorize(j1)
+    sch.annotate(i0, "pragma_auto_unroll_max_step", max_step)
+    sch.annotate(i0, "pragma_unroll_explicit", 1)
+    return sch.mod
+
+
+@pytest.mark.parametrize("max_step", [0, 16, 511, 512])
+def test_tvms_unrolling_replayed_in_the_walk_decides_as_tvm_does(max_step):
+    from tensortune.compat import lower_for_codegen
+    from tensortune.features.lowered import summarize_lowered
+
+    mod = tiled_with_pragma(max_step)
+    replayed = named(summarize_lowered(lower_for_codegen(mod, AVX512, unroll=False), AVX512))
+    unrolled = named(summarize_lowered(lower_for_codegen(mod, AVX512), AVX512))
+    # Each of k's 64 iterations holds 8 statements (the 4-row tile's updates and, under
+    # k == 0, their initializations): 512 steps unroll k into j's loop, which becomes the hot
+    # loop; fewer leave k the hot loop, the tile unrolled into it.
+    unrolls_k = max_step >= 512
+    assert replayed["hot_depth"] == unrolled["hot_depth"] == (2 if unrolls_k else 3)
+    assert replayed["hot_fma_lanes"] == unrolled["hot_fma_lanes"] == 64 * (64 if unrolls_k else 1)
+    if not unrolls_k:
+        assert replayed == unrolled
+    else:  # the 4 accumulator rows, stored once per j: TVM's copies read as 24 elements
+        assert replayed["hot_stores"] == 4 < unrolled["hot_stores"]
+
+
 @pytest.mark.parametrize("spec", ["softmax:8,256", "conv2d_nchw:1,16,14,14,16,3,1,1"])
 def test_other_workloads_give_finite_rows(spec):
     from tensortune.workloads.ops import parse_spec
@@ -76,23 +113,33 @@ def test_other_workloads_give_finite_rows(spec):
     assert f["program_log_work"] > 0 and 0 < f["hot_work_share"] <= 1
 
 
-def test_a_batch_lowers_in_workers_and_a_program_past_the_time_limit_costs_only_its_row():
+def long_chain(stages: int):
+    """``stages`` elementwise steps, one block each: TVM takes seconds to lower 2,000 (its
+    unrolled copies, which once took it minutes, are no longer asked for)."""
     from tensortune.compat import tvm
+
+    te = tvm.te
+
+    def step(x, i: int):  # te.compute refuses a lambda with defaults
+        return te.compute((64,), lambda j: x[j] * 1.5 + 1.0, name=f"B{i}")
+
+    x = a = te.placeholder((64,), name="A")
+    for i in range(stages):
+        x = step(x, i)
+    return tvm.IRModule({"main": te.create_prim_func([a, x])})
+
+
+def test_a_batch_lowers_in_workers_and_a_program_past_the_time_limit_costs_only_its_row():
     from tensortune.features.lowered import lowered_features_batch
     from tensortune.measure.pool import WorkerPool
-    from tensortune.workloads.ops import parse_spec
 
-    # 262,144 statements once unrolled: TVM lowers it in tens of seconds, far past the limit.
-    sch = tvm.s_tir.Schedule(parse_spec("matmul:4,512,512").to_module())
-    _, j, k = sch.get_loops(sch.get_sblock("C"))
-    sch.unroll(j)
-    sch.unroll(k)
     jobs = [(matmul(4), AVX512), (None, AVX512), (matmul(None), AVX2)]
     with WorkerPool(1) as pool:
         tiled, unreplayed, naive = lowered_features_batch(jobs, pool)
         np.testing.assert_array_equal(tiled, lowered_features(matmul(4), AVX512))
         np.testing.assert_array_equal(naive, lowered_features(matmul(None), AVX2))
         assert np.isnan(unreplayed).all()
-        slow, again = lowered_features_batch([(sch.mod, AVX2), jobs[0]], pool, timeout_s=2.0)
+        (slow,) = lowered_features_batch([(long_chain(2000), AVX2)], pool, timeout_s=0.5)
         assert np.isnan(slow).all()
+        (again,) = lowered_features_batch([jobs[0]], pool)
         np.testing.assert_array_equal(again, tiled)  # the pool went on with a fresh worker

@@ -186,16 +186,28 @@ def build_ready(mod: tvm.IRModule) -> tvm.IRModule:
     return RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
 
 
-def lower_for_codegen(mod: tvm.IRModule, target: dict) -> tvm.IRModule:
+def lower_for_codegen(mod: tvm.IRModule, target: dict, *, unroll: bool = True) -> tvm.IRModule:
     """``mod`` lowered by TVM's default TIR pipeline for ``target``: loops unrolled and
     vectorized as LLVM will receive them, before host/device split and code generation.
     The same steps as ``tvm.tirx.build`` up to its pipeline (BindTarget first: the passes
-    read the target from the functions)."""
+    read the target from the functions).  ``unroll=False`` leaves out the pipeline's
+    ``UnrollLoop``: the loops it would copy out stay loops under their unroll pragmas, and the
+    simplifiers after it run on one body instead of hundreds of copies (several times faster:
+    benchmarks/RESULTS.md, stop 51)."""
     t = tvm.target.Target(target)
     t = t.with_host(t.host or t)
     mod = tvm.tirx.transform.BindTarget(t)(build_ready(mod))
     pipeline, _, _ = tvm.tirx.get_default_tir_pipeline(t)
-    return pipeline(mod)
+    if unroll:
+        return pipeline(mod)
+    ctx = tvm.transform.PassContext.current()  # kept as it is, less the one pass
+    without = tvm.transform.PassContext(
+        opt_level=ctx.opt_level, required_pass=list(ctx.required_pass),
+        disabled_pass=[*ctx.disabled_pass, "tirx.UnrollLoop"],
+        instruments=list(ctx.instruments), config=dict(ctx.config),
+    )  # fmt: skip
+    with without:
+        return pipeline(mod)
 
 
 __all__ = [

@@ -326,7 +326,7 @@ def lower(
 ) -> None:
     """Compute the lowered-loop features (the register tile TVM hands LLVM) of a dataset's
     programs into lowered.parquet beside its table, so that models with `--param lowered=1`
-    can train on it.  ~65 ms a program (mean); a killed run resumes where it stopped.
+    can train on it.  ~15-40 ms a program; a killed run resumes where it stopped.
 
     Example: tensortune dataset lower --dataset my-dataset
     """

@@ -70,9 +70,9 @@ class LearnedCostModel(PyCostModel):
         self._lower_pool: WorkerPool | None = None  # started on the first lowering
 
     def _lowering(self) -> WorkerPool:
-        """Workers that lower candidates for a model reading lowered-loop features: TVM takes
-        minutes over a few schedules, which must cost a search a time limit, not a stall.  One
-        per usable core: the search waits on them (candidates are scored between measured
+        """Workers that lower candidates for a model reading lowered-loop features: TVM may
+        crash or hang on an odd schedule, which must cost a search a time limit, not the run.
+        One per usable core: the search waits on them (candidates are scored between measured
         batches), and lowering is most of the features' cost."""
         if self._lower_pool is None:
             self._lower_pool = WorkerPool(min(usable_cores(), _LOWER_WORKERS))

@@ -11,7 +11,7 @@ buffer, up to 5 buffers per block) tagged with the stage's role, under self-atte
 ``lowered=1`` adds a third branch: the program's lowered-loop features (``features.lowered``:
 the register tile LLVM will receive), log-scaled (they are counts spanning five decades) with
 a flag for a program whose lowering failed or timed out.  Candidates in a search then pay the
-lowering (~65 ms each, mean), as they do for ``xgb``'s setting of the same name.
+lowering (~13 ms each, mean), as they do for ``xgb``'s setting of the same name.
 """
 
 from __future__ import annotations

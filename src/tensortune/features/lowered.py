@@ -3,17 +3,26 @@
 Why: ``features.code`` showed that what ranks schedules on held-out networks is how many FMAs
 each memory access feeds in the hot loop (register blocking): one count carried half of
 XGBoost's gain and lifted held-out PCA by 8 points.  That count is already visible one step
-before LLVM, in TVM's lowered TIR, where the unroll and vectorize annotations have been
-applied: the innermost loop that stays a loop holds the unrolled micro-kernel, its vector
-FMAs, the loads that feed them and the accumulators kept in small local buffers.  Lowering
-takes a median ~15 ms a program against ~100-300 ms for LLVM's code generation, so these
-features can be computed for a search's candidates, not only for programs about to be built.
+before LLVM, in TVM's lowered TIR, where the vectorize annotations have been applied and the
+unroll ones are about to be: the innermost loop that stays a loop holds the unrolled
+micro-kernel, its vector FMAs, the loads that feed them and the accumulators kept in small
+local buffers.  Lowering takes ~5-20 ms a program against ~100-300 ms for LLVM's code
+generation, so these features can be computed for a search's candidates, not only for
+programs about to be built.
 
-How: the module is lowered by TVM's own pipeline for its target (``compat.lower_for_codegen``)
-and walked once, recording for every ``for`` its arithmetic and its memory accesses, each with
-the coefficient of every enclosing loop variable in its flat index.  Then what LLVM does next
-is replayed, innermost loops first: a scalar loop whose accesses are contiguous or invariant
-is vectorized (LLVM's loop vectorizer), and a short loop is fully unrolled into its parent.
+How: the module is lowered by TVM's own pipeline for its target less its ``UnrollLoop`` pass
+(``compat.lower_for_codegen(..., unroll=False)``) and walked once, recording for every ``for``
+its arithmetic and its memory accesses, each with the coefficient of every enclosing loop
+variable in its flat index.  TVM's unrolling is replayed in the walk instead: each loop is
+judged by the pass's own rule (``_Walker._unroll``, from the ``pragma_auto_unroll_max_step``
+MetaSchedule writes) and, if the pass would unroll it, counted as that many copies of its body
+(an element read again in every copy counts once, unless more than ``_REUSE_WINDOW`` accesses
+come between).  Run, the pass hands TVM's simplifiers hundreds of copies: it made a few
+programs take seconds and the mean ~56 ms a program (lowering, walk and the module's trip back
+from a worker), against ~13 ms replayed, at the same held-out accuracy (benchmarks/RESULTS.md,
+stop 51).  Then what LLVM does next is replayed, innermost loops first: a scalar loop whose
+accesses are contiguous or invariant is vectorized (LLVM's loop vectorizer), and a short loop
+is fully unrolled into its parent.
 LLVM's SLP vectorizer (packing an unrolled body's neighbouring scalars) and vectorized sums
 are left out: modelled, they ranked the dense pool's programs worse (the per-task Spearman
 correlation of the hot loop's FMAs per access with throughput fell from 0.76 to 0.75-0.62).
@@ -24,12 +33,12 @@ stores, accumulators (elements read and written at the same place every iteratio
 buffers of the function's own at fixed places: LLVM keeps both in registers), invariant loads
 and how far all these overflow the register file.  Estimates of what LLVM will emit, not a
 substitute for ``features.code``; what they are worth is measured in
-``benchmarks/code_features.py --features lowered``.
+``benchmarks/code_features.py --features lowered``.  Not replayed: the constant folding of an
+unrolled body (a Winograd transform's multiplications by 0 and 1 count as FMAs).
 
-TVM lowers most programs in ~15 ms (the mean is ~65 ms) but a few pathological unrolls for
-minutes, so callers that
-meet arbitrary schedules (a dataset, a search) lower in the measurement pool's workers under a
-time limit (``lowered_features_batch``).
+Callers that meet arbitrary schedules (a dataset, a search) lower and walk in the measurement
+pool's workers under a time limit (``lowered_features_batch``): TVM may still crash or hang on
+an odd schedule, and only the features travel back.
 """
 
 from __future__ import annotations
@@ -53,7 +62,11 @@ LOWERED_FEATURE_NAMES: tuple[str, ...] = (
     "program_vector_share", "program_fma_per_access",
 )  # fmt: skip
 LOWERED_WIDTH = len(LOWERED_FEATURE_NAMES)
-LOWERED_VERSION = 1  # bumped whenever what a feature counts changes: stored rows go stale
+LOWERED_VERSION = 2  # bumped whenever what a feature counts changes: stored rows go stale
+
+_UNROLL_PRAGMAS = ("pragma_auto_unroll_max_step", "pragma_unroll_explicit")
+_UNROLL_DEPTH = 8  # UnrollLoop's default ``auto_max_depth``
+_REUSE_WINDOW = 64  # accesses between two of one element for the second to count as free
 
 # LLVM fully unrolls a loop of constant trip count when the unrolled body stays under a size
 # budget (~300 instructions at -O3); one unit here (an operation or an access) is about two
@@ -79,6 +92,9 @@ class _Access:
     register: bool  # a buffer of the function's own at a fixed place: a register in LLVM
     coef: dict  # loop variable -> its coefficient in the flat index (None: not linear)
     copies: float = 1.0  # distinct elements once inner loops are unrolled into this one
+    # A buffer of the function's own indexed by these loop variables only: once TVM unrolls
+    # them all, every copy is at a fixed place (a register).  None: not such an access.
+    pending: frozenset | None = None
 
 
 @dataclass
@@ -92,6 +108,7 @@ class _Loop:
     arith: float = 0.0  # lanes of other float arithmetic
     calls: float = 0.0
     vector_ops: bool = False  # some arithmetic is already vector (TVM vectorized it)
+    tvm_unrolled: bool = False  # TVM's UnrollLoop would copy its body out (``_Walker._unroll``)
     accesses: list[_Access] = field(default_factory=list)
     children: list[_Loop] = field(default_factory=list)
 
@@ -108,13 +125,23 @@ class _Walker:
         self.binds: dict[str, Any] = {}  # let-bound variable -> its value
         self.enclosing: list[str] = []  # loop variables around the statement walked
         self._coef_cache: dict[tuple[str, str], int | None] = {}
+        # TVM's UnrollLoop, replayed instead of run (``_unroll``): the innermost pragmas'
+        # settings, and the pass's counters (statements unrolled so far, unrolled and kept
+        # loops below the statement walked).
+        self.max_step, self.explicit = 0, True
+        self.steps = self.unrolled_depth = self.kept_depth = 0
 
     # -- statements ---------------------------------------------------------------------------
     def stmt(self, s: Any, loop: _Loop) -> None:
         t = self.t
         if isinstance(s, t.SeqStmt):
-            for child in s.seq:
+            for child in s.seq:  # the pass counts each statement of a sequence apart
+                outer = (self.steps, self.unrolled_depth, self.kept_depth)
+                self.steps = self.unrolled_depth = self.kept_depth = 0
                 self.stmt(child, loop)
+                self.steps += outer[0]
+                self.unrolled_depth = max(self.unrolled_depth, outer[1])
+                self.kept_depth = max(self.kept_depth, outer[2])
         elif isinstance(s, t.For):
             value = getattr(s.extent, "value", None)
             inner = _Loop(s.loop_var.name, float(value) if isinstance(value, int) else None,
@@ -124,10 +151,20 @@ class _Walker:
             self.enclosing.append(inner.var)
             self.stmt(s.body, inner)
             self.enclosing.pop()
+            self._unroll(s, inner)
+        elif isinstance(s, t.AttrStmt) and s.attr_key in _UNROLL_PRAGMAS:
+            saved = (self.max_step, self.explicit)
+            if s.attr_key == "pragma_auto_unroll_max_step":
+                self.max_step = int(_const(s.value))
+            else:
+                self.explicit = bool(_const(s.value))
+            self.stmt(s.body, loop)
+            self.max_step, self.explicit = saved
         elif isinstance(s, t.Bind):
             self.binds[s.var.name] = s.value
             self.expr(s.value, loop)
         elif isinstance(s, t.BufferStore):
+            self.steps += 1
             for i in s.indices:
                 self.expr(i, loop)
             self.expr(s.value, loop)
@@ -140,11 +177,33 @@ class _Walker:
             if s.else_case is not None:
                 self.stmt(s.else_case, loop)
         elif isinstance(s, t.Evaluate):
+            self.steps += 1
             self.expr(s.value, loop)
         elif not isinstance(s, t.AssertStmt):
             body = getattr(s, "body", None)  # AttrStmt, DeclBuffer, While, ...
             if isinstance(body, t.Stmt):
                 self.stmt(body, loop)
+
+    def _unroll(self, s: Any, loop: _Loop) -> None:
+        """Whether TVM's UnrollLoop pass would copy this loop's body out, decided as the pass
+        decides (tirx/transforms/unroll_loop.cc), its body walked: a loop marked unrolled, or a
+        serial loop of constant extent with no kept loop inside, at most ``_UNROLL_DEPTH``
+        unrolled ones, and extent x statements within the ``pragma_auto_unroll_max_step``
+        around it.  The features lower with the pass left out
+        (``compat.lower_for_codegen(..., unroll=False)``): TVM's simplifiers then meet the
+        loop once instead of every copy, which made most of the lowering's time."""
+        extent = int(loop.extent) if loop.extent is not None else -1
+        unroll = (s.kind == self.t.ForKind.SERIAL and extent >= 0 and self.kept_depth == 0
+                  and self.unrolled_depth <= _UNROLL_DEPTH
+                  and extent * self.steps <= self.max_step)  # fmt: skip
+        unroll |= s.kind == self.t.ForKind.UNROLLED and extent >= 0
+        if unroll:
+            self.steps *= extent
+            self.unrolled_depth += 1
+        else:
+            self.kept_depth += 1
+        # Not explicit: the pass only marks the loop for LLVM, which the walk models anyway.
+        loop.tvm_unrolled = unroll and self.explicit
 
     # -- expressions --------------------------------------------------------------------------
     def expr(self, e: Any, loop: _Loop) -> None:
@@ -179,18 +238,39 @@ class _Walker:
     def _access(self, buf: Any, indices: Any, loop: _Loop, *, store: bool) -> None:
         t = self.t
         element = (buf.name, str(indices))
-        if any(a.element == element and a.store == store for a in loop.accesses[-64:]):
+        if any(a.element == element and a.store == store
+               for a in loop.accesses[-_REUSE_WINDOW:]):  # fmt: skip
             return  # the same element twice in one iteration: one access
         index = indices[-1] if len(indices) else None
         width = _lanes(index) if index is not None else 1
-        fixed = all(isinstance(i, t.IntImm) for i in indices)
         base = index.base if isinstance(index, t.Ramp) else index
         coef = {v: (self._coef(base, v) if base is not None else 0) for v in self.enclosing}
+        pending = None
+        if buf.name in self.allocated and all(self._loop_index(i) for i in indices):
+            pending = frozenset(v for v, c in coef.items() if c != 0)
         loop.accesses.append(_Access(
             element, store, width,
             contiguous=isinstance(index, t.Ramp) and _const(index.stride) == 1,
-            register=buf.name in self.allocated and fixed, coef=coef,
+            register=pending == frozenset(), coef=coef, pending=pending,
         ))  # fmt: skip
+
+    def _loop_index(self, e: Any) -> bool:
+        """Whether ``e`` is made of constants and loop variables only (let-bound variables
+        seen through): fixed once the loops are unrolled."""
+        t = self.t
+        if isinstance(e, t.Var):
+            if e.name in self.binds:
+                return self._loop_index(self.binds[e.name])
+            return e.name in self.enclosing
+        if isinstance(e, t.IntImm):
+            return True
+        if isinstance(e, t.Ramp):
+            return self._loop_index(e.base) and isinstance(e.stride, t.IntImm)
+        if isinstance(e, t.Add | t.Sub | t.Mul | t.FloorDiv | t.FloorMod):
+            return self._loop_index(e.a) and self._loop_index(e.b)
+        if isinstance(e, t.Cast):
+            return self._loop_index(e.value)
+        return False
 
     def _coef(self, e: Any, v: str) -> int | None:
         """The coefficient of loop variable ``v`` in integer expression ``e`` (0: independent,
@@ -281,26 +361,52 @@ def _vectorize(loop: _Loop, lanes: int) -> None:
 
 
 def _settle(loop: _Loop, lanes: int) -> None:
-    """Vectorize and fully unroll, innermost loops first, as LLVM would."""
+    """Unroll what TVM unrolls, then vectorize and fully unroll as LLVM would, innermost loops
+    first."""
     for child in loop.children:
         _settle(child, lanes)
     kept = []
     for child in loop.children:
+        if child.tvm_unrolled:  # copied out before LLVM sees it: never vectorized as a loop
+            _unroll_into(loop, child, kept, by_tvm=True)
+            continue
         _vectorize(child, lanes)
         if child.children or not child.extent or child.parallel or (
                 child.extent * _size(child, lanes) > UNROLL_BUDGET):  # fmt: skip
             kept.append(child)
             continue
-        n = child.extent  # unrolled into this loop's body
-        loop.fma += child.fma * n
-        loop.arith += child.arith * n
-        loop.calls += child.calls * n
-        loop.vector_ops |= child.vector_ops
-        for a in child.accesses:
-            moves = a.coef.get(child.var, 0) != 0
-            loop.accesses.append(_Access(a.element, a.store, a.width, a.contiguous, a.register,
-                                         a.coef, a.copies * (n if moves else 1)))  # fmt: skip
+        _unroll_into(loop, child, kept, by_tvm=False)
     loop.children = kept
+
+
+def _unroll_into(loop: _Loop, child: _Loop, kept: list[_Loop], *, by_tvm: bool) -> None:
+    """Copy ``child``'s body ``extent`` times into ``loop``'s: an access that moves with the
+    child's variable becomes that many distinct elements, and (``by_tvm``: TVM unrolls it) a
+    local buffer's element indexed by unrolled variables only is at a fixed place in every
+    copy.  Loops ``child`` kept (a loop marked unrolled around a loop that is not) become that
+    many loops, counted as one of as many more trips."""
+    n = child.extent or 1.0
+    loop.fma += child.fma * n
+    loop.arith += child.arith * n
+    loop.calls += child.calls * n
+    loop.vector_ops |= child.vector_ops
+    # An element every copy reads again stays in a register only if few accesses come between
+    # (the walk's own window, ``_REUSE_WINDOW``); LLVM reloads it from farther apart.
+    per_copy = sum(a.copies for a in child.accesses)
+    reloaded = by_tvm and per_copy > _REUSE_WINDOW
+    for a in child.accesses:
+        moves = a.coef.get(child.var, 0) != 0 or reloaded
+        pending = a.pending
+        if by_tvm and pending is not None:
+            pending = pending - {child.var}
+        loop.accesses.append(_Access(a.element, a.store, a.width, a.contiguous,
+                                     a.register or pending == frozenset(), a.coef,
+                                     a.copies * (n if moves else 1), pending))  # fmt: skip
+    for grandchild in child.children:
+        for x in _loops(grandchild):
+            x.trips *= n
+            x.depth -= 1
+        kept.append(grandchild)
 
 
 def _loops(loop: _Loop) -> list[_Loop]:
@@ -398,21 +504,21 @@ def lowered_features(mod: Any, target: dict) -> np.ndarray:
     """The lowered-loop features of a scheduled module on ``target`` (a target dict)."""
     from tensortune.compat import lower_for_codegen
 
-    return summarize_lowered(lower_for_codegen(mod, target), target)
+    return summarize_lowered(lower_for_codegen(mod, target, unroll=False), target)
 
 
-LOWER_TIMEOUT_S = 60.0  # TVM lowers most programs in ~15 ms; a few unrolls take it minutes
+LOWER_TIMEOUT_S = 60.0  # programs lower in ~5-20 ms: the limit is for one TVM hangs on
 
 
 def lowered_features_batch(jobs: list[tuple[Any, dict]], pool: WorkerPool,
                            timeout_s: float = LOWER_TIMEOUT_S) -> list[np.ndarray]:  # fmt: skip
-    """Lowered-loop features of ``(module, target)`` pairs, lowered in ``pool``'s workers (the
-    walk runs here): a module that is None, fails, crashes or overruns ``timeout_s`` (a Winograd
-    transform under a 512-step unroll kept TVM busy for minutes) gives NaN."""
+    """Lowered-loop features of ``(module, target)`` pairs, lowered and walked in ``pool``'s
+    workers: a module that is None, fails, crashes or overruns ``timeout_s`` gives NaN."""
     out = [np.full(LOWERED_WIDTH, np.nan, np.float32) for _ in jobs]
     runnable = [j for j, (mod, _) in enumerate(jobs) if mod is not None]
-    outcomes = pool.map("lower", [jobs[j] for j in runnable], timeout_s)
+    # The walk runs in the worker too: the features come back, not the lowered module.
+    outcomes = pool.map("lower", [(*jobs[j], summarize_lowered) for j in runnable], timeout_s)
     for j, got in zip(runnable, outcomes, strict=True):
         if got.kind == "ok":
-            out[j] = summarize_lowered(got.value, jobs[j][1])
+            out[j] = got.value
     return out

@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from typing import Any
 
 Signature = list[tuple[str, list[int]]]  # (dtype, shape) of each argument, in order
@@ -59,12 +60,16 @@ def assembly(mod: Any, target: dict) -> str:
     return _compile(mod, target).mod.inspect_source("asm")
 
 
-def lower(mod: Any, target: dict) -> Any:
-    """The module as TVM lowers it for ``target``, just before LLVM (``features.lowered``
-    reads it); in a worker because a pathological schedule can take TVM minutes."""
+def lower(mod: Any, target: dict, read: Callable[[Any, dict], Any] | None = None) -> Any:
+    """The module as TVM lowers it for ``target``, just before LLVM, less TVM's unrolling
+    (``features.lowered`` replays that), or what ``read(lowered, target)`` makes of it: the
+    caller's reading of the module, done here so that a few numbers travel back instead of
+    the module (~100 KB pickled).  In a worker because a pathological schedule can keep TVM
+    busy for minutes."""
     from tensortune.compat import lower_for_codegen
 
-    return lower_for_codegen(mod, target)
+    lowered = lower_for_codegen(mod, target, unroll=False)
+    return lowered if read is None else read(lowered, target)
 
 
 def _compile(mod: Any, target: dict) -> Any:
