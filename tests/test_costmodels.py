@@ -131,10 +131,11 @@ def test_files_from_elsewhere_are_refused(fitted, tmp_path):
     with zipfile.ZipFile(path) as z:
         meta, state = json.loads(z.read("meta.json")), z.read("state.bin")
 
-    def rewrite(name: str, **changes) -> str:
+    def rewrite(name: str, drop: tuple[str, ...] = (), **changes) -> str:
         out = tmp_path / name
         with zipfile.ZipFile(out, "w") as z:
-            z.writestr("meta.json", json.dumps({**meta, **changes}))
+            kept = {k: v for k, v in {**meta, **changes}.items() if k not in drop}
+            z.writestr("meta.json", json.dumps(kept))
             z.writestr("state.bin", state)
         return str(out)
 
@@ -144,6 +145,13 @@ def test_files_from_elsewhere_are_refused(fitted, tmp_path):
         load_cost_model(rewrite("s", feature_schema="0000"))
     with pytest.raises(TensortuneError, match="unknown cost model 'nope'"):
         load_cost_model(rewrite("k", kind="nope"))
+    if fitted.uses_lowered:  # features counted another way than this tensortune counts them
+        with pytest.raises(TensortuneError, match=r"lowered-loop features of version 1.*refit"):
+            load_cost_model(rewrite("l", lowered_version=1))
+        with pytest.raises(TensortuneError, match=r"lowered-loop features of version 1.*refit"):
+            load_cost_model(rewrite("l0", drop=("lowered_version",)))  # saved before the stamp
+    else:  # a model that never reads them does not care
+        load_cost_model(rewrite("l", lowered_version=1))
     (tmp_path / "junk").write_bytes(b"not a zip")
     with pytest.raises(TensortuneError, match="not a tensortune cost model"):
         load_cost_model(tmp_path / "junk")

@@ -80,11 +80,13 @@ class CostModel(abc.ABC):
         from importlib.metadata import version
 
         from tensortune.features import schema_hash
+        from tensortune.features.lowered import LOWERED_VERSION
 
         if not self.fitted:
             raise TensortuneError("save: the model has not been fitted")
         meta = {"format": FORMAT, "format_version": FORMAT_VERSION, "kind": self.kind,
                 "params": self.get_params(), "feature_schema": schema_hash(),
+                "lowered_version": LOWERED_VERSION if self.uses_lowered else None,
                 "tensortune": version("tensortune"),
                 "provenance": getattr(self, "provenance_", None)}  # fmt: skip
         with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as z:

@@ -82,6 +82,7 @@ def load_cost_model(path: str | Path) -> CostModel:
     the file); whatever is wrong ends in one ``TensortuneError`` naming the file.
     """
     from tensortune.features import schema_hash
+    from tensortune.features.lowered import LOWERED_VERSION
 
     meta, state = _members(path)
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
@@ -106,6 +107,15 @@ def load_cost_model(path: str | Path) -> CostModel:
             raise TensortuneError("its provenance is not an object with text dataset and split")
     except TensortuneError as e:
         raise TensortuneError(f"{path}: {e}") from None
+    # Lowered-loop features change apart from the schema (only models that read them care);
+    # files from before the stamp read version 1.
+    lowered_version = meta.get("lowered_version", 1)
+    if model.uses_lowered and lowered_version != LOWERED_VERSION:
+        raise TensortuneError(
+            f"{path} reads lowered-loop features of version {shown(lowered_version)}, this "
+            f"tensortune computes version {LOWERED_VERSION}: refit it (`tensortune train "
+            "--param lowered=1`)"
+        )
     try:
         model._restore(state)
     except TensortuneError as e:
