@@ -179,6 +179,28 @@ def test_finetune_reads_a_metaschedule_database_as_this_machines(tmp_path):
     assert {h.split("@")[1] for h in columns["hardware"]} == {current_hardware().id[:8]}
 
 
+def test_a_model_reading_lowered_features_gets_them_from_a_metaschedule_database(tmp_path):
+    """MetaSchedule records carry traces, not lowered-loop features: finetune and evaluate
+    lower the records' programs for a model that reads them, as ``dataset lower`` does."""
+    from conftest import fill
+
+    from tensortune.records import open_records
+    from tensortune.records.interop import export_records
+    from tensortune.train.finetune import sample_set
+    from tensortune.train.trainer import evaluate, records_columns
+
+    with open_records(f"sqlite:///{tmp_path / 'r.db'}") as store:
+        fill(store, "matmul:16,16,16", [3e-5, 1e-5, 2e-5, None, 4e-5, 6e-5])
+        export_records(store, tmp_path / "db")
+    columns, _ = records_columns(tmp_path / "db", measured_here=True, lowered=True)
+    ran = np.isfinite(np.asarray(columns["cost"], float))
+    assert np.isfinite(columns["lowered"][ran]).all()
+    model = model_class("xgb")(n_rounds=5, refine_rounds=2, lowered=1)
+    model.fit(sample_set(columns, sample_rows(columns, 5))).save(tmp_path / "m.ttm")
+    assert finetune(tmp_path / "m.ttm", tmp_path / "db", samples=5).samples == 5
+    assert 0.0 <= evaluate(tmp_path / "m.ttm", test_records=tmp_path / "db")["pca"] <= 1.0
+
+
 def _tasks(signs: list[float], seed: int) -> ProgramSet:
     """One task of 20 programs per sign, all on one machine (hardware vector 0)."""
     data = concat_programs([_machine(20, seed + t, sign=s) for t, s in enumerate(signs)])

@@ -231,7 +231,8 @@ def finetune(
         estimator = model if isinstance(model, CostModel) else load_cost_model(model)
     with about("records"):
         if _is_metaschedule_database(records):
-            columns, _ = records_columns(records, measured_here=True)
+            columns, _ = records_columns(records, measured_here=True,
+                                         lowered=estimator.uses_lowered)  # fmt: skip
         else:
             columns, _ = dataset_columns(records)
     rows = sample_rows(columns, samples, seed, hardware)

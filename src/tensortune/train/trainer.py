@@ -197,11 +197,15 @@ def _model(cost_model: str | Path | CostModel, target: dict | str | None) -> Cos
     return load_cost_model(cost_model)
 
 
-def records_columns(directory: str | Path, *, measured_here: bool = False) -> tuple[dict, dict]:
+def records_columns(directory: str | Path, *, measured_here: bool = False,
+                    lowered: bool = False) -> tuple[dict, dict]:  # fmt: skip
     """A MetaSchedule JSON database's records as a dataset's columns and card (built in a
     temporary directory); ``measured_here`` takes them as this machine's measurements, so
-    their hardware vector is this machine's."""
+    their hardware vector is this machine's; ``lowered``: with the programs' lowered-loop
+    features (``dataset lower``'s, one worker per usable core), for a model that reads them."""
     from tensortune.datasets.build import build_dataset
+    from tensortune.datasets.lowered import lower_dataset
+    from tensortune.hardware import usable_cores
     from tensortune.records import open_records
     from tensortune.records.interop import import_records
 
@@ -210,12 +214,14 @@ def records_columns(directory: str | Path, *, measured_here: bool = False) -> tu
         with open_records(url) as store:
             import_records(store, directory, measured_here=measured_here)
             card = build_dataset(store, Path(tmp) / "dataset").data
+        if lowered:
+            lower_dataset(Path(tmp) / "dataset", workers=usable_cores())
         columns, _ = dataset_columns(Path(tmp) / "dataset")
     return columns, card
 
 
 def _evaluate_records(estimator: CostModel, directory: str | Path, plot=None) -> dict:
-    columns, card = records_columns(directory)
+    columns, card = records_columns(directory, lowered=estimator.uses_lowered)
     everything = np.ones(len(columns["task_id"]), bool)
     scores, _ = score_model(estimator, columns, everything, card, plot)
     return scores
