@@ -67,7 +67,9 @@ class LearnedCostModel(PyCostModel):
         self._workload: dict[str, np.ndarray] = {}
         self._hardware = F.hardware_vector(self.platform)
         self._memo: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray | None]] = {}
-        self._lower_pool: WorkerPool | None = None  # started on the first lowering
+        self._lower_pool: WorkerPool | None = None
+        if self.model.uses_lowered:  # the workers import TVM while the tuner sets up
+            self._lowering().start()
 
     def _lowering(self) -> WorkerPool:
         """Workers that lower candidates for a model reading lowered-loop features: TVM may
