@@ -64,8 +64,8 @@ def lower(mod: Any, target: dict, read: Callable[[Any, dict], Any] | None = None
     """The module as TVM lowers it for ``target``, just before LLVM, less TVM's unrolling
     (``features.lowered`` replays that), or what ``read(lowered, target)`` makes of it: the
     caller's reading of the module, done here so that a few numbers travel back instead of
-    the module (~100 KB pickled).  In a worker because a pathological schedule can keep TVM
-    busy for minutes."""
+    the module (~100 KB pickled).  In a worker because TVM may crash or hang on an odd
+    schedule."""
     from tensortune.compat import lower_for_codegen
 
     lowered = lower_for_codegen(mod, target, unroll=False)
