@@ -200,11 +200,12 @@ def lower_for_codegen(mod: tvm.IRModule, target: dict, *, unroll: bool = True) -
     pipeline, _, _ = tvm.tirx.get_default_tir_pipeline(t)
     if unroll:
         return pipeline(mod)
-    ctx = tvm.transform.PassContext.current()  # kept as it is, less the one pass
+    # The caller's context, less the one pass.  Its instruments stay out: entered again here,
+    # they would be exited here too, and a PassTimingInstrument around would lose its profile.
+    ctx = tvm.transform.PassContext.current()
     without = tvm.transform.PassContext(
         opt_level=ctx.opt_level, required_pass=list(ctx.required_pass),
-        disabled_pass=[*ctx.disabled_pass, "tirx.UnrollLoop"],
-        instruments=list(ctx.instruments), config=dict(ctx.config),
+        disabled_pass=[*ctx.disabled_pass, "tirx.UnrollLoop"], config=dict(ctx.config),
     )  # fmt: skip
     with without:
         return pipeline(mod)

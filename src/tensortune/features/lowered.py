@@ -392,8 +392,7 @@ def _unroll_into(loop: _Loop, child: _Loop, kept: list[_Loop], *, by_tvm: bool) 
     loop.vector_ops |= child.vector_ops
     # An element every copy reads again stays in a register only if few accesses come between
     # (the walk's own window, ``_REUSE_WINDOW``); LLVM reloads it from farther apart.
-    per_copy = sum(a.copies for a in child.accesses)
-    reloaded = by_tvm and per_copy > _REUSE_WINDOW
+    reloaded = by_tvm and sum(a.copies for a in child.accesses) > _REUSE_WINDOW
     for a in child.accesses:
         moves = a.coef.get(child.var, 0) != 0 or reloaded
         pending = a.pending
