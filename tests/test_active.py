@@ -171,6 +171,41 @@ def test_the_study_scores_every_selector_and_the_whole_pool_on_held_out_networks
     assert summary[("random", 0.03)]["measured"] == round(0.03 * s["pool_programs"])
 
 
+def test_a_prior_brings_other_cpus_rows_and_nothing_of_the_pools_cpu_or_held_out_tasks():
+    from tensortune.compare.active_learning import load_study_data, prior_rows
+    from tensortune.train.trainer import dataset_columns
+
+    cols = dataset_columns("default")[0]
+    rows = prior_rows(cols, HW, ["gpt2-block"], {"some-task-key"})
+    held_tasks = {t for t, ns in zip(cols["task"], cols["networks"], strict=True)
+                  if "gpt2-block" in ns}  # fmt: skip
+    assert len(rows) > 1000 and held_tasks
+    assert not any(cols["hardware"][i].endswith("@eab22ab1") for i in rows)
+    assert {cols["hardware"][i].split("@")[0] for i in rows} >= {"avx512-2c", "avx512-1c"}
+    assert not {cols["task"][i] for i in rows} & held_tasks
+    everything = prior_rows(cols, HW, [], set())
+    assert len(everything) > len(rows) and set(rows) < set(everything)
+    banned = {cols["task"][rows[0]]}
+    rest = prior_rows(cols, HW, ["gpt2-block"], banned)
+    assert 0 < len(rest) < len(rows) and {cols["task"][i] for i in rest}.isdisjoint(banned)
+
+    data = load_study_data("default", ["gpt2-block"], hardware=HW, prior="default")
+    prior = data.prior
+    assert len(prior) > 1000
+    assert not set(prior.groups.tolist()) & set(data.pool.task.tolist())  # apart from the pool's
+
+    result = study("default", held_out=["gpt2-block"], hardware=HW, selectors=["random"],
+                   fractions=[0.02, 1], models=["xgb"], seeds=[0], params={"xgb": FAST_XGB},
+                   data=data)  # fmt: skip
+    summary = {e["selector"]: e for e in result.summary()}
+    assert set(summary) == {"prior", "random", "all"}
+    assert summary["prior"]["measured"] == 0 and summary["prior"]["fraction"] == 0
+    assert result.setup["prior"]["programs"] == len(prior)
+    assert 0.3 < summary["prior"]["pca"] < 1
+    with pytest.raises(TensortuneError, match=r"prior: pool has no rows of another CPU"):
+        load_study_data("pool", ["gpt2-block"], prior="pool")  # one CPU's
+
+
 def test_the_study_refuses_what_it_cannot_do():
     with pytest.raises(TensortuneError, match="held-out networks"):
         study("default", held_out=[], hardware=HW)
@@ -224,7 +259,9 @@ def test_bench_al_prints_json_and_draws_its_plot(tmp_path):
     assert report["setup"]["held_out"] == ["gpt2-block"]
     assert (tmp_path / "al.png").stat().st_size > 10_000
     for extra, says in ((["--param", "xgb.nosuch=1"], "nosuch"), (["--seeds", "0"], "seeds"),
-                        (["--fractions", "nan"], "fractions")):  # fmt: skip
+                        (["--fractions", "nan"], "fractions"),
+                        (["--prior", "nosuch"], "--prior: nosuch is not"),
+                        (["--test-dataset", "x"], "--test-dataset: x is not")):  # fmt: skip
         bad = subprocess.run([*cli, *extra], capture_output=True, text=True)
         assert bad.returncode != 0 and says in bad.stderr
         assert len(bad.stderr.strip().splitlines()) == 1

@@ -427,6 +427,14 @@ def active_learning(
         ),
     ] = None,
     hardware: StudyHardwareOpt = None,
+    prior: Annotated[
+        str | None,
+        typer.Option(
+            metavar="DATASET",
+            help="Rows of other CPUs every model also learns from (e.g. default): what "
+            "measuring on a CPU new to that dataset adds.",
+        ),
+    ] = None,
     fractions: Annotated[
         str, typer.Option(metavar="F[,F...]", help="Shares of the pool to measure.")
     ] = "0.01,0.02,0.03,0.05,0.1,0.2,1",
@@ -460,7 +468,7 @@ def active_learning(
         result = study(dataset, held_out=held, selectors=selector or SELECTOR_NAMES,
                        fractions=fracs, models=[m for m in models.split(",") if m],
                        seeds=range(seeds), test_dataset=test_dataset, hardware=hardware,
-                       params=settings, progress=reporter.line)  # fmt: skip
+                       params=settings, progress=reporter.line, prior=prior)  # fmt: skip
     if plot is not None:
         plot_study(result, plot)
     _print_study(result, as_json, plot, picked="selector", counted="measured")
@@ -687,7 +695,9 @@ def _print_study(result, as_json: bool, plot: Path | None, *, picked: str, count
     s = result.setup
     t = table(f"{s['pool_programs']} programs of {s['pool_tasks']} tasks on {s['hardware']}; "
               f"held out: {', '.join(s['held_out'])} ({s['test_programs']} programs, "
-              f"{s['test_tasks']} tasks); {len(s['seeds'])} seeds, mean ± sd",
+              f"{s['test_tasks']} tasks); {len(s['seeds'])} seeds, mean ± sd"
+              + (f"; every model also learns from {s['prior']['programs']} programs of other "
+                 f"CPUs ({s['prior']['dataset']})" if s.get("prior") else ""),
               {"model": "left", picked: "left", counted: "right", "PCA": "right",
                "top-1 score": "right", "top-5 score": "right",
                "top-5 in slow half": "right"})  # fmt: skip

@@ -8,6 +8,12 @@ on the selection and scored on the held-out networks with TenSet's metrics
 (``train/metrics.py``): PCA, top-1 and top-5 score.  Fraction 1 (the whole pool) is the same
 for every selector and is fitted once per seed.
 
+With a ``prior`` dataset the study asks BALTO's question for a CPU new to a dataset: the
+models learn from the prior's rows of other CPUs (never the pool's CPU, never a held-out
+network's task) plus the picks; the selector still judges with a model of the picks alone
+(what is uncertain about this CPU, at the cost of small fits).  A row ``prior`` at fraction 0
+scores the prior alone, so the table shows what each measurement on the new CPU added.
+
 The overestimation diagnostic (BALTO's failure of plain diversity): per held-out task, the
 share of the model's top-``k`` predicted programs whose true speed is in the task's slow
 half (label below the task's median) or that failed, averaged over tasks.
@@ -25,7 +31,7 @@ import numpy as np
 from tensortune.active import ROUNDS_PER_STEP, Pool, grow, make_selector, pool_from_programs
 from tensortune.compare.summary import mean_and_sd
 from tensortune.costmodel.base import CostModel
-from tensortune.costmodel.data import ProgramSet
+from tensortune.costmodel.data import ProgramSet, concat_programs
 from tensortune.costmodel.registry import model_class, new_model
 from tensortune.errors import TensortuneError, about
 from tensortune.train import metrics
@@ -49,6 +55,8 @@ class StudyData:
     hardware: str
     held_out: list[str]
     task_names: list[str] = field(default_factory=list)  # of the pool's programs
+    prior: ProgramSet | None = None  # other CPUs' rows every model also learns from
+    prior_source: str | None = None  # the dataset they come from
 
 
 @dataclass
@@ -71,19 +79,20 @@ class StudyResult:
 
 
 def load_study_data(dataset: str | Path, held_out: Sequence[str], *,
-                    test_dataset: str | Path | None = None,
-                    hardware: str | None = None) -> StudyData:  # fmt: skip
-    """The pool (rows of ``dataset`` on one hardware whose tasks occur in no held-out network)
-    and the test rows (held-out networks' rows of ``test_dataset``, default the same dataset,
-    on the same hardware configuration)."""
-    from tensortune.train.trainer import card_networks, dataset_columns, scored_rows
+                    test_dataset: str | Path | None = None, hardware: str | None = None,
+                    prior: str | Path | None = None) -> StudyData:  # fmt: skip
+    """The pool (rows of ``dataset`` on one hardware whose tasks occur in no held-out network),
+    the test rows (held-out networks' rows of ``test_dataset``, default the same dataset, on
+    the same hardware configuration) and, with ``prior``, that dataset's rows of other CPUs
+    (``prior_programs``)."""
+    from tensortune.train.trainer import card_networks, scored_rows
 
     held = [n for n in held_out if n]
     if not held:
         raise TensortuneError("name the held-out networks to score on", param="held_out")
-    columns, card = dataset_columns(dataset)
-    test_columns, test_card = (columns, card) if test_dataset is None else dataset_columns(
-        test_dataset)  # fmt: skip
+    columns, card = _columns(dataset, "dataset")
+    test_columns, test_card = (columns, card) if test_dataset is None else _columns(
+        test_dataset, "test_dataset")  # fmt: skip
     unknown = [n for n in held if n not in test_card["networks"]]
     if unknown:
         raise TensortuneError(f"{unknown[0]} is not a network of the test dataset; it has: "
@@ -105,9 +114,51 @@ def load_study_data(dataset: str | Path, held_out: Sequence[str], *,
     if networks is not None:
         present = set(rows["task_id"].tolist())
         networks = {n: w for n, w in networks.items() if n in held and present & set(w)} or None
+    with about("prior"):
+        known = prior_programs(prior, hardware, held, banned, first_group=int(pool.task.max()) + 1
+                               ) if prior is not None else None  # fmt: skip
     return StudyData(pool, ProgramSet.from_columns(test_columns, is_test), rows, networks,
-                     pool_rows, hardware, held,
-                     [columns["task_name"][i] for i in pool_rows])  # fmt: skip
+                     pool_rows, hardware, held, [columns["task_name"][i] for i in pool_rows],
+                     known, None if prior is None else str(prior))  # fmt: skip
+
+
+def prior_programs(dataset: str | Path, hardware: str, held_out: Sequence[str],
+                   banned_tasks: set, *, first_group: int) -> ProgramSet:  # fmt: skip
+    """``dataset``'s ``prior_rows``, their groups numbered from ``first_group`` on (apart from
+    the pool's)."""
+    columns, _ = _columns(dataset, "prior")
+    keep = prior_rows(columns, hardware, held_out, banned_tasks)
+    if not len(keep):
+        raise TensortuneError(f"{dataset} has no rows of another CPU than {hardware} outside "
+                              "the held-out networks")  # fmt: skip
+    programs = ProgramSet.from_columns(columns, keep)
+    programs.groups = programs.groups + first_group
+    return programs
+
+
+def _columns(dataset: str | Path, param: str) -> tuple[dict, dict]:
+    """``dataset_columns``, its errors said to be about ``param``."""
+    from tensortune.train.trainer import dataset_columns
+
+    try:
+        return dataset_columns(dataset)
+    except TensortuneError as e:
+        e.param = param
+        raise
+
+
+def prior_rows(columns: dict, hardware: str, held_out: Sequence[str],
+               banned_tasks: set) -> np.ndarray:  # fmt: skip
+    """The rows with features on CPUs other than ``hardware``'s (its fingerprint, after ``@``:
+    the configurations derived from one CPU share it) whose task is in no held-out network and
+    not among ``banned_tasks``."""
+    cpu, held = hardware.split("@")[-1], set(held_out)
+    return np.array([
+        i for i, (hw, task, nets) in enumerate(zip(columns["hardware"], columns["task"],
+                                                   columns["networks"], strict=True))
+        if hw.split("@")[-1] != cpu and task not in banned_tasks and not held & set(nets)
+        and columns["per_store"][i] is not None
+    ], dtype=int)  # fmt: skip
 
 
 def overestimation(pred: np.ndarray, rows: dict[str, np.ndarray],
@@ -133,6 +184,8 @@ def score_selection(data: StudyData, labelled: np.ndarray, result: StudyResult, 
     """Fit each of ``models`` on the pool programs at ``labelled`` (labels against the best
     of each task among them), score it on the held-out rows and add a row to ``result``."""
     train = data.pool.labelled(labelled)
+    if data.prior is not None:
+        train = concat_programs([data.prior, train])
     if not np.any(train.labels > 0):
         return
     for kind in models:
@@ -166,10 +219,12 @@ def study(
     params: dict[str, dict] | None = None,
     progress: Progress | None = None,
     data: StudyData | None = None,
+    prior: str | Path | None = None,
 ) -> StudyResult:
-    """Each selector's picks at each fraction of the pool, each model fitted on them and scored
-    on the held-out networks, for each seed (see the module docstring).  ``params`` maps a
-    model kind to its settings (the acquisition model's too)."""
+    """Each selector's picks at each fraction of the pool, each model fitted on them (and on
+    ``prior``'s rows of other CPUs, when given) and scored on the held-out networks, for each
+    seed (see the module docstring).  ``params`` maps a model kind to its settings (the
+    acquisition model's too)."""
     tell = progress or (lambda _: None)
     with about("selectors"):
         for s in selectors:
@@ -188,7 +243,7 @@ def study(
                               param="seeds")  # fmt: skip
     params = params or {}
     data = data or load_study_data(dataset, held_out, test_dataset=test_dataset,
-                                   hardware=hardware)  # fmt: skip
+                                   hardware=hardware, prior=prior)  # fmt: skip
     pool = data.pool
     result = StudyResult(setup={
         "pool_programs": len(pool), "pool_tasks": len(np.unique(pool.task)),
@@ -196,6 +251,8 @@ def study(
         "held_out": data.held_out, "hardware": data.hardware, "acquisition": acquisition,
         "rounds_per_step": ROUNDS_PER_STEP, "overestimation_k": OVERESTIMATION_K,
         "models": list(models), "seeds": list(seeds), "fractions": fracs,
+        "prior": None if data.prior is None else {"dataset": data.prior_source,
+                                                  "programs": len(data.prior)},
     })  # fmt: skip
 
     def make(kind: str, seed: int) -> CostModel:
@@ -208,6 +265,8 @@ def study(
     partial = [f for f in fracs if f < 1]
     sizes = [max(1, round(f * len(pool))) for f in partial]
     for seed in seeds:
+        if data.prior is not None:
+            score("prior", seed, np.zeros(0, dtype=int), 0.0)
         if fracs[-1] == 1:
             score("all", seed, np.arange(len(pool)), 1.0)
         for name in selectors:
@@ -236,24 +295,31 @@ def plot_study(result: StudyResult, out: str | Path, *, counted: str = "measured
     for row, kind in zip(axes, kinds, strict=True):
         mine = [e for e in summary if e["model"] == kind]
         for ax, (key, title) in zip(row, panels, strict=True):
-            for sel in dict.fromkeys(e["selector"] for e in mine if e["selector"] != "all"):
+            picked = [e["selector"] for e in mine if e["selector"] not in ("all", "prior")]
+            for sel in dict.fromkeys(picked):
                 pts = sorted((e for e in mine if e["selector"] == sel), key=lambda e: e["measured"])
                 ax.errorbar([e["measured"] for e in pts], [e[key] for e in pts],
                             yerr=[e[f"{key}_std"] for e in pts], label=sel, marker="o",
                             ms=3, capsize=2)  # fmt: skip
             full = [e for e in mine if e["selector"] == "all"]
+            alone = [e for e in mine if e["selector"] == "prior"]
             if full:
-                ax.axhline(full[0][key], color="grey", ls="--", lw=1, label="whole pool")
+                ax.axhline(full[0][key], color="grey", ls="--", lw=1,
+                           label="whole pool" + (" and prior" if alone else ""))  # fmt: skip
+            if alone:  # nothing measured: no place on a log axis
+                ax.axhline(alone[0][key], color="black", ls=":", lw=1, label="prior alone")
             ax.set_xscale("log")
             ax.xaxis.set_minor_formatter(NullFormatter())  # 2x10^2, 3x10^2... overlap
             ax.set_xlabel(f"programs {counted}")
             ax.set_title(f"{kind}: {title}", fontsize=10)
     axes[0][-1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1))
     setup = result.setup
+    prior = setup.get("prior")
     fig.suptitle(
         f"held out: {', '.join(setup.get('held_out', []))}; pool "
         f"{setup.get('pool_programs')} programs of {setup.get('pool_tasks')} tasks on "
-        f"{setup.get('hardware')}; {len(setup.get('seeds', []))} seeds",
+        f"{setup.get('hardware')}; {len(setup.get('seeds', []))} seeds"
+        + (f"; prior: {prior['programs']} programs of other CPUs" if prior else ""),
         fontsize=10,
     )
     fig.tight_layout()
