@@ -115,18 +115,20 @@ def load_study_data(dataset: str | Path, held_out: Sequence[str], *,
         present = set(rows["task_id"].tolist())
         networks = {n: w for n, w in networks.items() if n in held and present & set(w)} or None
     with about("prior"):
-        known = prior_programs(prior, hardware, held, banned, first_group=int(pool.task.max()) + 1
-                               ) if prior is not None else None  # fmt: skip
+        known = None if prior is None else prior_programs(
+            prior, hardware, held, banned, first_group=int(pool.task.max()) + 1,
+            columns=columns if str(prior) == str(dataset) else None)  # fmt: skip
     return StudyData(pool, ProgramSet.from_columns(test_columns, is_test), rows, networks,
                      pool_rows, hardware, held, [columns["task_name"][i] for i in pool_rows],
                      known, None if prior is None else str(prior))  # fmt: skip
 
 
 def prior_programs(dataset: str | Path, hardware: str, held_out: Sequence[str],
-                   banned_tasks: set, *, first_group: int) -> ProgramSet:  # fmt: skip
-    """``dataset``'s ``prior_rows``, their groups numbered from ``first_group`` on (apart from
-    the pool's)."""
-    columns, _ = _columns(dataset, "prior")
+                   banned_tasks: set, *, first_group: int,
+                   columns: dict | None = None) -> ProgramSet:  # fmt: skip
+    """``dataset``'s ``prior_rows`` (read from ``columns`` when it has been read already),
+    their groups numbered from ``first_group`` on (apart from the pool's)."""
+    columns = columns if columns is not None else _columns(dataset, "prior")[0]
     keep = prior_rows(columns, hardware, held_out, banned_tasks)
     if not len(keep):
         raise TensortuneError(f"{dataset} has no rows of another CPU than {hardware} outside "
