@@ -85,14 +85,14 @@ def load_study_data(dataset: str | Path, held_out: Sequence[str], *,
     the test rows (held-out networks' rows of ``test_dataset``, default the same dataset, on
     the same hardware configuration) and, with ``prior``, that dataset's rows of other CPUs
     (``prior_programs``)."""
-    from tensortune.train.trainer import card_networks, scored_rows
+    from tensortune.train.trainer import card_networks, dataset_columns, scored_rows
 
     held = [n for n in held_out if n]
     if not held:
         raise TensortuneError("name the held-out networks to score on", param="held_out")
-    columns, card = _columns(dataset, "dataset")
-    test_columns, test_card = (columns, card) if test_dataset is None else _columns(
-        test_dataset, "test_dataset")  # fmt: skip
+    columns, card = dataset_columns(dataset)
+    test_columns, test_card = (columns, card) if test_dataset is None else dataset_columns(
+        test_dataset, param="test_dataset")  # fmt: skip
     unknown = [n for n in held if n not in test_card["networks"]]
     if unknown:
         raise TensortuneError(f"{unknown[0]} is not a network of the test dataset; it has: "
@@ -114,10 +114,9 @@ def load_study_data(dataset: str | Path, held_out: Sequence[str], *,
     if networks is not None:
         present = set(rows["task_id"].tolist())
         networks = {n: w for n, w in networks.items() if n in held and present & set(w)} or None
-    with about("prior"):
-        known = None if prior is None else prior_programs(
-            prior, hardware, held, banned, first_group=int(pool.task.max()) + 1,
-            columns=columns if str(prior) == str(dataset) else None)  # fmt: skip
+    known = None if prior is None else prior_programs(
+        prior, hardware, held, banned, first_group=int(pool.task.max()) + 1,
+        columns=columns if str(prior) == str(dataset) else None)  # fmt: skip
     return StudyData(pool, ProgramSet.from_columns(test_columns, is_test), rows, networks,
                      pool_rows, hardware, held, [columns["task_name"][i] for i in pool_rows],
                      known, None if prior is None else str(prior))  # fmt: skip
@@ -128,25 +127,16 @@ def prior_programs(dataset: str | Path, hardware: str, held_out: Sequence[str],
                    columns: dict | None = None) -> ProgramSet:  # fmt: skip
     """``dataset``'s ``prior_rows`` (read from ``columns`` when it has been read already),
     their groups numbered from ``first_group`` on (apart from the pool's)."""
-    columns = columns if columns is not None else _columns(dataset, "prior")[0]
+    from tensortune.train.trainer import dataset_columns
+
+    columns = columns if columns is not None else dataset_columns(dataset, param="prior")[0]
     keep = prior_rows(columns, hardware, held_out, banned_tasks)
     if not len(keep):
         raise TensortuneError(f"{dataset} has no rows of another CPU than {hardware} outside "
-                              "the held-out networks")  # fmt: skip
+                              "the held-out networks", param="prior")  # fmt: skip
     programs = ProgramSet.from_columns(columns, keep)
     programs.groups = programs.groups + first_group
     return programs
-
-
-def _columns(dataset: str | Path, param: str) -> tuple[dict, dict]:
-    """``dataset_columns``, its errors said to be about ``param``."""
-    from tensortune.train.trainer import dataset_columns
-
-    try:
-        return dataset_columns(dataset)
-    except TensortuneError as e:
-        e.param = param
-        raise
 
 
 def prior_rows(columns: dict, hardware: str, held_out: Sequence[str],

@@ -50,14 +50,15 @@ def split_masks(columns: dict, spec: str) -> tuple[np.ndarray, np.ndarray]:
     raise TensortuneError(f"unknown split {spec!r}; use one of: {', '.join(SPLITS)}")
 
 
-def dataset_columns(dataset: str | Path) -> tuple[dict, dict]:
+def dataset_columns(dataset: str | Path, *, param: str = "dataset") -> tuple[dict, dict]:
     """The table's columns and the card of a dataset directory or shipped dataset's name;
-    ``lowered`` too (an array) when the dataset has current lowered-loop features."""
+    ``lowered`` too (an array) when the dataset has current lowered-loop features.  Errors
+    say they are about the option ``param`` (the one that named the dataset)."""
     from tensortune.datasets.build import load_table, read_card
     from tensortune.datasets.lowered import read_lowered
     from tensortune.datasets.shipped import dataset_path
 
-    with about("dataset"):
+    with about(param):
         directory = dataset_path(dataset)
         card = read_card(directory).data
         columns = load_table(directory).to_pydict()
