@@ -234,7 +234,7 @@ def finetune(
             columns, _ = records_columns(records, measured_here=True,
                                          lowered=estimator.uses_lowered)  # fmt: skip
         else:
-            columns, _ = dataset_columns(records)
+            columns, _ = dataset_columns(records, param="records")
     rows = sample_rows(columns, samples, seed, hardware)
     data = sample_set(columns, rows)
     adapt(estimator, data, steps, validate=validate)
