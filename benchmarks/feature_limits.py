@@ -88,10 +88,11 @@ def analyzer_symbols(dataset: str, columns: dict) -> np.ndarray:
 def program_rows(columns: dict, symbols: np.ndarray | None) -> np.ndarray:
     """One feature row per program: sum and max of its blocks, workload, hardware[, symbols].
     A row without per-store features gets zeros for them (the caller leaves it out)."""
-    width = next(len(p[0]) for p in columns["per_store"] if p)
+    width = next(len(p[0]) for p in columns["per_store"] if p is not None and len(p))
     parts = []
     for i, blocks in enumerate(columns["per_store"]):
-        blocks = blocks or [[0.0] * width]
+        if blocks is None or not len(blocks):
+            blocks = [[0.0] * width]
         b = np.asarray(blocks, np.float32).reshape(len(blocks), -1)
         row = [b.sum(0), b.max(0), [len(b)], columns["workload_embedding"][i],
                columns["hardware_vector"][i]]  # fmt: skip

@@ -71,6 +71,34 @@ def test_features_have_their_documented_widths(dataset):
     assert card.feature_schema == F.schema_hash()
 
 
+def test_table_columns_are_the_tables_values_with_features_as_arrays(dataset):
+    import pyarrow as pa
+
+    from tensortune.datasets.build import table_columns
+
+    out, _ = dataset
+    table = load_table(out)
+    per_store = table.column("per_store").to_pylist()
+    per_store[1] = None  # a program without features
+    table = table.set_column(table.schema.get_field_index("per_store"), "per_store",
+                             pa.array(per_store, table.schema.field("per_store").type))  # fmt: skip
+    plain, fast = table.to_pydict(), table_columns(table)
+    assert fast.keys() == plain.keys()
+    for name, values in plain.items():
+        got = fast[name]
+        assert len(got) == len(values)
+        if name in ("per_store", "trace_tokens", "workload_embedding", "hardware_vector"):
+            for a, b in zip(got, values, strict=True):
+                assert (a is None) == (b is None)
+                if a is not None:
+                    ndim = 2 if name in ("per_store", "trace_tokens") else 1
+                    assert a.dtype == np.float32 and a.ndim == ndim
+                    np.testing.assert_array_equal(a, np.asarray(b, np.float32))
+        else:
+            assert got == values
+    assert fast["per_store"][1] is None and fast["per_store"][0].shape[1] == F.PER_STORE_WIDTH
+
+
 def test_trace_tokens_encode_kinds_and_decisions():
     trace = [[["GetSBlock", [], ["C", "main"], ["b0"]],
               ["SamplePerfectTile", ["l1"], [4, 64], ["v2", "v3"]],

@@ -283,10 +283,52 @@ def load_table(directory: str | Path, columns: list[str] | None = None, *,
     return out
 
 
+def table_columns(table) -> dict[str, list]:
+    """A table from ``load_table`` as columns: what ``to_pydict`` gives, except that each
+    feature column holds one float32 array a row (2-D for ``per_store`` and ``trace_tokens``;
+    None for a program without features).  Making Python floats of millions of feature values
+    was most of the time and memory of reading a dataset; ``load_table`` has checked the
+    widths these arrays take."""
+    out = {}
+    for name in table.column_names:
+        width = _FEATURE_WIDTHS.get(name)
+        column = table.column(name)
+        out[name] = column.to_pylist() if width is None else _feature_rows(name, column, width)
+    return out
+
+
+def _feature_rows(name: str, column, width: int) -> list:
+    import pyarrow.compute as pc
+
+    column = column.combine_chunks()
+    nested = name in _PER_ROW_FEATURES
+    flat = pc.list_flatten(column)  # a missing row's list is left out
+    values = pc.list_flatten(flat) if nested else flat
+    matrix = np.array(values.to_numpy(zero_copy_only=False), np.float32).reshape(-1, width)
+    present = column.is_valid().to_numpy(zero_copy_only=False)
+    if nested:
+        sizes = pc.list_value_length(column).fill_null(0).to_numpy(zero_copy_only=False)
+        ends = np.cumsum(sizes[present])
+        pieces = [matrix[e - k : e] for e, k in zip(ends, sizes[present], strict=True)]
+    else:
+        pieces = list(matrix)
+    rows: list = [None] * len(column)
+    for i, piece in zip(np.flatnonzero(present), pieces, strict=True):
+        rows[i] = piece
+    return rows
+
+
 # Columns whose value may be missing: a program without features, a failed program's cost.
 _MAY_BE_NULL = ("per_store", "cost")
 # Columns of one feature vector per block or per trace instruction.
 _PER_ROW_FEATURES = ("per_store", "trace_tokens")
+# The width of each feature column's vectors.
+_FEATURE_WIDTHS = {
+    "per_store": F.PER_STORE_WIDTH,
+    "trace_tokens": F.TOKEN_WIDTH,
+    "workload_embedding": F.WORKLOAD_WIDTH,
+    "hardware_vector": F.HARDWARE_WIDTH,
+}
 
 
 def _table_problem(table, schema) -> str | None:
@@ -315,9 +357,7 @@ def _column_problem(name: str, column, want) -> str | None:
             return "has empty values inside its lists"
     if not len(column):
         return None
-    width = {"per_store": F.PER_STORE_WIDTH, "trace_tokens": F.TOKEN_WIDTH,
-             "workload_embedding": F.WORKLOAD_WIDTH,
-             "hardware_vector": F.HARDWARE_WIDTH}.get(name)  # fmt: skip
+    width = _FEATURE_WIDTHS.get(name)
     if width is not None:
         if name in _PER_ROW_FEATURES:
             if pc.min(pc.list_value_length(column)).as_py() == 0:

@@ -54,14 +54,14 @@ def dataset_columns(dataset: str | Path, *, param: str = "dataset") -> tuple[dic
     """The table's columns and the card of a dataset directory or shipped dataset's name;
     ``lowered`` too (an array) when the dataset has current lowered-loop features.  Errors
     say they are about the option ``param`` (the one that named the dataset)."""
-    from tensortune.datasets.build import load_table, read_card
+    from tensortune.datasets.build import load_table, read_card, table_columns
     from tensortune.datasets.lowered import read_lowered
     from tensortune.datasets.shipped import dataset_path
 
     with about(param):
         directory = dataset_path(dataset)
         card = read_card(directory).data
-        columns = load_table(directory).to_pydict()
+        columns = table_columns(load_table(directory))
         lowered = read_lowered(directory, columns["program_id"])
         if lowered is not None:
             columns["lowered"] = lowered
