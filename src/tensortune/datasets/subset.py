@@ -11,6 +11,9 @@ import numpy as np
 from tensortune.datasets.build import WORKLOADS, Card, load_table, read_card, write_dataset
 from tensortune.datasets.lowered import copy_lowered
 
+# Columns a subset copies without reading them: features and traces.
+_COPIED_AS_IS = ("trace", "per_store", "trace_tokens", "workload_embedding", "hardware_vector")
+
 
 def write_subset(dataset: str | Path, rows: np.ndarray, out_dir: str | Path, *,
                  description: str, extra: dict | None = None,
@@ -19,14 +22,21 @@ def write_subset(dataset: str | Path, rows: np.ndarray, out_dir: str | Path, *,
     kept of each task: what a learner that measured only these would know.  ``costs`` gives
     some rows new timing repeats (row index -> seconds), their cost the median.  The kept
     programs' lowered-loop features come along when ``dataset`` has them."""
+    import pyarrow as pa
+
     directory = Path(dataset)
     card = read_card(directory).data
-    columns = load_table(directory).to_pydict()
+    table = load_table(directory)
+    rows = np.asarray(rows, dtype=int)
+    # The features and traces go from table to table as Arrow data: made Python objects, a
+    # dataset of 29,000 programs took seconds and gigabytes.
+    heavy = [n for n in table.column_names if n in _COPIED_AS_IS]
+    kept: dict = {n: table.column(n).take(pa.array(rows)) for n in heavy}
+    columns = {n: table.column(n).to_pylist() for n in table.column_names if n not in heavy}
     for i, secs in (costs or {}).items():
         columns["run_secs"][i] = list(secs)
         columns["cost"][i] = float(np.median(secs))
-    rows = np.asarray(rows, dtype=int)
-    kept = {k: [v[i] for i in rows] for k, v in columns.items()}
+    kept.update({k: [v[i] for i in rows] for k, v in columns.items()})
     best: dict[tuple, float] = {}
     for t, h, c in zip(kept["task_id"], kept["hardware"], kept["cost"], strict=True):
         if c is not None:
