@@ -242,6 +242,59 @@ def test_moa_adapts_a_pretrained_verifier_during_draft_then_verify(tmp_path, tar
     assert moa.updates_ == 2 and moa.retrains_ == 2 and len(moa.seen_) == 12
 
 
+def test_a_screen_passes_its_best_on_and_only_those_are_lowered(matmul_candidates):
+    from test_costmodels import synthetic
+
+    from tensortune.costmodel.factory import cost_model_from
+    from tensortune.costmodel.gbdt import XGBoostModel
+    from tensortune.costmodel.ms_adapter import LearnedCostModel
+    from tensortune.errors import TensortuneError
+
+    context, cands = matmul_candidates
+    data = synthetic(80, seed=2)
+    screen = XGBoostModel(n_rounds=10).fit(data)
+    model = XGBoostModel(n_rounds=10, lowered=1).fit(data)
+    adapter = LearnedCostModel(model, platform(), screen=screen, shortlist=16)
+    scores = adapter.predict(context, cands)
+    assert scores.shape == (120,) and adapter.screened == 104
+    memo = [adapter._memo[k] for k in adapter._memo]
+    assert len(memo) == 120 and sum(m[2] is not None for m in memo) == 16  # lowered: the 16 only
+    cheap = screen.predict(adapter._features(context, cands, lowered=False))
+    passed = np.argsort(-cheap, kind="stable")[:16]
+    top = np.argsort(-scores, kind="stable")
+    assert set(top[:16].tolist()) == set(passed.tolist())
+    # The model orders the shortlist; the screen orders the rest, all of them below it.
+    chosen = adapter._features(context, [cands[i] for i in passed], lowered=True)
+    assert np.array_equal(scores[passed], model.predict(chosen))
+    rest = top[16:]
+    assert scores[rest].max() < scores[passed].min()
+    assert np.all(np.diff(cheap[rest]) <= 0)
+    # A pool no larger than the shortlist goes to the model whole.
+    few = adapter.predict(context, cands[:10])
+    assert np.array_equal(few, model.predict(adapter._features(context, cands[:10], lowered=True)))
+    # The factory screens a model of lowered loops with the shipped one, unless told not to
+    # or none is shipped for the target.
+    avx512 = platform({"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 2})
+    assert cost_model_from(model, avx512, online=False).screen.kind == "pacm"
+    assert cost_model_from(model, avx512, online=False, screen=None).screen is None
+    assert cost_model_from(screen, avx512, online=False).screen is None
+    assert cost_model_from(model, platform(), online=False).screen is None  # none shipped
+    with pytest.raises(TensortuneError, match="cheap features only"):
+        LearnedCostModel(screen, platform(), screen=model)
+
+
+def test_held_back_candidates_score_below_every_passed_one():
+    from tensortune.costmodel.ms_adapter import held_back_below
+
+    cheap = np.array([0.9, 0.1, 0.5, 0.7, 0.3])
+    for scores in (np.array([0.2, 0.8]), np.array([-1.0, 0.0])):
+        out = held_back_below(scores, np.array([3, 0]), cheap)
+        assert out[3] == scores[0] and out[0] == scores[1]
+        assert out[[1, 2, 4]].max() < scores.min()
+        assert out[2] > out[4] > out[1]  # the screen's order
+    assert (held_back_below(np.array([0.2, 0.8]), np.array([3, 0]), cheap) > 0).all()
+
+
 def test_trust_follows_the_scorer_that_ordered_the_measurements_right():
     from tensortune.search.blend import TrustBlend, pair_accuracy, rank_share
 

@@ -141,7 +141,8 @@ def test_finetune_writes_a_model_that_remembers_its_sample(tmp_path, cli):
                        "default", "--samples", "16", "--out", str(tmp_path / "d.ttm"))  # fmt: skip
     assert code == 2 and len(err.strip().splitlines()) == 1 and "broken.ttm" in err, err
     code, _, err = cli("finetune", "--model", str(tmp_path / "m.ttm"), "--records",
-                       str(tmp_path / "nosuchdir"), "--samples", "16")  # fmt: skip
+                       str(tmp_path / "nosuchdir"), "--samples", "16",
+                       "--out", str(tmp_path / "e.ttm"))  # fmt: skip
     assert code == 2 and len(err.strip().splitlines()) == 1 and "--records" in err, err
 
 

@@ -26,13 +26,17 @@ MS_COST_MODELS = ("xgb", "random", "mlp")
 ONLINE_MODES = (False, True, "moa", "auto")
 
 
-def cost_model_from(spec: object, platform: Platform, *, online: bool | str = "auto") -> object:
+def cost_model_from(spec: object, platform: Platform, *, online: bool | str = "auto",
+                    screen: object = "auto") -> object:  # fmt: skip
     """A MetaSchedule cost model for searches on ``platform``.
 
     ``spec``: MetaSchedule's ``xgb``, ``random`` or ``mlp``; ``default`` (the model shipped for
     the platform, see ``costmodel.shipped``); a ``.ttm`` model file; a fitted ``CostModel``; or
     any MetaSchedule cost model object, used as it is.  ``online`` (see ``ONLINE_MODES``) applies
-    to our models; MetaSchedule's learn online by themselves.
+    to our models; MetaSchedule's learn online by themselves.  ``screen`` (one of our models,
+    named as ``spec`` is): a cheaper model that passes only its best candidates on to ours
+    (``LearnedCostModel``); ``"auto"``: the shipped model screens a model that reads
+    lowered-loop features, nothing screens the others; ``None``: no screen.
     """
     from tensortune.compat import ms
 
@@ -63,6 +67,8 @@ def cost_model_from(spec: object, platform: Platform, *, online: bool | str = "a
         online = True
     if online == "auto":
         online = "moa" if can_adapt(model) else True
+    with about("screen"):
+        screening = _screen(screen, model, platform)
     if online == "moa":
         if not can_adapt(model):
             raise TensortuneError(
@@ -70,8 +76,26 @@ def cost_model_from(spec: object, platform: Platform, *, online: bool | str = "a
                 f"not {model.kind}",
                 param="online",
             )
-        return LearnedCostModel(MomentumAdapted(model), platform, online=True)
-    return LearnedCostModel(model, platform, online=bool(online))
+        return LearnedCostModel(MomentumAdapted(model), platform, online=True, screen=screening)
+    return LearnedCostModel(model, platform, online=bool(online), screen=screening)
+
+
+def _screen(spec: object, model: CostModel, platform: Platform) -> CostModel | None:
+    """The model that screens candidates for ``model`` (``cost_model_from``'s ``screen``)."""
+    if spec is None:
+        return None
+    if spec == "auto":
+        if not model.uses_lowered:
+            return None
+        try:
+            screen = _ours("default", platform)
+        except TensortuneError:  # none shipped for this target: the model scores every one
+            return None
+        return None if screen is None or screen.uses_lowered else screen
+    screen = _ours(spec, platform)
+    if screen is None:
+        raise TensortuneError("a screen is one of our fitted models: default or a .ttm file")
+    return screen
 
 
 def _ours(spec: object, platform: Platform) -> CostModel | None:

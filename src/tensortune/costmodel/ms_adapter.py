@@ -20,6 +20,8 @@ from tensortune.records.convert import to_plain
 
 _MEMO_SIZE = 50_000  # programs whose features are kept (about 10 KB each)
 _LOWER_WORKERS = 8  # each holds its own TVM (hundreds of MB)
+# Candidates a screen passes on: four rounds' worth of draft-then-verify's 16 measured a round.
+SHORTLIST = 64
 
 
 def candidate_features(context, candidates, *, workload: np.ndarray, hardware: np.ndarray,
@@ -39,12 +41,16 @@ def candidate_features(context, candidates, *, workload: np.ndarray, hardware: n
     n = len(candidates)
     lowered = None
     if lowered_for is not None:
-        if lower_pool is None:
-            raise TensortuneError("lowered-loop features need a worker pool to lower in")
-        jobs = [(c.sch.mod, lowered_for) for c in candidates]
-        lowered = np.stack(lowered_features_batch(jobs, lower_pool))
+        lowered = np.stack(candidate_lowered(candidates, lowered_for, lower_pool))
     return ProgramSet(per_store, seqs, np.tile(workload, (n, 1)), np.tile(hardware, (n, 1)),
                       np.zeros(n, dtype=np.int64), lowered=lowered)  # fmt: skip
+
+
+def candidate_lowered(candidates, target: dict, lower_pool: WorkerPool | None) -> list[np.ndarray]:
+    """The candidates' lowered-loop features for ``target``, lowered in ``lower_pool``."""
+    if lower_pool is None:
+        raise TensortuneError("lowered-loop features need a worker pool to lower in")
+    return lowered_features_batch([(c.sch.mod, target) for c in candidates], lower_pool)
 
 
 @derived_object
@@ -55,19 +61,40 @@ class LearnedCostModel(PyCostModel):
     model reads.  Frozen by default; with ``online=True`` every measured batch refines the model
     (more trees for the GBDTs, a few epochs for the networks), with labels recomputed per task
     from all measurements seen so far.
+
+    ``screen``: a cheaper fitted model that scores every candidate first and passes only its
+    best ``shortlist`` on to ``model``.  It pays where ``model`` reads lowered-loop features:
+    lowering every candidate of a round made a search 6-26% longer (benchmarks/RESULTS.md,
+    stop 52), and only the few the search will measure need them.  Candidates the screen
+    holds back score below every one it passed, in the screen's order.
     """
 
     def __init__(self, model: CostModel | str, platform: Platform | dict | str | None = None, *,
-                 online: bool = False) -> None:  # fmt: skip
+                 online: bool = False, screen: CostModel | str | None = None,
+                 shortlist: int = SHORTLIST) -> None:  # fmt: skip
         super().__init__()
         self.model = load_cost_model(model) if isinstance(model, str) else model
+        self.screen = load_cost_model(screen) if isinstance(screen, str) else screen
+        if self.screen is not None:
+            if not self.screen.fitted:
+                raise TensortuneError(f"the screening {self.screen.kind} model has not been "
+                                      "fitted", param="screen")  # fmt: skip
+            if self.screen.uses_lowered:
+                raise TensortuneError("a screen must read the cheap features only, not "
+                                      "lowered-loop features", param="screen")  # fmt: skip
+        if shortlist < 1:
+            raise TensortuneError(f"a shortlist holds at least 1 candidate, not {shortlist}",
+                                  param="shortlist")  # fmt: skip
+        self.shortlist = shortlist
         self.platform = resolve_platform(platform, measurable=False)
         self.online = online
         self._measured: dict[str, list[tuple[ProgramSet, np.ndarray]]] = {}
         self._workload: dict[str, np.ndarray] = {}
         self._hardware = F.hardware_vector(self.platform)
-        self._memo: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray | None]] = {}
+        self._memo: dict[str, list] = {}  # per program: per-store, tokens, lowered (or None)
+        self._tokens = self.model.uses_tokens or bool(self.screen and self.screen.uses_tokens)
         self._lower_pool: WorkerPool | None = None
+        self.screened = 0  # candidates the screen held back from the model, over the search
         if self.model.uses_lowered:  # the workers import TVM while the tuner sets up
             self._lowering().start()
 
@@ -81,9 +108,10 @@ class LearnedCostModel(PyCostModel):
             weakref.finalize(self, self._lower_pool.close)
         return self._lower_pool
 
-    def _features(self, context, candidates) -> ProgramSet:
+    def _features(self, context, candidates, *, lowered: bool) -> ProgramSet:
         """Features of the candidates, extracted once per distinct program: search strategies
-        re-score the same programs round after round (a draft cache, an elite population)."""
+        re-score the same programs round after round (a draft cache, an elite population).
+        ``lowered``: with the lowered-loop features, lowered now where not yet."""
         from tensortune.workloads.sources import estimate_flop
 
         key = structural_hash(context.mod)
@@ -92,35 +120,49 @@ class LearnedCostModel(PyCostModel):
         keys = [structural_hash(c.sch.mod) for c in candidates]
         missing = {k: c for k, c in zip(keys, candidates, strict=True) if k not in self._memo}
         if missing:
-            fresh = candidate_features(
-                context, list(missing.values()), workload=self._workload[key],
-                hardware=self._hardware, tokens=self.model.uses_tokens,
-                lowered_for=self.platform.target if self.model.uses_lowered else None,
-                lower_pool=self._lowering() if self.model.uses_lowered else None,
-            )  # fmt: skip
+            fresh = candidate_features(context, list(missing.values()),
+                                       workload=self._workload[key], hardware=self._hardware,
+                                       tokens=self._tokens)  # fmt: skip
             if len(self._memo) + len(missing) > _MEMO_SIZE:
-                self._memo.clear()
-            low = fresh.lowered if fresh.lowered is not None else [None] * len(missing)
-            for k, p, t, w in zip(missing, fresh.per_store, fresh.tokens, low, strict=True):
-                self._memo[k] = (p, t, w)
+                self._memo = {k: v for k, v in self._memo.items() if k in keys}
+            for k, p, t in zip(missing, fresh.per_store, fresh.tokens, strict=True):
+                self._memo[k] = [p, t, None]
+        if lowered:
+            unlowered = {k: c for k, c in zip(keys, candidates, strict=True)
+                         if self._memo[k][2] is None}  # fmt: skip
+            if unlowered:
+                got = candidate_lowered(list(unlowered.values()), self.platform.target,
+                                        self._lowering())  # fmt: skip
+                for k, w in zip(unlowered, got, strict=True):
+                    self._memo[k][2] = w
         n = len(candidates)
-        lowered = (np.stack([self._memo[k][2] for k in keys]) if self.model.uses_lowered
-                   else None)  # fmt: skip
+        low = np.stack([self._memo[k][2] for k in keys]) if lowered else None
         return ProgramSet([self._memo[k][0] for k in keys], [self._memo[k][1] for k in keys],
                           np.tile(self._workload[key], (n, 1)), np.tile(self._hardware, (n, 1)),
-                          np.zeros(n, dtype=np.int64), lowered=lowered)  # fmt: skip
+                          np.zeros(n, dtype=np.int64), lowered=low)  # fmt: skip
 
     def predict(self, context, candidates) -> np.ndarray:
         if not candidates or not self.model.fitted:  # a cold online model knows nothing yet
             return np.zeros(len(candidates))
-        return np.asarray(self.model.predict(self._features(context, candidates)), np.float64)
+        if self.screen is None or len(candidates) <= self.shortlist:
+            data = self._features(context, candidates, lowered=self.model.uses_lowered)
+            return np.asarray(self.model.predict(data), np.float64)
+        data = self._features(context, candidates, lowered=False)
+        cheap = np.asarray(self.screen.predict(data), np.float64)
+        passed = np.argsort(-cheap, kind="stable")[: self.shortlist]
+        chosen = [candidates[i] for i in passed]
+        data = self._features(context, chosen, lowered=self.model.uses_lowered)
+        scores = np.asarray(self.model.predict(data), np.float64)
+        self.screened += len(candidates) - len(passed)
+        return held_back_below(scores, passed, cheap)
 
     def update(self, context, candidates, results) -> None:
         if not self.online or not candidates:
             return
         costs = np.array([run_seconds(r.run_secs) for r in results])
         key = structural_hash(context.mod)
-        self._measured.setdefault(key, []).append((self._features(context, candidates), costs))
+        data = self._features(context, candidates, lowered=self.model.uses_lowered)
+        self._measured.setdefault(key, []).append((data, costs))
         batches = self._measured[key]
         all_costs = np.concatenate([c for _, c in batches])
         if not np.isfinite(all_costs).any():
@@ -135,3 +177,18 @@ class LearnedCostModel(PyCostModel):
 
     def load(self, path: str) -> None:
         self.model = load_cost_model(path)
+
+
+def held_back_below(scores: np.ndarray, passed: np.ndarray, cheap: np.ndarray) -> np.ndarray:
+    """Scores for all candidates: ``scores`` for the ``passed`` ones, and for the others
+    values below every passed one, ordered by their ``cheap`` scores.  Kept non-negative
+    where the passed ones are (MetaSchedule's evolution samples parents by score)."""
+    out = np.empty(len(cheap))
+    out[passed] = scores
+    rest = np.setdiff1d(np.arange(len(cheap)), passed)
+    order = np.argsort(np.argsort(cheap[rest], kind="stable"), kind="stable")  # 0: the worst
+    fraction = (order + 1) / (len(rest) + 1)  # in (0, 1), the screen's order kept
+    finite = scores[np.isfinite(scores)]
+    floor = finite.min() if len(finite) else 0.0
+    out[rest] = floor * fraction if floor > 0 else floor - 1 + fraction
+    return out

@@ -131,16 +131,18 @@ class TunePlan:
     @property
     def cost_model_name(self) -> str:
         """The cost model's class, or for ours the model's kind and how it learns while tuning:
-        ``pacm (MoA)``, ``xgb (online)``, ``pacm (frozen)``."""
+        ``pacm (MoA)``, ``xgb (online)``, ``pacm (frozen)``, ``pacm (MoA, pacm screening)``."""
         from tensortune.costmodel.moa import MomentumAdapted
         from tensortune.costmodel.ms_adapter import LearnedCostModel
 
         if not isinstance(self.cost_model, LearnedCostModel):
             return type(self.cost_model).__name__
         inner = self.cost_model.model
+        screen = self.cost_model.screen
+        screened = "" if screen is None else f", {screen.kind} screening"
         if isinstance(inner, MomentumAdapted):
-            return f"{inner.model.kind} (MoA)"
-        return f"{inner.kind} ({'online' if self.cost_model.online else 'frozen'})"
+            return f"{inner.model.kind} (MoA{screened})"
+        return f"{inner.kind} ({'online' if self.cost_model.online else 'frozen'}{screened})"
 
 
 def plan_tune(
