@@ -108,23 +108,26 @@ class LearnedCostModel(PyCostModel):
             weakref.finalize(self, self._lower_pool.close)
         return self._lower_pool
 
-    def _features(self, context, candidates, *, lowered: bool) -> ProgramSet:
+    def _features(self, context, candidates, *, lowered: bool,
+                  keys: list[str] | None = None) -> ProgramSet:  # fmt: skip
         """Features of the candidates, extracted once per distinct program: search strategies
         re-score the same programs round after round (a draft cache, an elite population).
-        ``lowered``: with the lowered-loop features, lowered now where not yet."""
+        ``lowered``: with the lowered-loop features, lowered now where not yet; ``keys``: the
+        candidates' structural hashes, when the caller has them."""
         from tensortune.workloads.sources import estimate_flop
 
         key = structural_hash(context.mod)
         if key not in self._workload:  # once per task, not once per generation
             self._workload[key] = F.workload_embedding(context.mod, estimate_flop(context.mod))
-        keys = [structural_hash(c.sch.mod) for c in candidates]
+        keys = keys if keys is not None else [structural_hash(c.sch.mod) for c in candidates]
         missing = {k: c for k, c in zip(keys, candidates, strict=True) if k not in self._memo}
         if missing:
             fresh = candidate_features(context, list(missing.values()),
                                        workload=self._workload[key], hardware=self._hardware,
                                        tokens=self._tokens)  # fmt: skip
             if len(self._memo) + len(missing) > _MEMO_SIZE:
-                self._memo = {k: v for k, v in self._memo.items() if k in keys}
+                wanted = set(keys)
+                self._memo = {k: v for k, v in self._memo.items() if k in wanted}
             for k, p, t in zip(missing, fresh.per_store, fresh.tokens, strict=True):
                 self._memo[k] = [p, t, None]
         if lowered:
@@ -147,11 +150,13 @@ class LearnedCostModel(PyCostModel):
         if self.screen is None or len(candidates) <= self.shortlist:
             data = self._features(context, candidates, lowered=self.model.uses_lowered)
             return np.asarray(self.model.predict(data), np.float64)
-        data = self._features(context, candidates, lowered=False)
+        keys = [structural_hash(c.sch.mod) for c in candidates]
+        data = self._features(context, candidates, lowered=False, keys=keys)
         cheap = np.asarray(self.screen.predict(data), np.float64)
         passed = np.argsort(-cheap, kind="stable")[: self.shortlist]
-        chosen = [candidates[i] for i in passed]
-        data = self._features(context, chosen, lowered=self.model.uses_lowered)
+        data = self._features(context, [candidates[i] for i in passed],
+                              keys=[keys[i] for i in passed],
+                              lowered=self.model.uses_lowered)  # fmt: skip
         scores = np.asarray(self.model.predict(data), np.float64)
         self.screened += len(candidates) - len(passed)
         return held_back_below(scores, passed, cheap)

@@ -291,7 +291,7 @@ def table_columns(table) -> dict[str, list]:
     widths these arrays take."""
     out = {}
     for name in table.column_names:
-        width = _FEATURE_WIDTHS.get(name)
+        width = FEATURE_WIDTHS.get(name)
         column = table.column(name)
         out[name] = column.to_pylist() if width is None else _feature_rows(name, column, width)
     return out
@@ -323,7 +323,7 @@ _MAY_BE_NULL = ("per_store", "cost")
 # Columns of one feature vector per block or per trace instruction.
 _PER_ROW_FEATURES = ("per_store", "trace_tokens")
 # The width of each feature column's vectors.
-_FEATURE_WIDTHS = {
+FEATURE_WIDTHS = {
     "per_store": F.PER_STORE_WIDTH,
     "trace_tokens": F.TOKEN_WIDTH,
     "workload_embedding": F.WORKLOAD_WIDTH,
@@ -357,7 +357,7 @@ def _column_problem(name: str, column, want) -> str | None:
             return "has empty values inside its lists"
     if not len(column):
         return None
-    width = _FEATURE_WIDTHS.get(name)
+    width = FEATURE_WIDTHS.get(name)
     if width is not None:
         if name in _PER_ROW_FEATURES:
             if pc.min(pc.list_value_length(column)).as_py() == 0:

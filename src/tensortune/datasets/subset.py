@@ -8,11 +8,18 @@ from pathlib import Path
 
 import numpy as np
 
-from tensortune.datasets.build import WORKLOADS, Card, load_table, read_card, write_dataset
+from tensortune.datasets.build import (
+    FEATURE_WIDTHS,
+    WORKLOADS,
+    Card,
+    load_table,
+    read_card,
+    write_dataset,
+)
 from tensortune.datasets.lowered import copy_lowered
 
 # Columns a subset copies without reading them: features and traces.
-_COPIED_AS_IS = ("trace", "per_store", "trace_tokens", "workload_embedding", "hardware_vector")
+_COPIED_AS_IS = ("trace", *FEATURE_WIDTHS)
 
 
 def write_subset(dataset: str | Path, rows: np.ndarray, out_dir: str | Path, *,
