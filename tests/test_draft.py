@@ -283,6 +283,41 @@ def test_a_screen_passes_its_best_on_and_only_those_are_lowered(matmul_candidate
         LearnedCostModel(screen, platform(), screen=model)
 
 
+def test_draft_then_verify_scores_the_mutants_with_the_cache_in_one_call(tmp_path, target):
+    from test_costmodels import synthetic
+
+    from tensortune.compat import structural_hash
+    from tensortune.costmodel.gbdt import XGBoostModel
+    from tensortune.costmodel.ms_adapter import LearnedCostModel
+    from tensortune.search.draft_verify import DraftThenVerify
+    from tensortune.tuning.tune import tune
+
+    data = synthetic(80, seed=2)
+    verifier = LearnedCostModel(XGBoostModel(n_rounds=10, lowered=1).fit(data), target,
+                                screen=XGBoostModel(n_rounds=10).fit(data), shortlist=8)  # fmt: skip
+    calls: list[list[str]] = []
+    inner = verifier._inst
+    score = inner.predict
+
+    def recording(context, candidates):
+        calls.append([structural_hash(c.sch.mod) for c in candidates])
+        return score(context, candidates)
+
+    inner.predict = recording  # what MetaSchedule's FFI object calls
+    strategy = DraftThenVerify(population=32, draft_size=16, per_round=6, verify_mutants=4)
+    result = tune(["matmul:64,64,64"], trials=12, records=f"sqlite:///{tmp_path / 'r.db'}",
+                  work_dir=tmp_path / "w", target=target, strategy=strategy,
+                  cost_model=verifier, check_correctness=False)  # fmt: skip
+    assert result.tasks[0].trials == 12
+    # Each round: the cache, then the cache and its mutants together (never the mutants
+    # alone), so the screen weighs the mutants against the cache before any is lowered.
+    assert len(calls) >= 4 and len(calls) % 2 == 0
+    for cache, pool in zip(calls[::2], calls[1::2], strict=True):
+        assert pool[: len(cache)] == cache and 0 < len(pool) - len(cache) <= 4
+    lowered = sum(m[2] is not None for m in inner._memo.values())
+    assert 0 < lowered <= 8 * len(calls) // 2 < len(inner._memo)
+
+
 def test_held_back_candidates_score_below_every_passed_one():
     from tensortune.costmodel.ms_adapter import held_back_below
 

@@ -358,8 +358,12 @@ class DraftThenVerify(PySearchStrategy):
         mutants = [m for m in (self._mutate(c) for c in best) if m is not None and self._new(m)]
         if mutants:
             cache = cache + mutants
-            more = None if by_verifier is None else self._predict(mutants)
-            by_verifier = None if more is None else np.concatenate([by_verifier, more])
+            # The mutants are scored with the cache, in one call: a verifier that screens
+            # (``LearnedCostModel(screen=...)``) then weighs them against the cache and
+            # lowers only its shortlist of both; scored alone, all of them were lowered
+            # (benchmarks/RESULTS.md, stop 53).  The cache's features are memoized, so the
+            # second call costs one more forward pass over it (~35 ms for 288 programs).
+            by_verifier = None if by_verifier is None else self._predict(cache)
             if self.blend or by_verifier is None:
                 by_analyzer = self._analyze(cache)  # the cache's are remembered
         return cache, by_analyzer, by_verifier
