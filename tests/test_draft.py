@@ -287,14 +287,16 @@ def test_draft_then_verify_scores_the_mutants_with_the_cache_in_one_call(tmp_pat
     from test_costmodels import synthetic
 
     from tensortune.compat import structural_hash
+    from tensortune.costmodel.factory import cost_model_from
     from tensortune.costmodel.gbdt import XGBoostModel
     from tensortune.costmodel.ms_adapter import LearnedCostModel
+    from tensortune.costmodel.timed import TimedCostModel
     from tensortune.search.draft_verify import DraftThenVerify
     from tensortune.tuning.tune import tune
 
     data = synthetic(80, seed=2)
-    verifier = LearnedCostModel(XGBoostModel(n_rounds=10, lowered=1).fit(data), target,
-                                screen=XGBoostModel(n_rounds=10).fit(data), shortlist=8)  # fmt: skip
+    model, screen = XGBoostModel(n_rounds=10, lowered=1).fit(data), XGBoostModel(n_rounds=10)
+    verifier = LearnedCostModel(model, target, screen=screen.fit(data), shortlist=8)
     calls: list[list[str]] = []
     inner = verifier._inst
     score = inner.predict
@@ -315,7 +317,15 @@ def test_draft_then_verify_scores_the_mutants_with_the_cache_in_one_call(tmp_pat
     for cache, pool in zip(calls[::2], calls[1::2], strict=True):
         assert pool[: len(cache)] == cache and 0 < len(pool) - len(cache) <= 4
     lowered = sum(m[2] is not None for m in inner._memo.values())
-    assert 0 < lowered <= 8 * len(calls) // 2 < len(inner._memo)
+    assert 0 < lowered <= 8 * len(calls) and lowered < len(inner._memo)  # shortlists only
+    # The strategy learns whether the verifier screens from tune(), wrappers or not; one
+    # that does not has its mutants scored alone (nothing to gain from scoring all again).
+    plain = LearnedCostModel(model, target)
+    for cost_model, screens in ((TimedCostModel(verifier), True), (verifier, True),
+                                (plain, False), ("xgb", False)):  # fmt: skip
+        fresh = DraftThenVerify()._inst
+        fresh.watch_verifier(cost_model_from(cost_model, platform()))
+        assert fresh.verifier_screens is screens
 
 
 def test_held_back_candidates_score_below_every_passed_one():
@@ -407,6 +417,19 @@ def matmul_candidates():
     return tune_context(mod, plat, seed=0), sample_candidates(mod, plat, 120, seed=1)
 
 
+def test_a_mutation_is_drawn_from_the_seed_it_is_given(matmul_candidates):
+    from tensortune.compat import mutate
+
+    context, cands = matmul_candidates
+    mutator = next(m for m in context.space_generator.mutator_probs
+                   if "TileSize" in type(m).__name__)  # fmt: skip
+    trace = cands[0].sch.trace
+    drawn = [mutate(mutator, trace, seed) for seed in (1, 1, 2, 3, 4)]
+    text = [str(t) for t in drawn if t is not None]
+    assert len(text) == 5 and text[0] == text[1]
+    assert len(set(text[1:])) > 1  # other seeds, other tilings
+
+
 def _failing_half(feats: list[np.ndarray]) -> np.ndarray:
     """Which programs "fail": those above the median of the feature that varies most."""
     column = int(np.argmax([np.ptp([f[:, k].max() for f in feats]) for k in range(164)]))
@@ -474,6 +497,8 @@ def test_adaptive_ping_pong_explores_only_after_a_round_that_bought_nothing(matm
     assert explores(4)
     measure([1e-4, 5e-3, 5e-3, 5e-3])
     assert not explores(5)
+    measure([])  # a batch another tuner had measured: no news, not a stall
+    assert not explores(6)
     assert policy.stats["explored"] == 2
 
 

@@ -126,6 +126,15 @@ def load_tensor_intrinsics() -> None:
     import tvm.s_tir.tensor_intrin  # noqa: F401
 
 
+def mutate(mutator: object, trace: object, seed: int) -> object | None:
+    """One mutation of ``trace`` drawn with ``seed`` (None: the mutator found none).
+    ``Mutator.apply`` seeds every call from the device's entropy, so two searches with the
+    same seed would mutate differently."""
+    from tvm.s_tir.meta_schedule import _ffi_api as ms_api
+
+    return ms_api.MutatorApply(mutator, trace, seed)
+
+
 def structural_hash(mod: tvm.IRModule) -> str:
     """Structural hash as an unsigned decimal string (the form MetaSchedule's JSON files use)."""
     return str(tvm_ffi.structural_hash(mod) & 0xFFFFFFFFFFFFFFFF)
@@ -236,6 +245,7 @@ __all__ = [
     "load_tensor_intrinsics",
     "lower_for_codegen",
     "ms",
+    "mutate",
     "rpc_base",
     "rpc_listen_loop",
     "sblocks",

@@ -59,8 +59,8 @@ class LearnedCostModel(PyCostModel):
 
     ``platform`` (a ``Platform``, or a target for this machine) gives the hardware vector the
     model reads.  Frozen by default; with ``online=True`` every measured batch refines the model
-    (more trees for the GBDTs, a few epochs for the networks), with labels recomputed per task
-    from all measurements seen so far.
+    (more trees for the GBDTs, a few epochs for the networks), each program labelled by the
+    task's fastest run so far over its own run time (0 for a failure).
 
     ``screen``: a cheaper fitted model that scores every candidate first and passes only its
     best ``shortlist`` on to ``model``.  It pays where ``model`` reads lowered-loop features:
@@ -88,7 +88,7 @@ class LearnedCostModel(PyCostModel):
         self.shortlist = shortlist
         self.platform = resolve_platform(platform, measurable=False)
         self.online = online
-        self._measured: dict[str, list[tuple[ProgramSet, np.ndarray]]] = {}
+        self._best: dict[str, float] = {}  # per task: the fastest run measured so far
         self._workload: dict[str, np.ndarray] = {}
         self._hardware = F.hardware_vector(self.platform)
         self._memo: dict[str, list] = {}  # per program: per-store, tokens, lowered (or None)
@@ -166,14 +166,12 @@ class LearnedCostModel(PyCostModel):
             return
         costs = np.array([run_seconds(r.run_secs) for r in results])
         key = structural_hash(context.mod)
-        data = self._features(context, candidates, lowered=self.model.uses_lowered)
-        self._measured.setdefault(key, []).append((data, costs))
-        batches = self._measured[key]
-        all_costs = np.concatenate([c for _, c in batches])
-        if not np.isfinite(all_costs).any():
+        ran = costs[np.isfinite(costs)]
+        best = min(self._best.get(key, np.inf), ran.min() if len(ran) else np.inf)
+        self._best[key] = best
+        if not np.isfinite(best):  # nothing of the task has run yet: no scale to label on
             return
-        best = all_costs[np.isfinite(all_costs)].min()
-        data = batches[-1][0]
+        data = self._features(context, candidates, lowered=self.model.uses_lowered)
         data.labels = np.where(np.isfinite(costs), best / costs, 0.0)
         self.model.update(data)
 

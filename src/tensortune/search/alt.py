@@ -174,6 +174,8 @@ class AltPolicy:
     def observe(self, context, cands: list, results: list) -> None:
         """Learn from a measured batch: its outcomes train the filter and the ensemble."""
         cands, results = list(cands), list(results)
+        if not cands:  # a batch another tuner had measured already: nothing learned
+            return
         feats = self.features(context, cands)
         best_before = min(self._costs, default=np.inf)  # failures are inf
         best_now = np.inf

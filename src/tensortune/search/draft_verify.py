@@ -44,6 +44,7 @@ from tensortune.compat import (
     PySearchStrategy,
     derived_object,
     ms,
+    mutate,
     structural_hash,
     tvm,
 )
@@ -129,6 +130,8 @@ class DraftThenVerify(PySearchStrategy):
     ``watch_builder`` was given (shared by every clone as ``build_times``).
     ``blend``: 1 ranks the picks by the analyzer's and the verifier's ranks, weighted by how
     well each ranked the task's measurements; 0 by the verifier's alone.
+    ``verifier_screens``: the verifier shortlists candidates with a screen before scoring
+    them (set by ``watch_verifier``), so each round's mutants are scored with the cache.
     """
 
     def __init__(self, population: int = 512, draft_generations: int = 2, draft_size: int = 256,
@@ -140,7 +143,8 @@ class DraftThenVerify(PySearchStrategy):
                  pingpong: int = 0, audit: float = 0.1,
                  alt_stats: dict[str, int] | None = None,
                  alt_log: list[tuple[float, bool, int]] | None = None,
-                 records: object | None = None) -> None:  # fmt: skip
+                 records: object | None = None,
+                 verifier_screens: bool = False) -> None:  # fmt: skip
         super().__init__()
         self.population = population
         self.draft_generations = draft_generations
@@ -165,6 +169,7 @@ class DraftThenVerify(PySearchStrategy):
             self.alt_stats.setdefault(key, 0)
         self.alt_log = alt_log  # benchmarks' record of the filter's ratings (``AltPolicy.log``)
         self.records = records
+        self.verifier_screens = verifier_screens
 
     def settings(self) -> dict[str, object]:
         """The settings (``OPTION_RANGES``' names) this strategy was made with."""
@@ -173,13 +178,26 @@ class DraftThenVerify(PySearchStrategy):
     def clone(self) -> DraftThenVerify:
         return DraftThenVerify(**self.settings(), timings=self.timings,
                                build_times=self.build_times, alt_stats=self.alt_stats,
-                               alt_log=self.alt_log, records=self.records)  # fmt: skip
+                               alt_log=self.alt_log, records=self.records,
+                               verifier_screens=self.verifier_screens)  # fmt: skip
 
     def read_records(self, database: object) -> None:
         """Where ALT's filter finds earlier runs' outcomes of a task, failures included: our
         ``StoreDatabase`` (``tune`` calls this before it clones the strategy for each task;
         the database MetaSchedule hands ``pre_tuning`` is its C++ view, without our methods)."""
         self.records = database
+
+    def watch_verifier(self, verifier: object) -> None:
+        """Note whether the cost model screens candidates (``LearnedCostModel(screen=...)``,
+        maybe inside wrappers): MetaSchedule hands ``pre_tuning`` its C++ view, which does
+        not say (``tune`` calls this before it clones the strategy for each task)."""
+        model = verifier
+        for _ in range(4):  # e.g. a TimedCostModel around a LearnedCostModel
+            if getattr(model, "screen", None) is not None:
+                self.verifier_screens = True
+                return
+            model = getattr(model, "inner", None)
+        self.verifier_screens = False
 
     def watch_builder(self, builder: object) -> None:
         """Learn what builds cost from ``builder``'s timings when they weigh in the picks
@@ -358,12 +376,15 @@ class DraftThenVerify(PySearchStrategy):
         mutants = [m for m in (self._mutate(c) for c in best) if m is not None and self._new(m)]
         if mutants:
             cache = cache + mutants
-            # The mutants are scored with the cache, in one call: a verifier that screens
-            # (``LearnedCostModel(screen=...)``) then weighs them against the cache and
-            # lowers only its shortlist of both; scored alone, all of them were lowered
-            # (benchmarks/RESULTS.md, stop 53).  The cache's features are memoized, so the
-            # second call costs one more forward pass over it (~35 ms for 288 programs).
-            by_verifier = None if by_verifier is None else self._predict(cache)
+            if by_verifier is not None and self.verifier_screens:
+                # Scored with the cache, in one call, the mutants are weighed against it by
+                # the screen and only those in its shortlist are lowered; scored alone, all
+                # of them were (benchmarks/RESULTS.md, stop 54).  Our adapter memoizes the
+                # cache's features, so this costs one more pass of the models over them.
+                by_verifier = self._predict(cache)
+            else:
+                more = None if by_verifier is None else self._predict(mutants)
+                by_verifier = None if more is None else np.concatenate([by_verifier, more])
             if self.blend or by_verifier is None:
                 by_analyzer = self._analyze(cache)  # the cache's are remembered
         return cache, by_analyzer, by_verifier
@@ -399,8 +420,10 @@ class DraftThenVerify(PySearchStrategy):
 
     def _mutate(self, cand):
         """One random mutation of a candidate's trace, replayed and post-processed."""
+        if not self.mutators:  # a space generator may define none
+            return None
         mutator = self.mutators[int(self.rng.choice(len(self.mutators), p=self.mutator_p))]
-        trace = mutator.apply(cand.sch.trace)
+        trace = mutate(mutator, cand.sch.trace, int(self.rng.integers(1, 1 << 30)))
         if trace is None:
             return None
         sch = tvm.s_tir.Schedule(self.context.mod, seed=int(self.rng.integers(1, 1 << 30)))

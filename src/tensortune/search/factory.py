@@ -35,15 +35,18 @@ def strategy_from(spec: object) -> object:
     return spec
 
 
-def strategy_for_task(prototype: object, builder: object,
-                      records: object | None = None) -> object:  # fmt: skip
+def strategy_for_task(prototype: object, builder: object, records: object | None = None,
+                      verifier: object | None = None) -> object:  # fmt: skip
     """A fresh copy of ``prototype`` for one task; ours may watch what ``builder``'s builds
-    take (``DraftThenVerify.watch_builder``) and read earlier runs' outcomes from ``records``
-    (a ``StoreDatabase``: ``DraftThenVerify.read_records``)."""
+    take (``DraftThenVerify.watch_builder``), read earlier runs' outcomes from ``records``
+    (a ``StoreDatabase``: ``DraftThenVerify.read_records``) and learn how ``verifier``, the
+    cost model, scores (``DraftThenVerify.watch_verifier``)."""
     if hasattr(prototype, "watch_builder"):
         prototype.watch_builder(builder)
     if records is not None and hasattr(prototype, "read_records"):
         prototype.read_records(records)
+    if verifier is not None and hasattr(prototype, "watch_verifier"):
+        prototype.watch_verifier(verifier)
     return prototype.clone() if hasattr(prototype, "clone") else prototype
 
 

@@ -59,7 +59,7 @@ def run_search(
     database = StoreDatabase(store, target=platform, run_id=run_id)
 
     def task_strategy(wid: int) -> object:
-        own = strategy_for_task(strategy, session.builder, database)
+        own = strategy_for_task(strategy, session.builder, database, cost_model)
         return own if budget is None else Leased(own, budget, wid)
 
     loggers = _task_loggers(work_dir, [t.name for t in tasks])
