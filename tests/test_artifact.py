@@ -141,6 +141,32 @@ def test_foreign_artifacts_are_refused_before_loading(shipped, tmp_path):
             load(bad)
 
 
+def test_inputs_are_checked_against_the_manifest_scalars_included():
+    from tensortune.deploy.artifact import TensorSpec, _as_array
+
+    scalar = TensorSpec((), "float32")
+    assert _as_array(np.float32(2.0), scalar, 0).shape == ()
+    assert _as_array(torch.tensor(2.0), scalar, 0).shape == ()
+    strided = np.zeros((8, 4), np.float32)[:, ::2]
+    assert _as_array(strided, TensorSpec((8, 2), "float32"), 0).flags.c_contiguous
+    with pytest.raises(TensortuneError, match=r"input 1: expected float32\[\], got float32\[1\]"):
+        _as_array(np.zeros(1, np.float32), scalar, 1)
+
+
+def test_an_artifact_whose_library_bytes_are_damaged_gets_one_line(shipped, tmp_path):
+    data = bytearray(shipped[0].read_bytes())
+    with zipfile.ZipFile(shipped[0]) as z:
+        info = z.getinfo("model.so")
+    # The member's data follow its local header (30 bytes, its name, its extra field).
+    name_len, extra_len = (int.from_bytes(data[info.header_offset + k : info.header_offset + k + 2],
+                                          "little") for k in (26, 28))  # fmt: skip
+    start = info.header_offset + 30 + name_len + extra_len
+    data[start + info.compress_size // 2] ^= 0xFF
+    (tmp_path / "flipped.tt").write_bytes(bytes(data))
+    with pytest.raises(ArtifactError, match="damaged library"):
+        load(tmp_path / "flipped.tt")
+
+
 def test_files_that_are_not_artifacts_get_one_line(tmp_path):
     (tmp_path / "garbage.tt").write_bytes(b"\x7fELF not really" * 100)
     with pytest.raises(ArtifactError, match="not a zip file"):

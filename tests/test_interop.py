@@ -234,6 +234,10 @@ def test_import_not_a_database(fresh, tmp_path: Path) -> None:
         "this is not json\n",
         "[0, [1, 2]]\n",  # not a 4-element record
         '[7, [[[], []], [0.001], {"kind": "llvm"}, []]]\n',  # no workload 7
+        # Times that would rank first: a negative, a zero, a NaN beside a real one.
+        '[0, [[[], []], [-1.0], {"kind": "llvm"}, []]]\n',
+        '[0, [[[], []], [0.0], {"kind": "llvm"}, []]]\n',
+        '[0, [[[], []], [0.001, NaN], {"kind": "llvm"}, []]]\n',
     ],
 )
 def test_import_corrupt_tuning_records(filled, fresh, tmp_path: Path, content: str) -> None:

@@ -14,6 +14,7 @@ import os
 import platform as host
 import tempfile
 import zipfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -104,6 +105,8 @@ def read_manifest(path: str | os.PathLike) -> dict:
         raise ArtifactError(f"{path}: not a tensortune artifact (not a zip file)") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ArtifactError(f"{path}: damaged manifest ({e})") from None
+    except (zlib.error, EOFError, OSError) as e:  # a truncated or damaged member, no access
+        raise ArtifactError(f"{path}: cannot be read ({e})") from None
     _check(path, manifest)
     return manifest
 
@@ -185,7 +188,7 @@ class CompiledModel:
 def _as_array(value: Any, spec: TensorSpec, index: int) -> np.ndarray:
     if type(value).__module__.startswith("torch"):
         value = value.detach().cpu().numpy()
-    a = np.ascontiguousarray(value)
+    a = np.asarray(value, order="C")  # ascontiguousarray would make a scalar 1-d
     if a.shape != spec.shape or str(a.dtype) != spec.dtype:
         raise TensortuneError(f"input {index}: expected {spec.dtype}{list(spec.shape)}, "
                               f"got {a.dtype}{list(a.shape)}")  # fmt: skip
@@ -201,7 +204,10 @@ def load(path: str | os.PathLike) -> CompiledModel:
     from tensortune.compat import tvm
 
     with tempfile.TemporaryDirectory() as tmp, zipfile.ZipFile(path) as z:
-        lib_path = z.extract(_LIBRARY, tmp)
+        try:  # the manifest read fine; the library's bytes may still be damaged
+            lib_path = z.extract(_LIBRARY, tmp)
+        except (zipfile.BadZipFile, zlib.error, EOFError, OSError) as e:
+            raise ArtifactError(f"{path}: damaged library ({e})") from None
         try:
             lib = tvm.runtime.load_module(lib_path)
         except Exception as e:

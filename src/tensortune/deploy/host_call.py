@@ -37,6 +37,6 @@ class HostCall:
                 dev = tvm.cpu()
                 self._staged = [tvm.runtime.empty(s, d, dev) for s, d in self._specs]
             for staged, x in zip(self._staged, arrays, strict=True):
-                staged.copyfrom(np.ascontiguousarray(x))
+                staged.copyfrom(np.asarray(x, order="C"))  # a scalar stays 0-d
             with affinity_kept():  # TVM's pool pins the calling thread to one core
                 return as_arrays(self._main(*self._staged))

@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import math
 import struct
 from pathlib import Path
 
@@ -103,6 +104,9 @@ def _check_record(entry: object, workloads: int | None) -> None:
         isinstance(run_secs, list) and all(type(s) in (int, float) for s in run_secs)
     ):  # a null among them crashes TVM
         raise _Malformed("run_secs is not a list of numbers")
+    if run_secs and not all(math.isfinite(s) and s > 0 for s in run_secs):
+        # Kept, a zero, negative or NaN time would rank as the fastest schedule of its task.
+        raise _Malformed("run_secs holds a time that is not a positive finite number")
     if not (isinstance(target, dict) and type(target.get("kind")) is str):
         raise _Malformed("the target is not an object with a kind")
     if not (

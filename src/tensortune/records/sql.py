@@ -300,7 +300,9 @@ class SQLStore(RecordStore):
 
     def claim(self, workload_id: int, hardware_id: str, target: str, hashes: Sequence[str], *,
               worker: str, seconds: float) -> list[str]:  # fmt: skip
-        wanted = list(dict.fromkeys(hashes))
+        # In one order for every worker: two PostgreSQL transactions inserting the same rows in
+        # opposite orders wait on each other until one is aborted as a deadlock.
+        wanted = sorted(set(hashes))
         if not wanted:
             return []
 

@@ -106,7 +106,10 @@ class SQLiteStore(SQLStore):
 
     def _migrate(self, version: int) -> None:
         def upgrade(db: Cursor) -> None:
-            for v in range(version + 1, SCHEMA_VERSION + 1):
+            # Read again under the write lock: another process opening the same old file may
+            # have upgraded it while this one waited for the lock.
+            now = self._schema_version(dict(db.execute("SELECT key, value FROM meta")))
+            for v in range(now + 1, SCHEMA_VERSION + 1):
                 for statement in _MIGRATIONS[v]:
                     db.execute(statement)
             db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'",
