@@ -239,6 +239,24 @@ def test_warm_start_times_transferred_schedules_first_within_the_budget(tmp_path
         assert store.count() == 8
 
 
+def test_the_warm_start_stays_within_the_per_task_limit(tmp_path, source_store, monkeypatch):
+    import tensortune.transfer.run as transfer_run
+
+    asked = []
+    real = transfer_run.transfer_tasks
+
+    def spy(*args, per_kernel: int, **kwargs):
+        asked.append(per_kernel)
+        return real(*args, per_kernel=per_kernel, **kwargs)
+
+    monkeypatch.setattr(transfer_run, "transfer_tasks", spy)
+    for cap, most in ((None, 4), (1, 1)):  # 4: the default schedules a kernel
+        result = tune(["dense_bias_relu:96,64,64"], trials=8, max_trials_per_task=cap,
+                      records=f"sqlite:///{tmp_path / f'{cap}.db'}", work_dir=tmp_path / "w",
+                      warm_start=source_store, **FAST)  # fmt: skip
+        assert asked[-1] == most and result.tasks[0].trials == (cap or 8)
+
+
 # -- the benchmark's arithmetic ------------------------------------------------------------------
 
 

@@ -6,7 +6,9 @@ workers are measuring right now.  Before a batch is measured, :class:`Leased` cl
 candidates and keeps only those it got, up to what the shared budget still allows; the
 transaction that commits their records ends the leases.  A worker that dies leaves leases that
 expire after ``seconds`` by the database's clock; on its own machine a rerun frees them at once
-(the process that held them is gone), so a killed run loses at most the batch it had in flight.
+(the process that held them is gone), so a killed run loses at most what it measured and had not
+committed: the batch in flight, or in the first pass of MetaSchedule's gradient scheduler (which
+collects no task's round before every task has had one) the rounds of that pass so far.
 """
 
 from __future__ import annotations

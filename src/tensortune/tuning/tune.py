@@ -360,7 +360,7 @@ def _warm_start(store: RecordStore, plan: TunePlan, session: Callable[[], Measur
     room = (trials - sum(done)) // 2
     if not cold or room < len(cold):
         return
-    per_kernel = min(plan.warm_per_kernel, room // len(cold))
+    per_kernel = min(plan.warm_per_kernel, room // len(cold), plan.max_trials_per_task or room)
     with session() as measure:
         transfer_tasks(store, cold, plan.platform, measure, plan.warm_start,
                        per_kernel=per_kernel, untuned=False)  # fmt: skip
