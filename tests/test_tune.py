@@ -111,6 +111,12 @@ def test_several_tasks_share_one_budget(tmp_path):
                   work_dir=tmp_path / "w", trials_per_round=2, **FAST)  # fmt: skip
     assert sum(t.trials for t in result.tasks) == 8
     assert all(t.trials > 0 for t in result.tasks)
+    # Rounds larger than the budget allows: the first pass over the tasks (no round of it
+    # committed before every task has had one) still stops at the budget, not 8 + 8.
+    specs = ["matmul:16,16,16", "matmul:24,24,24", "matmul:32,32,32"]
+    result = tune(specs, trials=10, records=f"sqlite:///{tmp_path}/big.db",
+                  work_dir=tmp_path / "w", trials_per_round=8, **FAST)  # fmt: skip
+    assert [t.trials for t in result.tasks] == [8, 2, 0]
 
 
 def test_kill_9_loses_at_most_the_batch_in_flight(tmp_path):

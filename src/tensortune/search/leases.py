@@ -99,7 +99,10 @@ class SharedBudget:
             return 0
         key = {"hardware_id": self.hardware_id, "target": self.target}
         done = {w: self.store.count(workload_id=w, **key) for w in self.workload_ids}
-        held = self.store.leased(self.workload_ids, worker=self.worker, **key)
+        # Every live lease, ours included: in the gradient scheduler's first pass this worker
+        # holds the rounds of earlier tasks, measured but not yet committed.  (A task's own
+        # previous round is always committed before it gets the next.)
+        held = self.store.leased(self.workload_ids, **key)
         overall = self.total - sum(done.values()) - sum(held.values())
         task = self.per_task - done.get(workload_id, 0) - held.get(workload_id, 0)
         return max(0, min(overall, task))
