@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tensortune.compat import (
@@ -117,6 +118,39 @@ def test_several_tasks_share_one_budget(tmp_path):
     result = tune(specs, trials=10, records=f"sqlite:///{tmp_path}/big.db",
                   work_dir=tmp_path / "w", trials_per_round=8, **FAST)  # fmt: skip
     assert [t.trials for t in result.tasks] == [8, 2, 0]
+
+
+def test_each_round_is_committed_before_the_next_is_measured(tmp_path, monkeypatch):
+    # MetaSchedule's gradient scheduler collects none of its first pass's rounds before every
+    # task has had one: a kill then lost them all.  Ours commits each as soon as it is timed.
+    from tensortune.records.ms_callback import RecordToStore
+
+    events: list[str] = []
+    run, commit = PersistentRunner._cls.run, RecordToStore._cls.apply
+    monkeypatch.setattr(PersistentRunner._cls, "run",
+                        lambda self, inputs: events.append("run") or run(self, inputs))  # fmt: skip
+    monkeypatch.setattr(RecordToStore._cls, "apply",
+                        lambda self, *a: events.append("commit") or commit(self, *a))  # fmt: skip
+    specs = ["matmul:16,16,16", "matmul:24,24,24", "matmul:32,32,32"]
+    result = tune(specs, trials=12, records=f"sqlite:///{tmp_path}/r.db", work_dir=tmp_path / "w",
+                  trials_per_round=2, **FAST)  # fmt: skip
+    assert sum(t.trials for t in result.tasks) == 12
+    assert events == ["run", "commit"] * 6
+
+
+def test_the_gradient_rule_picks_as_metaschedules_does():
+    from tensortune.search.scheduler import INVALID_MS, pick_task
+
+    rng = np.random.default_rng(0)
+    kw = {"alpha": 0.2, "window": 3, "rng": rng}
+    # Task 0: 4 rounds, 10 → 6 ms; g = 0.2 * (10 - 6) / 3 + 0.8 * 6 / 4 = 1.4667, weight 1.
+    # Task 1: 1 round at 5 ms; g = 0.8 * 5 = 4, weight 0.25: 1.0.  Task 2: nothing valid.
+    history = [[10.0, 8.0, 7.0, 6.0], [5.0], [INVALID_MS]]
+    assert pick_task(history, [1.0, 0.25, 9.0], [0, 1, 2], **kw) == 0
+    assert pick_task(history, [1.0, 0.5, 9.0], [0, 1, 2], **kw) == 1  # 2.0 now
+    assert pick_task(history, [1.0, 0.5, 9.0], [0, 2], **kw) == 0  # a finished task is out
+    ties = {pick_task([[2.0], [2.0]], [1.0, 1.0], [0, 1], **kw) for _ in range(40)}
+    assert ties == {0, 1}  # a tie is drawn at random
 
 
 def test_kill_9_loses_at_most_the_batch_in_flight(tmp_path):

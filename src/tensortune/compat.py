@@ -98,6 +98,7 @@ from tvm.s_tir.meta_schedule.search_strategy import (  # noqa: E402
     MeasureCandidate,
     PySearchStrategy,
 )
+from tvm.s_tir.meta_schedule.task_scheduler import PyTaskScheduler  # noqa: E402
 from tvm.s_tir.meta_schedule.tune_context import TuneContext  # noqa: E402
 
 TVM_VERSION: str = tvm.__version__
@@ -233,6 +234,7 @@ __all__ = [
     "PyRunner",
     "PyRunnerFuture",
     "PySearchStrategy",
+    "PyTaskScheduler",
     "RunnerFuture",
     "RunnerInput",
     "RunnerResult",

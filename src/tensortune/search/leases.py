@@ -6,9 +6,8 @@ workers are measuring right now.  Before a batch is measured, :class:`Leased` cl
 candidates and keeps only those it got, up to what the shared budget still allows; the
 transaction that commits their records ends the leases.  A worker that dies leaves leases that
 expire after ``seconds`` by the database's clock; on its own machine a rerun frees them at once
-(the process that held them is gone), so a killed run loses at most what it measured and had not
-committed: the batch in flight, or in the first pass of MetaSchedule's gradient scheduler (which
-collects no task's round before every task has had one) the rounds of that pass so far.
+(the process that held them is gone), so a killed run loses at most the batch it had in flight
+(with ``search/scheduler.py``'s task scheduler, which commits each round as soon as it is timed).
 """
 
 from __future__ import annotations
@@ -99,9 +98,9 @@ class SharedBudget:
             return 0
         key = {"hardware_id": self.hardware_id, "target": self.target}
         done = {w: self.store.count(workload_id=w, **key) for w in self.workload_ids}
-        # Every live lease, ours included: in the gradient scheduler's first pass this worker
-        # holds the rounds of earlier tasks, measured but not yet committed.  (A task's own
-        # previous round is always committed before it gets the next.)
+        # Every live lease, ours included: under a scheduler that collects rounds late
+        # (MetaSchedule's gradient scheduler in its first pass, a remote runner's pending
+        # futures) this worker holds other tasks' rounds, measured but not yet committed.
         held = self.store.leased(self.workload_ids, **key)
         overall = self.total - sum(done.values()) - sum(held.values())
         task = self.per_task - done.get(workload_id, 0) - held.get(workload_id, 0)

@@ -54,6 +54,7 @@ def run_search(
     from tensortune.records.ms_callback import RecordToStore
     from tensortune.records.ms_database import StoreDatabase
     from tensortune.search.leases import Leased
+    from tensortune.search.scheduler import GradientScheduler
     from tensortune.search.space import tune_context
 
     database = StoreDatabase(store, target=platform, run_id=run_id)
@@ -74,6 +75,9 @@ def run_search(
         ms.measure_callback.RemoveBuildArtifact(),
         ms.measure_callback.UpdateCostModel(),
     ]  # fmt: skip
+    if task_scheduler == "gradient":  # MetaSchedule's rule, each first round committed at once
+        task_scheduler = GradientScheduler(seed=seed)
+        callbacks.append(task_scheduler.callback())
     try:
         ms.tune_tasks(
             tasks=contexts,

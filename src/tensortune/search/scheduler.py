@@ -1,0 +1,123 @@
+"""MetaSchedule's gradient task scheduler, collecting each task's first round at once.
+
+Which task gets the next round is decided as MetaSchedule's ``GradientBased`` decides it
+(Ansor's rule, as TVM 0.27 implements it): every task gets one round, then the task whose
+weighted gradient of its best latency is largest, ``alpha`` · (improvement over the last
+``window_size`` rounds, per round) + (1 − ``alpha``) · (best latency / rounds so far), times
+the task's weight; a task with no valid latency yet gets −1e9; ties are drawn at random.
+
+What differs is when a round is collected.  MetaSchedule's version collects no round of its
+first pass before every task has had one, so a run killed in that pass (for a network of
+dozens of tasks, minutes of measurement) loses all of it, and the budget of several tuners
+sharing a store is judged without it.  Here each round of the first pass is collected as soon
+as it is measured (``TouchTask``: at once with our runner, which returns finished futures;
+a remote runner's pending futures are left to finish as before), so its records are committed
+before the next task is drafted (benchmarks/RESULTS.md, stop 54).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tensortune.compat import PyMeasureCallback, PyTaskScheduler, derived_object
+
+INVALID_MS = 1e9  # MetaSchedule's latency for a failed candidate
+
+
+def pick_task(history: list[list[float]], weights: list[float], alive: list[int], *,
+              alpha: float, window: int, rng: np.random.Generator) -> int:  # fmt: skip
+    """The task to tune next among ``alive``, from each task's best latency after each of its
+    rounds (``history``, in ms): the largest weighted gradient, a random one on a tie."""
+    grads = []
+    for i in alive:
+        best = history[i]
+        n = len(best)
+        if n and best[-1] < INVALID_MS:
+            g1 = (best[-1 - window] - best[-1]) / window if n >= 1 + window else 0.0
+            g2 = best[-1] / n
+            grads.append((alpha * g1 + (1 - alpha) * g2) * weights[i])
+        else:  # nothing valid measured: the task cannot be judged yet
+            grads.append(-1e9)
+    if max(grads) == min(grads):
+        return alive[int(rng.integers(len(alive)))]
+    return alive[int(np.argmax(grads))]
+
+
+@derived_object
+class GradientScheduler(PyTaskScheduler):
+    """``GradientBased`` (module docstring), with the first pass's rounds collected at once.
+
+    Give ``ms.tune_tasks`` its ``callback()`` among the measure callbacks: that is how it
+    learns each round's latencies (MetaSchedule keeps them where Python cannot read them)."""
+
+    def __init__(self, alpha: float = 0.2, window_size: int = 3, seed: int = 0) -> None:
+        super().__init__()
+        self.alpha = alpha
+        self.window_size = window_size
+        self.rng = np.random.default_rng(seed)
+        self.history: list[list[float]] = []  # per task: its best latency after each round
+        self._best: list[float] = []
+        self._first_pass = 0  # tasks handed their first round so far
+
+    def callback(self) -> object:
+        return _Latencies(self)
+
+    def observe(self, task_id: int, latencies_ms: list[float]) -> None:
+        """One collected round of ``task_id``: what the gradient reads."""
+        while len(self.history) <= task_id:
+            self.history.append([])
+            self._best.append(INVALID_MS)
+        if latencies_ms:
+            self._best[task_id] = min(self._best[task_id], *latencies_ms)
+            self.history[task_id].append(self._best[task_id])
+
+    def next_task_id(self) -> int:
+        outer = self._outer()
+        tasks = list(outer.tasks_)
+        n = len(tasks)
+        while len(self.history) < n:
+            self.history.append([])
+            self._best.append(INVALID_MS)
+        if self._first_pass < n:
+            if self._first_pass:  # the previous task's round, measured: commit it now
+                outer.touch_task(self._first_pass - 1)
+            self._first_pass += 1
+            return self._first_pass - 1
+        if self._first_pass == n:
+            for i, task in enumerate(tasks):
+                if task.runner_futures is not None:
+                    outer.join_running_task(i)
+            self._first_pass += 1
+        alive = []
+        for i in range(n):
+            outer.touch_task(i)
+            if not outer.tasks_[i].is_terminated:
+                alive.append(i)
+        if not alive:
+            return -1
+        weights = [float(t.task_weight) for t in tasks]
+        task_id = pick_task(self.history, weights, alive, alpha=self.alpha,
+                            window=self.window_size, rng=self.rng)  # fmt: skip
+        if outer.tasks_[task_id].runner_futures is not None:
+            outer.join_running_task(task_id)
+        return task_id
+
+
+@derived_object
+class _Latencies(PyMeasureCallback):
+    """Hands each collected round's latencies to its ``GradientScheduler``, in ms as
+    MetaSchedule counts them (the median of the repeats; a build or run error: 1e9)."""
+
+    def __init__(self, scheduler: object) -> None:
+        super().__init__()
+        self.scheduler = scheduler
+
+    def apply(self, task_scheduler, task_id: int, measure_candidates, builder_results,
+              runner_results) -> None:  # fmt: skip
+        latencies = []
+        for built, ran in zip(builder_results, runner_results, strict=True):
+            if built.error_msg is None and ran.error_msg is None and ran.run_secs:
+                latencies.append(float(np.median([float(s) for s in ran.run_secs])) * 1e3)
+            else:
+                latencies.append(INVALID_MS)
+        self.scheduler.observe(int(task_id), latencies)
