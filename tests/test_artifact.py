@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import zipfile
@@ -165,6 +166,26 @@ def test_an_artifact_whose_library_bytes_are_damaged_gets_one_line(shipped, tmp_
     (tmp_path / "flipped.tt").write_bytes(bytes(data))
     with pytest.raises(ArtifactError, match="damaged library"):
         load(tmp_path / "flipped.tt")
+
+
+def test_an_instruction_set_the_kernel_hides_is_one_this_cpu_lacks(shipped, tmp_path, monkeypatch):
+    # A VM may hide AVX-512 under a CPU model name that has it: LLVM's name alone would pass
+    # the artifact, and its code would die of SIGILL.
+    import tensortune.hardware.fingerprint as fingerprint
+    from tensortune.deploy.artifact import cpuinfo_name
+
+    has = sorted(_needed_features(None))
+    if not has:
+        pytest.skip("LLVM names no instruction set for this CPU")
+    info = fingerprint.cpuinfo()
+    key = "flags" if "flags" in info else "Features"
+    hidden = cpuinfo_name(has[-1])
+    shown = " ".join(f for f in info[key].split() if f != hidden)
+    monkeypatch.setattr(fingerprint, "cpuinfo", lambda: {**info, key: shown})
+    assert has[-1] not in _needed_features(None)
+    bad = _tampered(shipped[0], tmp_path / "hidden.tt", cpu_features=[has[-1]])
+    with pytest.raises(ArtifactError, match=f"CPU with {re.escape(has[-1])}, which this CPU lacks"):
+        load(bad)
 
 
 def test_files_that_are_not_artifacts_get_one_line(tmp_path):

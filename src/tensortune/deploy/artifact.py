@@ -141,15 +141,43 @@ def _check(path: Path, m: object) -> None:
 
 
 def _needed_features(target: dict | None) -> set[str]:
-    """The instruction sets code for ``target`` may use (None: this machine's CPU)."""
+    """The instruction sets code for ``target`` may use (None: this machine's CPU, as far as
+    both LLVM's name for it and the kernel's flags say)."""
     from tensortune.compat import tvm
 
     codegen = tvm.target.codegen
-    if target is None:
+    host = target is None
+    if host:
         target = {"kind": "llvm", "mcpu": codegen.llvm_get_system_cpu()}
     if target.get("kind") != "llvm":
         return set()
-    return set(codegen.llvm_get_cpu_features(tvm.target.Target(target))) & set(_ISA)
+    features = set(codegen.llvm_get_cpu_features(tvm.target.Target(target))) & set(_ISA)
+    return features - _hidden_features() if host else features
+
+
+# LLVM's feature names that /proc/cpuinfo spells otherwise (the rest: "." and "-" become "_").
+_CPUINFO_NAME = {
+    "bmi": "bmi1", "lzcnt": "abm", "avx512vnni": "avx512_vnni", "avx512bf16": "avx512_bf16",
+    "avx512fp16": "avx512_fp16", "avxvnni": "avx_vnni", "neon": "asimd", "dotprod": "asimddp",
+    "fullfp16": "fphp",
+}  # fmt: skip
+
+
+def _hidden_features() -> set[str]:
+    """Instruction sets LLVM names for this CPU model that its kernel does not list: a VM may
+    hide AVX-512 under a model name that has it, and code using it would die of SIGILL."""
+    from tensortune.hardware.fingerprint import cpuinfo
+
+    info = cpuinfo()
+    flags = set((info.get("flags") or info.get("Features") or "").split())
+    if not flags:  # no /proc/cpuinfo: LLVM's word is all there is
+        return set()
+    return {f for f in _ISA if cpuinfo_name(f) not in flags}
+
+
+def cpuinfo_name(feature: str) -> str:
+    """How ``/proc/cpuinfo`` spells one of LLVM's instruction-set names."""
+    return _CPUINFO_NAME.get(feature, feature.replace(".", "_").replace("-", "_"))
 
 
 class CompiledModel:
