@@ -107,6 +107,21 @@ def test_a_task_whose_search_breaks_stops_and_the_others_go_on(tmp_path):
     assert softmax.error.endswith("ScheduleError: The block no longer exists in the IRModule")
 
 
+def test_a_store_that_fails_under_the_search_ends_the_run_with_its_error(tmp_path, monkeypatch):
+    # MetaSchedule's search reads the store from C++, which hands a store error on as a plain
+    # RuntimeError: each task then "broke" in turn and tune() returned as if all went well.
+    from tensortune.errors import RecordsError
+
+    def locked(self, *args):
+        raise RecordsError("records store r.db: database is locked")
+
+    monkeypatch.setattr(StoreDatabase._cls, "_records", locked)
+    with pytest.raises(RecordsError, match="database is locked"):
+        tune(["matmul:16,16,16", "softmax:4,32"], trials=8, records=f"sqlite:///{tmp_path}/r.db",
+             work_dir=tmp_path / "w", trials_per_round=2,
+             **{**FAST, "strategy": "evolutionary"})  # fmt: skip
+
+
 def test_several_tasks_share_one_budget(tmp_path):
     result = tune(["matmul:16,16,16", "softmax:4,32"], trials=8, records=f"sqlite:///{tmp_path}/r.db",
                   work_dir=tmp_path / "w", trials_per_round=2, **FAST)  # fmt: skip

@@ -7,7 +7,10 @@ this machine), so records from other machines are never mistaken for local ones.
 
 from __future__ import annotations
 
+import functools
 import time
+from collections.abc import Callable
+from typing import TypeVar
 
 from tensortune.compat import (
     TVM_VERSION,
@@ -18,11 +21,31 @@ from tensortune.compat import (
     derived_object,
     tvm,
 )
+from tensortune.errors import RecordsError
 from tensortune.hardware import Hardware, Platform, current_hardware, target_key
 from tensortune.measure.status import FAILED_COST
 from tensortune.records.convert import args_info_text, to_tuning_record, trace_text
 from tensortune.records.schema import Record
 from tensortune.records.storage import RecordStore
+
+T = TypeVar("T")
+
+
+def _kept(method: Callable[..., T]) -> Callable[..., T]:
+    """Remember the store's first error in ``self.error`` before it goes on: MetaSchedule's
+    search calls these from C++, which hands the exception on as a plain ``RuntimeError``
+    (and a search strategy may take that for its own failure on one task)."""
+
+    @functools.wraps(method)
+    def kept(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except RecordsError as e:
+            if self.error is None:
+                self.error = e
+            raise
+
+    return kept
 
 
 @derived_object
@@ -54,14 +77,18 @@ class StoreDatabase(PyDatabase):
         self.run_id = run_id
         self.pinned = dict(pinned or {})
         self._stored_names: dict[int, list[str]] = {}  # workload id → its blocks' names
+        self.error: RecordsError | None = None  # the store's first error (``_kept``)
 
+    @_kept
     def has_workload(self, mod) -> bool:
         return self.store.workload_id(mod, create=False) is not None
 
+    @_kept
     def commit_workload(self, mod) -> Workload:
         self.store.workload_id(mod)
         return Workload(mod)
 
+    @_kept
     def commit_tuning_record(self, record: TuningRecord) -> None:
         secs = [float(s) for s in record.run_secs or []]
         ok = bool(secs) and max(secs) < FAILED_COST / 10
@@ -113,10 +140,12 @@ class StoreDatabase(PyDatabase):
         workload = Workload(mod)
         return [to_tuning_record(r, workload, names) for r in records]
 
+    @_kept
     def get_top_k(self, workload: Workload, top_k: int) -> list[TuningRecord]:
         wid = self.store.workload_id(workload.mod, create=False)
         return self._as_asked(self._records(wid, self.target, top_k), wid, workload.mod)
 
+    @_kept
     def outcomes(self, mod, limit: int = 256) -> list[tuple[TuningRecord, bool]]:
         """Earlier measurements of ``mod`` on this hardware and target, failures included
         (MetaSchedule's queries return only programs that ran), with whether each ran: up to
@@ -133,6 +162,7 @@ class StoreDatabase(PyDatabase):
         found = self._as_asked(picked, wid, mod)
         return [(t, r.ok) for t, r in zip(found, picked, strict=True)]
 
+    @_kept
     def get_all_tuning_records(self) -> list[TuningRecord]:
         out = []
         for w in self.store.workloads():
@@ -142,6 +172,7 @@ class StoreDatabase(PyDatabase):
                 out.append(to_tuning_record(r, workload))
         return out
 
+    @_kept
     def query_tuning_record(self, mod, target, workload_name: str | None = None):
         tkey = target_key(target)
         wid = self.store.workload_id(mod, create=False)
@@ -165,5 +196,6 @@ class StoreDatabase(PyDatabase):
         sch = self.query_schedule(mod, target, workload_name)
         return None if sch is None else sch.mod
 
+    @_kept
     def __len__(self) -> int:
         return self.store.count(hardware_id=self.hardware_id, target=self.target)

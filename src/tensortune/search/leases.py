@@ -130,12 +130,13 @@ class Leased(PySearchStrategy):
     than ``budget`` allows; ``inner`` is asked again (``tries`` times) when none is left."""
 
     def __init__(self, inner: object, budget: SharedBudget, workload_id: int,
-                 tries: int = 16) -> None:  # fmt: skip
+                 tries: int = 16, database: object | None = None) -> None:  # fmt: skip
         super().__init__()
         self.inner = inner
         self.budget = budget
         self.workload_id = workload_id
         self.tries = tries
+        self.database = database  # a StoreDatabase: its store's errors end the run
 
     def _initialize_with_tune_context(self, context) -> None:
         self.inner._initialize_with_tune_context(context)
@@ -168,6 +169,9 @@ class Leased(PySearchStrategy):
             except TensortuneError:
                 raise
             except Exception as e:
+                broken = getattr(self.database, "error", None)
+                if broken is not None:  # the store failed under the search: every task would
+                    raise broken from None
                 # TVM's search failing on one task (a schedule rule meeting a kernel it
                 # mishandles) must not end a run of many: that task stops, with its error.
                 self.budget.failed[self.workload_id] = f"{type(e).__name__}: {last_line(e)}"
@@ -191,4 +195,4 @@ class Leased(PySearchStrategy):
         self.inner.notify_runner_results(measure_candidates, results)
 
     def clone(self) -> Leased:
-        return Leased(self.inner.clone(), self.budget, self.workload_id, self.tries)
+        return Leased(self.inner.clone(), self.budget, self.workload_id, self.tries, self.database)

@@ -61,7 +61,7 @@ def run_search(
 
     def task_strategy(wid: int) -> object:
         own = strategy_for_task(strategy, session.builder, database, cost_model)
-        return own if budget is None else Leased(own, budget, wid)
+        return own if budget is None else Leased(own, budget, wid, database=database)
 
     loggers = _task_loggers(work_dir, [t.name for t in tasks])
     contexts = [
@@ -96,7 +96,8 @@ def run_search(
 
     except Exception:
         # An error of ours inside a callback reached here as TVM's RuntimeError: raise ours.
-        ours = callbacks[0].error or (budget.error if budget is not None else None)
+        ours = (callbacks[0].error or (budget.error if budget is not None else None)
+                or database.error)  # fmt: skip
         if ours is not None:
             raise ours from None
         raise
