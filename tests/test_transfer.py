@@ -239,7 +239,7 @@ def test_warm_start_times_transferred_schedules_first_within_the_budget(tmp_path
         assert store.count() == 8
 
 
-def test_the_warm_start_stays_within_the_per_task_limit(tmp_path, source_store, monkeypatch):
+def test_the_warm_start_keeps_the_task_limit_and_the_deadline(tmp_path, source_store, monkeypatch):
     import tensortune.transfer.run as transfer_run
 
     asked = []
@@ -255,6 +255,10 @@ def test_the_warm_start_stays_within_the_per_task_limit(tmp_path, source_store, 
                       records=f"sqlite:///{tmp_path / f'{cap}.db'}", work_dir=tmp_path / "w",
                       warm_start=source_store, **FAST)  # fmt: skip
         assert asked[-1] == most and result.tasks[0].trials == (cap or 8)
+    # And within the time budget: one spent before it starts times nothing.
+    late = tune(["dense_bias_relu:96,64,64"], max_seconds=1e-6, records=f"sqlite:///{tmp_path}/t.db",
+                work_dir=tmp_path / "w", warm_start=source_store, **FAST)  # fmt: skip
+    assert late.out_of_time and late.tasks[0].trials == 0
 
 
 # -- the benchmark's arithmetic ------------------------------------------------------------------

@@ -188,10 +188,12 @@ def transfer_tasks(
     untuned: bool = True,
     progress: OnKernel | None = None,
     seed: int = 0,
+    deadline: float | None = None,
 ) -> tuple[list[KernelTransfer], dict[str, int]]:
     """Replay, rank, time and record the transferred candidates of each task (and, with
     ``untuned``, the task's untuned program).  Returns each task's summary and how often each
-    reason made a transfer invalid."""
+    reason made a transfer invalid.  Past ``deadline`` (``time.monotonic()``) no further task
+    is started."""
     from tensortune.search.space import tune_context
 
     run_id = f"transfer-{uuid.uuid4().hex[:8]}"
@@ -206,6 +208,8 @@ def transfer_tasks(
     out = []
     session.add_references(list(tasks))
     for index, task in enumerate(tasks):
+        if deadline is not None and time.monotonic() >= deadline:
+            break
         wid = store.workload_id(task.mod, task.name)
         where = {"workload_id": wid, "hardware_id": hw_id, "target": platform.key}
         kclass = kernel_class(task.mod)

@@ -306,7 +306,7 @@ def _search(store: RecordStore, plan: TunePlan, session: Callable[[], MeasureSes
     if trials is None:
         trials = sum(done) + OPEN_TRIALS_PER_TASK * len(tasks)
     if plan.warm_start is not None:
-        _warm_start(store, plan, session, done, trials)
+        _warm_start(store, plan, session, done, trials, deadline)
         done = [store.count(**w) for w in where]
     result = TuneResult(run_id, store.url, platform.target, hw_id, plan.trials, sum(done),
                         strategy=plan.strategy_name, cost_model=plan.cost_model_name,
@@ -351,9 +351,9 @@ def _search(store: RecordStore, plan: TunePlan, session: Callable[[], MeasureSes
 
 
 def _warm_start(store: RecordStore, plan: TunePlan, session: Callable[[], MeasureSession],
-                done: list[int], trials: int) -> None:  # fmt: skip
+                done: list[int], trials: int, deadline: float | None) -> None:  # fmt: skip
     """Time transferred schedules of the tasks the store holds nothing of yet, within half of
-    the budget, so the search starts from them."""
+    the budget and before the ``deadline``, so the search starts from them."""
     from tensortune.transfer.run import transfer_tasks
 
     cold = [t for t, d in zip(plan.tasks, done, strict=True) if d == 0]
@@ -363,7 +363,7 @@ def _warm_start(store: RecordStore, plan: TunePlan, session: Callable[[], Measur
     per_kernel = min(plan.warm_per_kernel, room // len(cold), plan.max_trials_per_task or room)
     with session() as measure:
         transfer_tasks(store, cold, plan.platform, measure, plan.warm_start,
-                       per_kernel=per_kernel, untuned=False)  # fmt: skip
+                       per_kernel=per_kernel, untuned=False, deadline=deadline)  # fmt: skip
 
 
 def _per_round(requested: int | None, remaining: int, n_tasks: int) -> int:
