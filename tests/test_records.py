@@ -603,7 +603,7 @@ def test_a_version_3_store_is_upgraded_in_place_and_records_say_their_origin(
     with open_records(_url(path)) as s:  # upgraded once: opening again changes nothing
         assert [r.origin for r in s.query()] == ["", _TRANSFERRED]
         # A second process that read v3 before the first upgraded finds it done under the lock.
-        s._migrate(3)
+        s._migrate()
     db = sqlite3.connect(path)
     (version,) = db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
     columns = [row[1] for row in db.execute("PRAGMA table_info(records)")]

@@ -166,10 +166,9 @@ _CPUINFO_NAME = {
 def _hidden_features() -> set[str]:
     """Instruction sets LLVM names for this CPU model that its kernel does not list: a VM may
     hide AVX-512 under a model name that has it, and code using it would die of SIGILL."""
-    from tensortune.hardware.fingerprint import cpuinfo
+    from tensortune.hardware.fingerprint import cpu_flags
 
-    info = cpuinfo()
-    flags = set((info.get("flags") or info.get("Features") or "").split())
+    flags = cpu_flags()
     if not flags:  # no /proc/cpuinfo: LLVM's word is all there is
         return set()
     return {f for f in _ISA if cpuinfo_name(f) not in flags}

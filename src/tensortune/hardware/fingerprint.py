@@ -102,11 +102,18 @@ def affinity_kept() -> Iterator[None]:
             os.sched_setaffinity(0, saved)
 
 
+def cpu_flags(info: dict[str, str] | None = None) -> set[str]:
+    """The CPU's feature flags as the kernel lists them (x86 ``flags``, Arm ``Features``);
+    empty where there is no ``/proc/cpuinfo``."""
+    info = cpuinfo() if info is None else info
+    return set((info.get("flags") or info.get("Features") or "").split())
+
+
 @cache
 def current_hardware() -> Hardware:
     """The fingerprint of the machine this process runs on."""
     info = cpuinfo()
-    flags = set((info.get("flags") or info.get("Features") or "").split())
+    flags = cpu_flags(info)
     return Hardware(
         cpu_model=info.get("model name") or platform.processor() or "unknown",
         arch=platform.machine(),

@@ -77,7 +77,7 @@ class SQLiteStore(SQLStore):
         if tables:
             version = self._schema_version(dict(db.execute("SELECT key, value FROM meta")))
             if version < SCHEMA_VERSION:
-                self._migrate(version)
+                self._migrate()
         if not memory:
             self._use_wal()
             db.execute("PRAGMA synchronous=NORMAL")
@@ -104,7 +104,7 @@ class SQLiteStore(SQLStore):
         if not cur.execute("SELECT 1 FROM sqlite_master WHERE name = 'meta'").fetchone():
             self._create(cur, _DDL)
 
-    def _migrate(self, version: int) -> None:
+    def _migrate(self) -> None:
         def upgrade(db: Cursor) -> None:
             # Read again under the write lock: another process opening the same old file may
             # have upgraded it while this one waited for the lock.

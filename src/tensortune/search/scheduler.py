@@ -56,28 +56,26 @@ class GradientScheduler(PyTaskScheduler):
         self.window_size = window_size
         self.rng = np.random.default_rng(seed)
         self.history: list[list[float]] = []  # per task: its best latency after each round
-        self._best: list[float] = []
         self._first_pass = 0  # tasks handed their first round so far
 
     def callback(self) -> object:
         return _Latencies(self)
 
+    def _grow(self, n: int) -> None:
+        self.history += [[] for _ in range(n - len(self.history))]
+
     def observe(self, task_id: int, latencies_ms: list[float]) -> None:
         """One collected round of ``task_id``: what the gradient reads."""
-        while len(self.history) <= task_id:
-            self.history.append([])
-            self._best.append(INVALID_MS)
+        self._grow(task_id + 1)
         if latencies_ms:
-            self._best[task_id] = min(self._best[task_id], *latencies_ms)
-            self.history[task_id].append(self._best[task_id])
+            best = self.history[task_id]
+            best.append(min(best[-1] if best else INVALID_MS, *latencies_ms))
 
     def next_task_id(self) -> int:
         outer = self._outer()
-        tasks = list(outer.tasks_)
+        tasks = list(outer.tasks_)  # live views: their fields follow the scheduler's state
         n = len(tasks)
-        while len(self.history) < n:
-            self.history.append([])
-            self._best.append(INVALID_MS)
+        self._grow(n)
         if self._first_pass < n:
             if self._first_pass:  # the previous task's round, measured: commit it now
                 outer.touch_task(self._first_pass - 1)
@@ -89,16 +87,16 @@ class GradientScheduler(PyTaskScheduler):
                     outer.join_running_task(i)
             self._first_pass += 1
         alive = []
-        for i in range(n):
+        for i, task in enumerate(tasks):
             outer.touch_task(i)
-            if not outer.tasks_[i].is_terminated:
+            if not task.is_terminated:
                 alive.append(i)
         if not alive:
             return -1
         weights = [float(t.task_weight) for t in tasks]
         task_id = pick_task(self.history, weights, alive, alpha=self.alpha,
                             window=self.window_size, rng=self.rng)  # fmt: skip
-        if outer.tasks_[task_id].runner_futures is not None:
+        if tasks[task_id].runner_futures is not None:
             outer.join_running_task(task_id)
         return task_id
 
