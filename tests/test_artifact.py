@@ -135,6 +135,10 @@ def test_foreign_artifacts_are_refused_before_loading(shipped, tmp_path):
         f"CPU with {lacking}, which this CPU lacks": {"cpu_features": [lacking]},
         "not a tensortune artifact": {"format": "something-else"},
         "damaged manifest": {"inputs": [{"shape": "x"}]},
+        r"damaged manifest \(inputs\)": {"inputs": [{"shape": ["4"], "dtype": "float32"}]},
+        r"damaged manifest \(threads\)": {"threads": -3},
+        r"damaged manifest \(version\)": {"version": 0},
+        "its model takes 1 inputs, the manifest lists 0": {"inputs": []},
     }
     for i, (message, change) in enumerate(cases.items()):
         bad = _tampered(path, tmp_path / f"{i}.tt", **change)
@@ -203,3 +207,15 @@ def test_files_that_are_not_artifacts_get_one_line(tmp_path):
         z.writestr("model.so", b"")
     with pytest.raises(ArtifactError, match="damaged manifest"):
         load(tmp_path / "bad.tt")
+    # A manifest that inflates to 30 MB, and one nested deeper than Python's parser goes.
+    with zipfile.ZipFile(tmp_path / "bomb.tt", "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("manifest.json", " " * 30_000_000 + "{}")
+        z.writestr("model.so", b"")
+    assert (tmp_path / "bomb.tt").stat().st_size < 100_000
+    with pytest.raises(ArtifactError, match="damaged manifest"):
+        load(tmp_path / "bomb.tt")
+    with zipfile.ZipFile(tmp_path / "deep.tt", "w") as z:
+        z.writestr("manifest.json", "[" * 100_000 + "]" * 100_000)
+        z.writestr("model.so", b"")
+    with pytest.raises(ArtifactError, match="damaged manifest"):
+        load(tmp_path / "deep.tt")

@@ -17,6 +17,7 @@ import json
 import os
 import pickle
 import shutil
+import sqlite3
 import struct
 import zipfile
 from collections.abc import Callable
@@ -341,6 +342,9 @@ _ZIP_CRAFTED = {
     "a network far larger than its weights": _with_params(hidden=10**9),
     "more ensemble members than weights": _with_params(members=10**9),
     "a setting of another type": _with_params(hidden="8"),
+    "a chunk of zero programs": _with_params(chunk=0),
+    "a negative learning rate": _with_params(lr=-1.0),
+    "refinement that would train for ever": _with_params(refine_epochs=10**9),
     "a setting the kind does not have": _with_params(nosuch=1),
     "another kind's state": _with(kind="tlp"),
     "GBDT kind, torch state": _with(kind="xgb"),
@@ -522,7 +526,34 @@ _DB_CRAFTED: dict[str, Callable[[Path], None]] = {
     "a workload of a huge stated length": lambda d: _workload_bytes(
         d, lambda b: struct.pack("<Q", 2**60) + b[8:]),
     "a workload that is not base64": lambda d: (d / _WORKLOADS).write_text('["1", "@@@"]\n'),
+    "a workload graph with a cycle": lambda d: _workload_bytes(d, _cyclic_blob),
 }  # fmt: skip
+
+
+def _cyclic(text: str | bytes) -> str:
+    """TVM's JSON graph of a module with its first non-empty array made to contain itself."""
+    graph = json.loads(text)
+    i = next(i for i, n in enumerate(graph["nodes"]) if n["type"] == "ffi.Array" and n["data"])
+    graph["nodes"][i]["data"][0] = i
+    return json.dumps(graph)
+
+
+def _cyclic_blob(blob: bytes) -> bytes:
+    graph = _cyclic(blob[8:]).encode()
+    return struct.pack("<Q", len(graph)) + graph
+
+
+@pytest.mark.parametrize("case", ["a workload graph with a cycle",
+                                  "a workload of a huge stated length"])  # fmt: skip
+def test_crafted_databases_are_refused_as_workloads_to_tune(
+    cli: Cli, database: Path, tmp_path: Path, case: str
+) -> None:
+    # `tune --workloads-from` reads the workloads without importing them: the same checks.
+    directory = tmp_path / "db"
+    shutil.copytree(database, directory)
+    _DB_CRAFTED[case](directory)
+    message = one_error(cli("tune", "--workloads-from", str(directory), "--dry-run"))
+    assert "database_workload.json:1" in message
 
 
 @pytest.mark.parametrize("case", list(_DB_CRAFTED))
@@ -711,6 +742,9 @@ _DATASET_CRAFTED = {
     "an empty row inside features": _first_row("per_store", [None]),
     "a short hardware vector": _every_row("hardware_vector", [0.0]),
     "a cost of zero": _first_row("cost", 0.0),
+    "a cost of NaN": _first_row("cost", float("nan")),
+    "an infinite run time": _first_row("run_secs", [float("inf")]),
+    "a target that is not JSON": _first_row("target", "nope"),
 }
 
 
@@ -724,6 +758,43 @@ def test_crafted_dataset_tables_are_refused(
     message = refused(lambda: train(directory, cost_model="xgb", params={"n_rounds": 2}))
     assert message is not None and "programs.parquet" in message
     check_dataset(cli, directory, models["xgb"])
+
+
+def test_a_card_whose_hardware_is_not_described_is_refused_before_anything_is_written(
+    cli: Cli, dataset: Path, tmp_path: Path
+) -> None:
+    directory = tmp_path / "ds"
+    shutil.copytree(dataset, directory)
+    card = json.loads((directory / "card.json").read_text())
+    card["hardware"] = {label: {} for label in card["hardware"]}
+    (directory / "card.json").write_text(json.dumps(card))
+    out = tmp_path / "pruned"
+    message = one_error(cli("dataset", "prune", "--dataset", str(directory), "--out", str(out),
+                            "--keep", "0.5", "--method", "random"))  # fmt: skip
+    assert "card.json" in message and "hardware" in message
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_lowered_features_of_other_types_or_other_programs_are_not_read(
+    cli: Cli, dataset: Path, tmp_path: Path
+) -> None:
+    from tensortune.datasets.subset import write_subset
+
+    directory = tmp_path / "ds"
+    shutil.copytree(dataset, directory)
+    ids = pq.read_table(directory / "programs.parquet", columns=["program_id"]).column(0)
+    meta = {b"tensortune.lowered_version": b"2"}
+    schema = pa.schema([("program_id", pa.int64()), ("lowered", pa.list_(pa.string()))],
+                       metadata=meta)  # fmt: skip
+    pq.write_table(pa.table({"program_id": ids, "lowered": [["x"]] * len(ids)}, schema=schema),
+                   directory / "lowered.parquet")  # fmt: skip
+    message = one_error(cli("dataset", "info", str(directory)))
+    assert "lowered.parquet" in message
+    # A dataset written over another one keeps none of the old programs' features.
+    (directory / "lowered.parquet").unlink()
+    (directory / "lowered.parquet").write_bytes(b"stale")
+    write_subset(dataset, [0, 1, 2], directory, description="three programs")
+    assert not (directory / "lowered.parquet").exists()
 
 
 @_FUZZ
@@ -799,3 +870,64 @@ def test_any_damaged_dataset_table_is_read_or_refused_in_one_line(
     except (pa.ArrowException, ValueError):
         return  # pyarrow cannot make such a table: nothing to read
     check_dataset(cli, directory, models["xgb"])
+
+
+# ---- records stores: rows written by another tool, or by hand ----------------------------------
+
+
+def _sql(statement: str) -> Callable[[Path], None]:
+    def damage(path: Path) -> None:
+        db = sqlite3.connect(path)
+        with db:
+            db.executescript(statement)
+        db.close()
+
+    return damage
+
+
+def _cyclic_module(path: Path) -> None:
+    db = sqlite3.connect(path)
+    with db:
+        (text,) = db.execute("SELECT mod_json FROM workloads WHERE id = 1").fetchone()
+        db.execute("UPDATE workloads SET mod_json = ? WHERE id = 1", (_cyclic(text),))
+    db.close()
+
+
+# Before the rows were checked: a segmentation fault (the cycle), tracebacks (KeyError,
+# JSONDecodeError), a tune that stopped with exit status 0, a negative "best" time shown.
+_STORE_DAMAGED: dict[str, Callable[[Path], None]] = {
+    "a module graph with a cycle": _cyclic_module,
+    "run times that are not JSON": _sql("UPDATE records SET run_secs = 'oops' WHERE id = 1"),
+    "run times that are text": _sql("""UPDATE records SET run_secs = '["a"]' WHERE id = 1"""),
+    "a negative cost": _sql("UPDATE records SET cost = -1 WHERE cost IS NOT NULL"),
+    "a target that is not JSON": _sql("UPDATE records SET target = 'nope'"),
+    "hardware described without a CPU": _sql(
+        """UPDATE hardware SET description = '{"arch": "x"}'"""),
+    "a record of hardware the store does not describe": _sql(
+        "PRAGMA foreign_keys = OFF; UPDATE records SET hardware_id = 'deadbeef'"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", list(_STORE_DAMAGED))
+def test_damaged_store_rows_are_read_or_refused_in_one_line(
+    cli: Cli, store: Path, case: str
+) -> None:
+    _STORE_DAMAGED[case](store)
+    url = f"sqlite:///{store}"
+    before = store.read_bytes()
+    with open_records(url, create=False) as s:
+        messages = [refused(call) for call in (
+            lambda: list(s.query()), s.hardware, s.summary,
+            lambda: [w.mod() for w in s.workloads()])]  # fmt: skip
+    assert any(messages) or case == "a record of hardware the store does not describe"
+    tune = ("tune", "--workload", "matmul:16,16,16", "--trials", "3", "--work-dir",
+            str(store.parent / "w"))  # fmt: skip
+    for command in (("records", "stats"), ("records", "show", "--json"), tune):
+        result = cli(*command, "--records", url)
+        if result[0] != 0:
+            assert "no such option" not in result[2]
+            one_error(result)
+        elif "--json" in command:
+            json.loads(result[1])
+        if command[0] == "records":
+            assert store.read_bytes() == before

@@ -17,6 +17,8 @@ traces recorded on an Arm machine that tensorize with its intrinsics).
 from __future__ import annotations
 
 import contextlib
+import functools
+import json
 import logging
 import os
 import platform
@@ -183,6 +185,64 @@ def sblocks(body: object) -> list:
     return found
 
 
+# tvm-ffi's JSON graph writes fields of these static types inline (None, int, bool, float,
+# dtype); a field of any other type holds the index of another node.
+_INLINE_FIELDS = frozenset({0, 1, 2, 3, 5})
+_CONTAINERS = frozenset({"ffi.Array", "ffi.List", "ffi.Map", "ffi.Dict"})
+
+
+@functools.cache
+def _reference_fields(type_key: str) -> frozenset[str]:
+    """The fields of ``type_key``'s objects (its ancestors' included) that refer to nodes."""
+    if tvm_ffi.core._object_type_key_to_index(type_key) is None:
+        return frozenset()  # an unknown type: TVM refuses it in one line
+    info = tvm_ffi.core._lookup_or_register_type_info_from_type_key(type_key)
+    names = set()
+    while info is not None:
+        names.update(f.name for f in info.fields if f.field_static_type_index not in _INLINE_FIELDS)
+        info = info.parent_type_info
+    return frozenset(names)
+
+
+def json_graph_problem(graph: object) -> str | None:
+    """Why ``graph`` (TVM's JSON graph of an object, parsed) cannot be handed to TVM, or None.
+
+    TVM writes every node after the nodes it refers to; its reader follows references
+    recursively, so a node that refers to itself or to a later one (a cycle, in a file that
+    was damaged or made by hand) recurses until the process dies of a segfault."""
+    nodes = graph.get("nodes") if isinstance(graph, dict) else None
+    root = graph.get("root_index") if isinstance(graph, dict) else None
+    if not (isinstance(nodes, list) and type(root) is int and 0 <= root < len(nodes)):
+        return "not TVM's JSON graph of an object"
+    for i, node in enumerate(nodes):
+        kind = node.get("type") if isinstance(node, dict) else None
+        if type(kind) is not str:
+            return f"node {i} has no type"
+        data = node.get("data")
+        if kind in _CONTAINERS and isinstance(data, list):
+            refs = data
+        elif isinstance(data, dict):
+            refs = [data[name] for name in _reference_fields(kind) if name in data]
+        else:
+            continue
+        if any(type(r) is int and r >= i for r in refs):
+            return f"node {i} refers to a node that is not written before it (a cycle)"
+    return None
+
+
+def load_ir_json(text: str) -> object:
+    """``tvm.ir.load_json(text)`` for text read from a file: a graph TVM's reader would die on
+    is refused with ``ValueError`` (TVM's own errors for other damage pass through)."""
+    try:
+        graph = json.loads(text)
+    except (ValueError, RecursionError):
+        raise ValueError("not JSON") from None
+    problem = json_graph_problem(graph)
+    if problem:
+        raise ValueError(problem)
+    return tvm.ir.load_json(text)
+
+
 def block_names(mod: tvm.IRModule) -> list[str]:
     """The names of a task's blocks but ``root``, in program order: what traces refer to."""
     return [b.name_hint for b in sblocks(task_func(mod).body) if b.name_hint != "root"]
@@ -244,6 +304,8 @@ __all__ = [
     "block_names",
     "build_ready",
     "derived_object",
+    "json_graph_problem",
+    "load_ir_json",
     "load_tensor_intrinsics",
     "lower_for_codegen",
     "ms",

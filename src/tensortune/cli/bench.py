@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from tensortune.cli.display import console, fmt_ratio, fmt_seconds, print_table, table
+from tensortune.cli.display import console, fmt_ratio, fmt_seconds, print_json, print_table, table
 from tensortune.cli.options import (
     FastMathOpt,
     JsonOpt,
@@ -141,10 +140,10 @@ def tune(
                               fast_math=fast_math, progress=progress)  # fmt: skip
     if as_json:
         if len(results) == 1:
-            print(json.dumps(results[0].to_dict()))
+            print_json(results[0].to_dict())
         else:
-            print(json.dumps({"runs": [r.to_dict() for r in results],
-                              "summary": summarize_seeds(results)}))  # fmt: skip
+            print_json({"runs": [r.to_dict() for r in results],
+                              "summary": summarize_seeds(results)})  # fmt: skip
         return
     for result in results:
         _print_bench(result)
@@ -256,7 +255,7 @@ def transfer(
     if plot is not None:
         plot_pairs(results, plot)
     if as_json:
-        print(json.dumps([r.to_dict() for r in results]))
+        print_json([r.to_dict() for r in results])
         return
     t = table(f"transfer-tuning: {trials_per_task} trials a task of tuning, {per_kernel} "
               "schedules per kernel",
@@ -352,7 +351,7 @@ def e2e(
     if plot is not None and results:
         plot_e2e(results, plot)
     if as_json:
-        print(json.dumps([r.to_dict() for r in results]))
+        print_json([r.to_dict() for r in results])
         return
     for r in results:
         t = table(f"{r.network}: {r.trials} trials in {fmt_duration(r.tune_seconds)}, "
@@ -659,7 +658,7 @@ def splits(
 
 def _print_json(result) -> None:
     """A study's setup, summary and every run, as one JSON object."""
-    print(json.dumps({"setup": result.setup, "summary": result.summary(), "runs": result.rows}))
+    print_json({"setup": result.setup, "summary": result.summary(), "runs": result.rows})
 
 
 def _shares(text: str, param: str) -> list[float]:

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from tensortune.cli.display import console, print_table, table
+from tensortune.cli.display import console, print_json, print_table, table
 from tensortune.cli.options import (
     JsonOpt,
     RecordsOpt,
@@ -301,7 +300,7 @@ def recheck(
     with Reporter(console, quiet=as_json) as reporter:
         report = recheck_dataset(dataset, out, remeasure=remeasure, progress=reporter.line)
     if as_json:
-        print(json.dumps(report))
+        print_json(report)
         return
     columns = {"hardware": "left", "tick": "right", "spread": "right", "re-measured": "right",
                "dropped": "right", "old / new": "right"}  # fmt: skip
@@ -339,7 +338,7 @@ def lower(
             progress=lambda n, total: reporter.update(bar, completed=n, total=total),
         )  # fmt: skip
     if as_json:
-        print(json.dumps(report))
+        print_json(report)
         return
     console.print(f"{report['file']}: {report['programs']} programs ({report['lowered_now']} "
                   f"lowered now, {report['failed']} could not be lowered)")  # fmt: skip
@@ -378,7 +377,7 @@ def info(
     summary["lowered"] = lowered_state(dataset_path(dataset))
     models = models_trained_on(d.get("name", ""))
     if as_json:
-        print(json.dumps({**summary, "shipped_models": models} if models else summary))
+        print_json({**summary, "shipped_models": models} if models else summary)
         return
     for key, value in summary.items():
         console.print(f"{key:15s} {', '.join(value) if isinstance(value, list) else value}")

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from tensortune.cli.display import console, fmt_gflops, fmt_seconds, print_table, table
+from tensortune.cli.display import console, fmt_gflops, fmt_seconds, print_json, print_table, table
 from tensortune.cli.options import JsonOpt, RecordsOpt, TargetOpt, rename_options
 from tensortune.errors import about
 from tensortune.records import DEFAULT_URL, RecordStore, open_records, redact
@@ -56,20 +56,22 @@ def stats(records: RecordsOpt = DEFAULT_URL, as_json: JsonOpt = False) -> None:
         rows = store.summary()
         n_workloads = len(store.workloads())
     if as_json:
-        print(json.dumps({
+        print_json({
             "records_url": store.url,
             "rows": [{"workload": name, "workload_id": wid, "hardware_id": hw,
                       "this_machine": hw == here, "target": json.loads(tgt), "records": n,
                       "ok": ok, "best_seconds": best} for name, wid, hw, tgt, n, ok, best in rows],
             "records": sum(r[4] for r in rows), "workloads": n_workloads,
             "hardware": {h: json.loads(d.to_json()) for h, d in hardware.items()},
-        }))  # fmt: skip
+        })  # fmt: skip
         return
     columns = {"workload": "left", "hardware": "left", "target": "left", "records": "right",
                "ok": "right", "best": "right"}  # fmt: skip
     t = table(f"records in {store.url}", columns)
     for name, wid, hw, tgt, n, ok, best in rows:
-        hw_text = f"{hw} (this machine)" if hw == here else f"{hw} {hardware[hw].cpu_model}"
+        known = hardware.get(hw)  # a store written by hand may name none it describes
+        hw_text = (f"{hw} (this machine)" if hw == here
+                   else f"{hw} {known.cpu_model if known else '(not described)'}")  # fmt: skip
         t.add_row(f"{wid}: {name}", hw_text, _short_target(tgt), str(n), str(ok),
                   fmt_seconds(best))  # fmt: skip
     print_table(t)
@@ -106,7 +108,7 @@ def show(
     best = best_programs(records, hardware_id=hardware or current_hardware().id,
                          target=_target_key(target), workload=workload, tir=tir)  # fmt: skip
     if as_json:
-        print(json.dumps([b.to_dict() for b in best]))
+        print_json([b.to_dict() for b in best])
         return
     columns = {"workload": "left", "target": "left", "trials": "right", "ok": "right",
                "best latency": "right", "GFLOP/s": "right"}  # fmt: skip

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from tensortune.cli.display import console, print_table, table
+from tensortune.cli.display import console, print_json, print_table, table
 from tensortune.cli.options import JsonOpt, TargetOpt, key_values
 from tensortune.cli.progress import Reporter
 from tensortune.errors import TensortuneError
@@ -101,7 +100,7 @@ def train(
                "fit_seconds": result.fit_seconds,
                "predict_programs_per_second": result.predict_per_second}  # fmt: skip
     if as_json:
-        print(json.dumps(summary))
+        print_json(summary)
         return
     _metrics_table(f"{kind} on {dataset} ({split})", summary)
     if out is not None:
@@ -150,7 +149,7 @@ def evaluate(
         scores = run_evaluate(chosen, dataset=dataset, split=split, test_records=test_records,
                               plot=plot, target=target)  # fmt: skip
     if as_json:
-        print(json.dumps(scores))
+        print_json(scores)
         return
     _metrics_table(chosen, scores)
 
@@ -235,7 +234,7 @@ def finetune(
         summary |= {f"{k}_before": before[k] for k in RANK_METRICS}
         summary |= {f"{k}_after": after[k] for k in RANK_METRICS}
     if as_json:
-        print(json.dumps(summary))
+        print_json(summary)
         return
     _metrics_table(f"{cost_model} fine-tuned on {records}", summary)
 

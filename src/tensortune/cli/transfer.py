@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from tensortune.cli.display import console, fmt_seconds, print_table, table
+from tensortune.cli.display import console, fmt_seconds, print_json, print_table, table
 from tensortune.cli.options import (
     FastMathOpt,
     JsonOpt,
@@ -92,7 +92,7 @@ def transfer(
             progress=_Progress(reporter, intro),
         )
     if as_json:
-        print(json.dumps(result.to_dict()))
+        print_json(result.to_dict())
         return
     print_table(result_table(result), keep_tail=("class",))
     for line in summary_lines(result):

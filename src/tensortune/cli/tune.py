@@ -14,6 +14,7 @@ from tensortune.cli.display import (
     fmt_duration,
     fmt_gflops,
     fmt_seconds,
+    print_json,
     print_table,
     table,
 )
@@ -206,7 +207,7 @@ def tune(
             **api,
         )  # type: ignore[arg-type]
     if as_json:
-        print(json.dumps(result.to_dict()))
+        print_json(result.to_dict())
         return
     if trials is not None and result.trials_before >= trials:
         console.print(f"the store already holds {result.trials_before} trials of these tasks "
@@ -321,7 +322,7 @@ def _print_plan(plan, as_json: bool) -> None:
                  "strategy": plan.strategy_name, "cost_model": plan.cost_model_name,
                  "trials": plan.trials, "tasks": tasks}  # fmt: skip
     if as_json:
-        print(json.dumps(described))
+        print_json(described)
         return
     t = table(f"would tune {len(tasks)} task(s), {plan.trials} trials",
               {"task": "left", "weight": "right", "GFLOP": "right", "fast math": "left"},

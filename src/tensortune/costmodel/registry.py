@@ -45,6 +45,31 @@ def model_kinds() -> list[str]:
     return list(_classes())
 
 
+# The values each setting may take, by name (a name means the same in every model), least and
+# most, both included.  Sizes and counts are capped far above any useful value: settings come
+# from the command line and from model files, and a file must not make a model allocate without
+# bound or train for ever.
+_SMALL = 1e-12
+SETTING_RANGES: dict[str, tuple[float, float]] = {
+    "n_rounds": (1, 100_000), "refine_rounds": (0, 100_000), "max_depth": (1, 64),
+    "eta": (_SMALL, 1), "learning_rate": (_SMALL, 1), "min_child_weight": (0, 1e9),
+    "gamma": (0, 1e9), "num_leaves": (2, 131_072), "min_data_in_leaf": (0, 1e9),
+    "threads": (0, 4096), "lowered": (0, 1), "seed": (-(2**63), 2**63 - 1),
+    "hidden": (1, 16_384), "pattern_hidden": (1, 16_384), "hardware_hidden": (1, 16_384),
+    "heads": (1, 256), "max_tokens": (1, 4096), "epochs": (1, 100_000),
+    "refine_epochs": (0, 100_000), "lr": (_SMALL, 10), "weight_decay": (0, 10),
+    "chunk": (1, 1_000_000), "batch_chunks": (1, 1_000_000), "members": (1, 1000),
+    "early_stopping_rounds": (1, 100_000),
+}  # fmt: skip
+
+
+def _check_range(kind: str, name: str, value: object) -> None:
+    low, high = SETTING_RANGES.get(name, (-math.inf, math.inf))
+    if isinstance(value, int | float) and not low <= value <= high:
+        raise TensortuneError(f"{kind} setting {name}={shown(value)} is out of range "
+                              f"[{low:g}, {high:g}]")  # fmt: skip
+
+
 def model_settings(kind: str, raw: dict[str, str]) -> dict[str, object]:
     """``raw`` text settings (``{"members": "5"}``) of a ``kind`` model, as its ``__init__``'s
     defaults are typed; a one-line error for an unknown name or a value of the wrong type."""
@@ -62,6 +87,7 @@ def model_settings(kind: str, raw: dict[str, str]) -> dict[str, object]:
         except ValueError:
             raise TensortuneError(f"{kind} setting {name}={text!r}: expected "
                                   f"{kind_of.__name__}") from None  # fmt: skip
+        _check_range(kind, name, out[name])
     return out
 
 
@@ -163,4 +189,5 @@ def _saved_settings(kind: str, params: object) -> dict:
         if not fits or (isinstance(value, float) and not math.isfinite(value)):
             raise TensortuneError(f"{kind} setting {name}={shown(value)} is not a finite "
                                   f"{kind_of.__name__}")  # fmt: skip
+        _check_range(kind, name, value)
     return params

@@ -23,6 +23,8 @@ from tensortune.records import RecordStore, open_records
 TABLE = "programs.parquet"
 WORKLOADS = "workloads.parquet"  # task_id -> the workload module, to replay traces on
 CARD = "card.json"
+# Each program's lowered-loop features, written apart by `dataset lower` (datasets/lowered.py).
+LOWERED = "lowered.parquet"
 
 
 @dataclass(frozen=True)
@@ -127,31 +129,45 @@ def write_dataset(out_dir: str | Path, columns: dict, modules: dict, *, descript
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    table = pa.table(columns, schema=_schema())
-    pq.write_table(table, out / TABLE, compression="zstd", compression_level=9)
-    pq.write_table(pa.table(modules, schema=_workloads_schema()), out / WORKLOADS,
-                   compression="zstd", compression_level=9)  # fmt: skip
-    labels = np.array(columns["label"])
-    present = {n for ns in columns["networks"] for n in ns}
-    card = {
-        "name": out.name,
-        "description": description,
-        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "tvm_version": TVM_VERSION,
-        "feature_schema": F.schema_hash(),
-        "widths": {"per_store": F.PER_STORE_WIDTH, "trace_tokens": F.TOKEN_WIDTH,
-                   "workload_embedding": F.WORKLOAD_WIDTH, "hardware_vector": F.HARDWARE_WIDTH},
-        "programs": len(labels),
-        "successful": int((labels > 0).sum()),
-        "tasks": len(set(columns["task"])),
-        "networks": sorted(present),
-        "task_weights": {n: w for n, w in task_weights.items() if n in present},
-        "hardware": {h: v for h, v in hardware.items() if h in set(columns["hardware"])},
-        "files": {TABLE: file_sha256(out / TABLE), WORKLOADS: file_sha256(out / WORKLOADS)},
-        **(extra or {}),
-    }  # fmt: skip
-    (out / CARD).write_text(json.dumps(card, indent=1))
-    (out / "README.md").write_text(card_markdown(card, columns))
+    # Every file is written beside its final name and put in place once all are written: a
+    # failure half-way leaves the directory as it was, not half a dataset.
+    staged = {name: out / f".{name}.partial" for name in (TABLE, WORKLOADS, CARD, "README.md")}
+    try:
+        pq.write_table(pa.table(columns, schema=_schema()), staged[TABLE], compression="zstd",
+                       compression_level=9)  # fmt: skip
+        pq.write_table(pa.table(modules, schema=_workloads_schema()), staged[WORKLOADS],
+                       compression="zstd", compression_level=9)  # fmt: skip
+        labels = np.array(columns["label"])
+        present = {n for ns in columns["networks"] for n in ns}
+        card = {
+            "name": out.name,
+            "description": description,
+            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "tvm_version": TVM_VERSION,
+            "feature_schema": F.schema_hash(),
+            "widths": {"per_store": F.PER_STORE_WIDTH, "trace_tokens": F.TOKEN_WIDTH,
+                       "workload_embedding": F.WORKLOAD_WIDTH,
+                       "hardware_vector": F.HARDWARE_WIDTH},
+            "programs": len(labels),
+            "successful": int((labels > 0).sum()),
+            "tasks": len(set(columns["task"])),
+            "networks": sorted(present),
+            "task_weights": {n: w for n, w in task_weights.items() if n in present},
+            "hardware": {h: v for h, v in hardware.items() if h in set(columns["hardware"])},
+            "files": {TABLE: file_sha256(staged[TABLE]),
+                      WORKLOADS: file_sha256(staged[WORKLOADS])},
+            **(extra or {}),
+        }  # fmt: skip
+        staged[CARD].write_text(json.dumps(card, indent=1))
+        staged["README.md"].write_text(card_markdown(card, columns))
+    except BaseException:
+        for path in staged.values():
+            path.unlink(missing_ok=True)
+        raise
+    # Features of the programs that were here before would be read as the new programs'.
+    (out / LOWERED).unlink(missing_ok=True)
+    for name, path in staged.items():
+        path.replace(out / name)
     return Card(card)
 
 
@@ -244,6 +260,12 @@ def _card_problem(card: dict) -> str | None:
         return "files or networks hold something other than text"
     if not isinstance(card.get("name", ""), str):
         return "name is not text"
+    for label, hw in card["hardware"].items():
+        fp = hw.get("fingerprint") if isinstance(hw, dict) else None
+        if not (isinstance(fp, dict) and isinstance(fp.get("cpu_model"), str)
+                and type(fp.get("cores")) is int and isinstance(fp.get("isa"), list)
+                and isinstance(hw.get("target"), dict)):  # fmt: skip
+            return f"hardware {shown(label)} is not {{fingerprint, target, ...}}"
     held = card.get("held_out", [])
     if not isinstance(held, list) or not all(isinstance(n, str) for n in held):
         return "held_out is not a list of network names"
@@ -370,21 +392,33 @@ def _column_problem(name: str, column, want) -> str | None:
         bounds = pc.min_max(column).as_py()
         if pc.any(pc.is_nan(column)).as_py() or bounds["min"] < 0 or bounds["max"] > 1:
             return "holds values outside [0, 1]"
-    least = pc.min(column).as_py() if name == "cost" else None  # None: every program failed
-    if least is not None and least <= 0:
-        return "holds a cost that is not positive"
+    if name in ("cost", "run_secs"):
+        seconds = pc.drop_null(pc.list_flatten(column) if name == "run_secs" else column)
+        if len(seconds) and (not pc.all(pc.is_finite(seconds)).as_py()
+                             or pc.min(seconds).as_py() <= 0):  # fmt: skip
+            return "holds a time that is not a positive number of seconds"
+    if name == "target" and not all(_is_target(t) for t in pc.unique(column).to_pylist()):
+        return "holds a target that is not a JSON object with a kind"
     return None
+
+
+def _is_target(text: str) -> bool:
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(value, dict) and isinstance(value.get("kind"), str)
 
 
 def load_workloads(directory: str | Path) -> dict[int, object]:
     """Each task's workload module (``task_id -> IRModule``), to replay the dataset's traces."""
-    from tensortune.compat import tvm
+    from tensortune.compat import load_ir_json
 
     cols = load_table(directory, table=WORKLOADS).to_pydict()
     modules = {}
     for i, text in zip(cols["task_id"], cols["mod_json"], strict=True):
         try:
-            modules[int(i)] = tvm.ir.load_json(text)
+            modules[int(i)] = load_ir_json(text)
         except Exception as e:  # TVM's errors have no common base class
             raise TensortuneError(f"{Path(directory) / WORKLOADS}: the module of task {i} "
                                   f"cannot be read ({last_line(e)})") from None  # fmt: skip

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tensortune.datasets.build import load_table, load_workloads
+from tensortune.datasets.build import LOWERED, load_table, load_workloads
 from tensortune.datasets.shipped import dataset_path
 from tensortune.errors import TensortuneError, last_line
 from tensortune.features.lowered import (
@@ -29,7 +29,7 @@ from tensortune.features.lowered import (
     lowered_features_batch,
 )
 
-LOWERED_FILE = "lowered.parquet"
+LOWERED_FILE = LOWERED
 _VERSION_KEY = b"tensortune.lowered_version"
 _CHUNK = 16  # programs per worker handed to the pool at once
 _SAVE_EVERY = 512  # programs between checkpoints
@@ -85,10 +85,15 @@ def _read(path: Path) -> dict[int, np.ndarray] | None:
         table = pq.read_table(path, columns=["program_id", "lowered"])
     except (pa.ArrowException, OSError, ValueError) as e:
         raise TensortuneError(f"{path} is not a readable Parquet table ({last_line(e)})") from None
-    values = table.column("lowered").to_pylist()
+    ids, lowered = table.column("program_id"), table.column("lowered")
+    if not (pa.types.is_integer(ids.type) and pa.types.is_list(lowered.type)
+            and pa.types.is_floating(lowered.type.value_type)) or ids.null_count:  # fmt: skip
+        raise TensortuneError(f"{path}: its columns are not program_id (integers) and lowered "
+                              "(lists of numbers)")  # fmt: skip
+    values = lowered.to_pylist()
     if any(v is None or len(v) != LOWERED_WIDTH for v in values):
         raise TensortuneError(f"{path}: a row's lowered features are not {LOWERED_WIDTH} numbers")
-    ids = table.column("program_id").to_pylist()
+    ids = ids.to_pylist()
     return dict(zip(ids, np.asarray(values, np.float32).reshape(-1, LOWERED_WIDTH), strict=True))
 
 

@@ -30,6 +30,8 @@ if TYPE_CHECKING:
 FORMAT = "tensortune-artifact"
 VERSION = 1
 _MANIFEST, _LIBRARY = "manifest.json", "model.so"
+# A manifest is a few hundred bytes; a zip member's stated size is checked before inflating it.
+MANIFEST_BYTES = 1 << 20
 # Instruction sets LLVM may emit for an x86 or Arm CPU target; the tuning-only features LLVM
 # also lists for an mcpu (fast-*, macrofusion...) differ between vendors but not in what runs.
 _ISA = (
@@ -96,6 +98,8 @@ def read_manifest(path: str | os.PathLike) -> dict:
             names = set(z.namelist())
             if _MANIFEST not in names or _LIBRARY not in names:
                 raise ArtifactError(f"{path}: not a tensortune artifact (no {_MANIFEST})")
+            if z.getinfo(_MANIFEST).file_size > MANIFEST_BYTES:  # inflated before it is read
+                raise ArtifactError(f"{path}: damaged manifest (over {MANIFEST_BYTES} bytes)")
             manifest = json.loads(z.read(_MANIFEST))
     except FileNotFoundError:
         raise ArtifactError(f"{path}: no such file") from None
@@ -103,9 +107,11 @@ def read_manifest(path: str | os.PathLike) -> dict:
         raise ArtifactError(f"{path}: is a directory, not an artifact file") from None
     except zipfile.BadZipFile:
         raise ArtifactError(f"{path}: not a tensortune artifact (not a zip file)") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ArtifactError(f"{path}: damaged manifest ({e})") from None
-    except (zlib.error, EOFError, OSError) as e:  # a truncated or damaged member, no access
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+        raise ArtifactError(f"{path}: damaged manifest ({type(e).__name__})") from None
+    # A truncated or damaged member, no access; an encrypted member or an unknown compression
+    # (RuntimeError, NotImplementedError).
+    except (zlib.error, EOFError, OSError, RuntimeError) as e:
         raise ArtifactError(f"{path}: cannot be read ({e})") from None
     _check(path, manifest)
     return manifest
@@ -117,7 +123,9 @@ def _check(path: Path, m: object) -> None:
     if not isinstance(m, dict) or m.get("format") != FORMAT:
         raise ArtifactError(f"{path}: not a tensortune artifact")
     version = m.get("version")
-    if not isinstance(version, int) or version > VERSION:
+    if type(version) is not int or version < 1:
+        raise ArtifactError(f"{path}: damaged manifest (version)")
+    if version > VERSION:
         raise ArtifactError(f"{path}: artifact format {version!r} is newer than this "
                             f"tensortune reads ({VERSION}): upgrade tensortune")  # fmt: skip
     if m.get("tvm") != tvm.__version__:
@@ -133,11 +141,23 @@ def _check(path: Path, m: object) -> None:
     if missing:
         raise ArtifactError(f"{path}: built for a CPU with {', '.join(missing)}, which this "
                             f"CPU lacks: compile it for this CPU")  # fmt: skip
+    inputs, threads = m.get("inputs"), m.get("threads")
+    if not (isinstance(inputs, list) and all(_spec_ok(x) for x in inputs)):
+        raise ArtifactError(f"{path}: damaged manifest (inputs)")
+    if type(threads) is not int or threads < 1:
+        raise ArtifactError(f"{path}: damaged manifest (threads)")
+
+
+def _spec_ok(x: object) -> bool:
+    """An input's entry: ``{"shape": [non-negative ints], "dtype": a NumPy dtype name}``."""
+    if not isinstance(x, dict) or not isinstance(x.get("shape"), list):
+        return False
+    if not all(type(d) is int and d >= 0 for d in x["shape"]):
+        return False
     try:
-        [TensorSpec(tuple(int(d) for d in x["shape"]), str(x["dtype"])) for x in m["inputs"]]
-        int(m["threads"])
-    except (KeyError, TypeError, ValueError):
-        raise ArtifactError(f"{path}: damaged manifest (inputs, threads)") from None
+        return isinstance(x.get("dtype"), str) and str(np.dtype(x["dtype"])) == x["dtype"]
+    except TypeError:
+        return False
 
 
 def _needed_features(target: dict | None) -> set[str]:
@@ -237,7 +257,12 @@ def load(path: str | os.PathLike) -> CompiledModel:
             raise ArtifactError(f"{path}: damaged library ({e})") from None
         try:
             lib = tvm.runtime.load_module(lib_path)
+            vm = tvm.relax.VirtualMachine(lib, tvm.cpu())
+            arity = int(vm._get_function_arity("main"))
         except Exception as e:
             raise ArtifactError(f"{path}: its library does not load: {last_line(e)}") from None
+    if arity != len(manifest["inputs"]):
+        raise ArtifactError(f"{path}: damaged manifest (its model takes {arity} inputs, the "
+                            f"manifest lists {len(manifest['inputs'])})")  # fmt: skip
     # The library stays mapped once opened: the temporary copy can go.
-    return CompiledModel(manifest, tvm.relax.VirtualMachine(lib, tvm.cpu()))
+    return CompiledModel(manifest, vm)

@@ -46,8 +46,21 @@ class Hardware:
 
     @classmethod
     def from_json(cls, text: str) -> Hardware:
-        d = json.loads(text)
-        return cls(d["cpu_model"], d["arch"], d["cores"], tuple(d["isa"]), dict(d["caches"]))
+        """The description ``to_json`` wrote; ``ValueError`` for text that is not one."""
+        try:
+            d = json.loads(text)
+            hw = cls(d["cpu_model"], d["arch"], d["cores"], tuple(d["isa"]), dict(d["caches"]))
+        except (ValueError, RecursionError, TypeError, KeyError) as e:
+            raise ValueError(f"not a hardware description ({type(e).__name__}: {e})") from None
+        if not (
+            isinstance(hw.cpu_model, str)
+            and isinstance(hw.arch, str)
+            and type(hw.cores) is int
+            and all(isinstance(x, str) for x in hw.isa)
+            and all(isinstance(k, str) and type(v) is int for k, v in hw.caches.items())
+        ):
+            raise ValueError("not a hardware description (a field of the wrong type)")
+        return hw
 
 
 def cpuinfo() -> dict[str, str]:

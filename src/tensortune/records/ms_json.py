@@ -4,20 +4,19 @@ TVM's reader trusts the files: a record naming a workload past the end of the wo
 decision for an instruction its trace does not have, is followed into other memory and crashes
 the process; a workload whose stated length is huge is allocated.  Databases are shared, so each
 line is checked here for the shape TVM writes, and a malformed one is named in one line: file,
-line number, what is wrong.  (What a workload's IR graph holds inside is TVM's to check: a
-crafted graph that TVM accepts may still crash it later.)
+line number, what is wrong.  A workload's IR graph is checked for references that loop back
+(TVM's reader recurses along them until it crashes); what else the graph holds is TVM's to
+check, and a crafted graph that TVM accepts may still crash it later.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 import math
-import struct
 from pathlib import Path
 
 from tensortune.errors import RecordsError, shown
+from tensortune.workloads.sources import workload_entry_problem
 
 WORKLOADS, RECORDS = "database_workload.json", "database_tuning_record.json"
 # Instructions whose decision is a list of tile sizes.
@@ -63,29 +62,9 @@ def _check_lines(path: Path, check, workloads: int | None) -> int:
 
 
 def _check_workload(entry: object, _: object) -> None:
-    """``[structural hash, base64 of (8-byte length, TVM's JSON graph of the module)]``."""
-    if not (isinstance(entry, list) and len(entry) == 2 and all(type(x) is str for x in entry)):
-        raise _Malformed("a workload is [structural hash, base64 text]")
-    try:
-        blob = base64.b64decode(entry[1], validate=True)
-    except (binascii.Error, ValueError):
-        raise _Malformed("the workload is not base64") from None
-    # TVM allocates the length it reads here before reading that many bytes.
-    if len(blob) < 8 or struct.unpack("<Q", blob[:8])[0] != len(blob) - 8:
-        raise _Malformed("the workload's stated length does not match its bytes")
-    try:
-        graph = json.loads(blob[8:])
-    except (ValueError, RecursionError):
-        raise _Malformed("the workload is not TVM's JSON graph of a module") from None
-    nodes = graph.get("nodes") if isinstance(graph, dict) else None
-    root = graph.get("root_index") if isinstance(graph, dict) else None
-    if not (
-        isinstance(nodes, list)
-        and all(isinstance(n, dict) and type(n.get("type")) is str for n in nodes)
-        and type(root) is int
-        and 0 <= root < len(nodes)
-    ):
-        raise _Malformed("the workload is not TVM's JSON graph of a module")
+    problem = workload_entry_problem(entry)
+    if problem:
+        raise _Malformed(problem)
 
 
 def _check_record(entry: object, workloads: int | None) -> None:

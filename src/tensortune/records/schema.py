@@ -8,6 +8,8 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
+from tensortune.errors import RecordsError, last_line
+
 # Bump with a migration in sqlite.py and postgres.py whenever the tables change.
 # v2: task_sources (which networks a workload is a task of, and how often it occurs there).
 # v3: records.trace_hash (what leases name a candidate by), records.uid (a record committed
@@ -95,6 +97,15 @@ class StoredWorkload:
     mod_json: str
 
     def mod(self):
-        from tensortune.compat import tvm
+        return read_module(self.mod_json, self.id)
 
-        return tvm.ir.load_json(self.mod_json)
+
+def read_module(mod_json: str, workload_id: int) -> object:
+    """A stored workload's module; a ``RecordsError`` where the store's text is not one."""
+    from tensortune.compat import load_ir_json
+
+    try:
+        return load_ir_json(mod_json)
+    except Exception as e:  # TVM's errors have no common base class
+        raise RecordsError(f"workload {workload_id}: its module cannot be read "
+                           f"({last_line(e)})") from None  # fmt: skip

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import abc
 import json
+import math
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -26,6 +27,7 @@ from tensortune.records.schema import (
     Record,
     StoredWorkload,
     TaskSource,
+    read_module,
     trace_hash,
 )
 from tensortune.records.storage import RecordStore
@@ -98,8 +100,33 @@ def statements(ddl: str) -> list[str]:
 
 def row_to_record(row: tuple) -> Record:
     w, h, t, trace, args, secs, status, err, run, ver, at, rid, uid, origin = row
-    return Record(w, h, t, trace, args, tuple(json.loads(secs)), status, err, run, ver, at, rid,
-                  uid, origin)  # fmt: skip
+    return Record(w, h, _target_text(t, f"record {rid}"), trace, args, _run_secs(secs, rid),
+                  status, err, run, ver, at, rid, uid, origin)  # fmt: skip
+
+
+def _run_secs(text: object, rid: object) -> tuple[float, ...]:
+    """A row's run times: a JSON list of positive seconds (empty for a failed measurement).
+    Stores are shared files: a row written by another tool or by hand is checked, not trusted."""
+    try:
+        secs = json.loads(text) if isinstance(text, str) else None
+    except (ValueError, RecursionError):
+        secs = None
+    if not (isinstance(secs, list) and all(
+            type(x) in (int, float) and 0 < x < math.inf for x in secs)):  # fmt: skip
+        raise RecordsError(f"record {rid} is damaged: its run times are not a list of "
+                           "positive seconds")  # fmt: skip
+    return tuple(float(x) for x in secs)
+
+
+def _target_text(text: object, where: str) -> str:
+    """A row's target, checked to be a JSON object (commands parse it to show it)."""
+    try:
+        ok = isinstance(json.loads(text), dict) if isinstance(text, str) else False
+    except (ValueError, RecursionError):
+        ok = False
+    if not ok:
+        raise RecordsError(f"{where} is damaged: its target is not a JSON object")
+    return text
 
 
 class Cursor(Protocol):
@@ -163,11 +190,11 @@ class SQLStore(RecordStore):
     # -- workloads and hardware --------------------------------------------------------------
 
     def _known(self, mod, shash: str, rows: list[tuple]) -> int | None:
-        from tensortune.compat import structural_equal, tvm
+        from tensortune.compat import structural_equal
 
         cached = self._workload_cache.setdefault(shash, [])
         ids = {wid for wid, _ in cached}
-        cached += [(i, tvm.ir.load_json(text)) for i, text in rows if i not in ids]
+        cached += [(i, read_module(text, i)) for i, text in rows if i not in ids]
         return next((wid for wid, other in cached if structural_equal(mod, other)), None)
 
     def workload_id(self, mod, name: str = "", *, create: bool = True) -> int | None:
@@ -215,7 +242,13 @@ class SQLStore(RecordStore):
         return hardware.id
 
     def hardware(self) -> dict[str, Hardware]:
-        return {i: Hardware.from_json(d) for i, d in self._read("SELECT * FROM hardware")}
+        out = {}
+        for i, text in self._read("SELECT * FROM hardware"):
+            try:
+                out[i] = Hardware.from_json(text)
+            except ValueError as e:
+                raise RecordsError(f"hardware {i} in {self.name} is damaged: {e}") from None
+        return out
 
     # -- records -----------------------------------------------------------------------------
 
@@ -289,12 +322,18 @@ class SQLStore(RecordStore):
         return [TaskSource(*r) for r in rows]
 
     def summary(self) -> list[tuple]:
-        return [tuple(r) for r in self._read(
+        rows = [tuple(r) for r in self._read(
             "SELECT w.name, r.workload_id, r.hardware_id, r.target, count(*), "
             "count(r.cost), min(r.cost) FROM records r JOIN workloads w ON w.id = r.workload_id "
             "GROUP BY w.name, r.workload_id, r.hardware_id, r.target "
             "ORDER BY r.workload_id, r.hardware_id, r.target"
         )]  # fmt: skip
+        for name, wid, _, target, _, _, best in rows:
+            _target_text(target, f"a record of workload {wid} ({name})")
+            if best is not None and not (type(best) in (int, float) and 0 < best < math.inf):
+                raise RecordsError(f"a record of workload {wid} ({name}) is damaged: its cost "
+                                   f"is {best!r}, not positive seconds")  # fmt: skip
+        return rows
 
     # -- leases ------------------------------------------------------------------------------
 

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import runpy
+import struct
 from pathlib import Path
 
 from tensortune.errors import WorkloadError, last_line
@@ -73,6 +76,28 @@ def workload_names(directory: str | Path) -> dict[str, str]:
     return {str(k): str(v) for k, v in names.items()} if isinstance(names, dict) else {}
 
 
+def workload_entry_problem(entry: object) -> str | None:
+    """Why a line of a MetaSchedule database's workload file cannot be handed to TVM, or None.
+    A line is ``[structural hash, base64 of (8-byte length, TVM's JSON graph of the module)]``;
+    TVM allocates the stated length before reading, and follows the graph's references."""
+    from tensortune.compat import json_graph_problem
+
+    if not (isinstance(entry, list) and len(entry) == 2 and all(type(x) is str for x in entry)):
+        return "a workload is [structural hash, base64 text]"
+    try:
+        blob = base64.b64decode(entry[1], validate=True)
+    except (binascii.Error, ValueError):
+        return "the workload is not base64"
+    if len(blob) < 8 or struct.unpack("<Q", blob[:8])[0] != len(blob) - 8:
+        return "the workload's stated length does not match its bytes"
+    try:
+        graph = json.loads(blob[8:])
+    except (ValueError, RecursionError):
+        return "the workload is not TVM's JSON graph of a module"
+    problem = json_graph_problem(graph)
+    return f"the workload's module graph: {problem}" if problem else None
+
+
 def tasks_from_database(directory: str | Path) -> list[Task]:
     """Every workload of a MetaSchedule JSON database directory, as a task (named as the export
     that wrote it named it, else ``DIRNAME.wN``)."""
@@ -82,12 +107,22 @@ def tasks_from_database(directory: str | Path) -> list[Task]:
     if not path.is_file():
         raise WorkloadError(f"{directory} is not a MetaSchedule database: no {path.name}")
     names = workload_names(directory)
+    try:
+        lines = path.read_text().splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        raise WorkloadError(f"cannot read {path}: {last_line(e)}") from None
     tasks = []
-    for lineno, line in enumerate(path.read_text().splitlines(), 1):
+    for lineno, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
             entry = json.loads(line)
+        except (ValueError, RecursionError):
+            entry = None
+        problem = workload_entry_problem(entry) if entry is not None else "not JSON"
+        if problem:
+            raise WorkloadError(f"{path}:{lineno}: unreadable workload: {problem}")
+        try:
             workload = ms.database.Workload.from_json(entry)
         except Exception as e:
             raise WorkloadError(f"{path}:{lineno}: unreadable workload: {last_line(e)}") from None
