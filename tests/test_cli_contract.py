@@ -9,6 +9,8 @@ or that one line (exit 2), never a traceback (exit 1).
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import subprocess
@@ -97,7 +99,7 @@ BAD = {
     "int32 tensor": (["tune", "-w", "matmul:99999,99999,4", "--target", TJ], "--workload", "int32"),
     "zero trials": ([*TUNE, "--trials", "0"], "--trials", "positive"),
     "zero trials per task": ([*TUNE, "--trials-per-task", "0"], "--trials-per-task", "positive"),
-    "two workload sources": ([*TUNE, "--model", "resnet18"], "give exactly one"),
+    "two workload sources": ([*TUNE, "--model", "resnet18"], "--model", "give exactly one"),
     "unknown network": (["tune", "-m", "nosuchnet", "--target", TJ], "--model", "nosuchnet"),
     "unknown option": ([*TUNE, "--nosuch"], "No such option: --nosuch"),
     "unknown command": (["nosuch"], "No such command 'nosuch'"),
@@ -150,6 +152,57 @@ BAD = {
         "--config",
         "nosuch",
     ),
+    "seed below zero": ([*TUNE, "--seed", "-1"], "--seed", "-1"),
+    "moa and frozen": ([*TUNE, "--moa", "--frozen"], "--moa", "--frozen"),
+    "another architecture": (
+        ["tune", "-w", MM, "--target", '{"kind": "llvm", "mtriple": "aarch64-linux-gnu"}'],
+        "--target",
+        "aarch64",
+    ),
+    "a time budget of centuries": ([*TUNE, "--time", "99999999h"], "--time"),
+    "more trials than TVM counts": ([*TUNE, "--trials", str(10**20)], "--trials"),
+    "a padded input over int32": (
+        ["tune", "-w", "conv2d_nchw:1,8,8,1,1,1,100000,50000", "--target", TJ],
+        "--workload",
+        "int32",
+    ),
+    "a negative pad": (
+        ["tune", "-w", "conv2d_nchw:1,8,8,4,4,3,1,-1", "--target", TJ],
+        "--workload",
+        "pad must not be negative",
+    ),
+    "export to a store, filtered": (
+        ["records", "export", "sqlite:///never-written.db", "--top-k", "1"],
+        "--top-k",
+    ),
+    "import with --measured-here from a store": (
+        ["records", "import", "sqlite:///never-read.db", "--measured-here"],
+        "--measured-here",
+    ),
+    "evaluate records and a dataset": (
+        ["evaluate", "--cost-model", "default", "--test-records", "db", "--dataset", "default"],
+        "--test-records",
+        "not both",
+    ),
+    "collect an unknown excluded network": (
+        ["dataset", "collect", "--network", "resnet18", "--exclude-network", "nosuch"],
+        "--exclude-network",
+        "nosuch",
+    ),
+    "a plot in a missing directory": (
+        [
+            "bench",
+            "al",
+            "--dataset",
+            "default",
+            "--held-out",
+            "gpt2-block",
+            "--plot",
+            "/nonexistent/al.png",
+        ],
+        "--plot",
+    ),
+    "an artifact in place of a directory": (["compile", "resnet18", "--out", "/tmp"], "--out"),
     "collect malformed operator": (
         ["dataset", "collect", "-w", "softmax:4", "--config", "avx2-1c"],
         "--workload",
@@ -167,6 +220,70 @@ def test_bad_input_is_one_line_and_touches_no_store(cli: Cli, store, case: str) 
         args = [*args, "--records", url]
     one_error(cli(*args), option, *fragments)
     unchanged()
+
+
+_SCRIPTS = {
+    "exits": ("import sys\nsys.exit(0)\n", "sys.exit(0)"),
+    "symbolic": ("from tvm.script import tirx as T\n\n@T.prim_func(s_tir=True)\n"
+                 "def add(a: T.handle, b: T.handle):\n    n = T.int32()\n"
+                 "    A = T.match_buffer(a, (n,), 'float32')\n"
+                 "    B = T.match_buffer(b, (n,), 'float32')\n"
+                 "    for i in range(n):\n        with T.sblock('B'):\n"
+                 "            vi = T.axis.spatial(n, i)\n            B[vi] = A[vi]\n",
+                 "symbolic shape"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", sorted(_SCRIPTS))
+def test_a_tvmscript_file_that_cannot_be_tuned_is_refused_before_anything(
+    cli: Cli, store, tmp_path: Path, case: str
+) -> None:
+    url, unchanged = store
+    text, fragment = _SCRIPTS[case]
+    path = tmp_path / f"{case}.py"
+    path.write_text(text)
+    for plan in ([], ["--dry-run", "--json"]):
+        one_error(cli("tune", "-w", str(path), "--trials", "2", "--records", url, *plan),
+                  "--workload", fragment)  # fmt: skip
+    unchanged()
+
+
+def test_a_dry_run_checks_the_store_url_and_the_work_dir(cli: Cli, tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("")
+    dry = ["tune", "-w", MM, "--target", TJ, *PLAN]
+    one_error(cli(*dry, "--records", "mysql://x"), "--records", "scheme")
+    one_error(cli(*dry, "--records", f"sqlite:///{tmp_path}"), "--records", "directory")
+    one_error(cli(*dry, "--work-dir", str(tmp_path / "file" / "w")), "--work-dir")
+    one_error(cli("tune", "-w", MM, "--target", TJ, "--trials", "2", "--records",
+                  f"sqlite:///{tmp_path / 'r.db'}", "--work-dir", str(tmp_path / "file")),
+              "--work-dir")  # fmt: skip
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]  # no store was created
+
+
+def test_a_refused_import_creates_no_store(cli: Cli, tmp_path: Path) -> None:
+    one_error(cli("records", "import", str(tmp_path / "nodb"), "--records",
+                  f"sqlite:///{tmp_path / 'new.db'}"), "DIR|URL")  # fmt: skip
+    assert not (tmp_path / "new.db").exists()
+
+
+def test_a_spec_given_twice_is_one_task_and_one_spec_is_not_split() -> None:
+    from tensortune.tuning.tune import plan_tune
+
+    plan = plan_tune([MM, "softmax:4,8", MM], trials=4, target=TARGET, strategy="evolutionary",
+                     cost_model="random")  # fmt: skip
+    assert [t.name for t in plan.tasks] == [MM, "softmax:4,8"]
+    plan = plan_tune(MM, trials=4, target=TARGET, strategy="evolutionary", cost_model="random")
+    assert [t.name for t in plan.tasks] == [MM]
+
+
+def test_json_output_is_strict_json() -> None:
+    from tensortune.cli.display import print_json
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        print_json({"pca": float("nan"), "rows": [1.0, float("inf")], "n": 3})
+    assert json.loads(out.getvalue(), parse_constant=pytest.fail) == {
+        "pca": None, "rows": [1.0, None], "n": 3}  # fmt: skip
 
 
 def test_a_missing_model_file_is_refused_when_the_budget_is_already_met(cli: Cli, store) -> None:

@@ -6,8 +6,10 @@ line can name its option instead (``--cost-model``, not ``cost_model``).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 
 class TensortuneError(Exception):
@@ -62,3 +64,33 @@ def shown(value: object, limit: int = 40) -> str:
     if not text.isprintable():
         text = repr(text)
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def check_seed(seed: object, param: str = "seed") -> int:
+    """A random seed as the libraries take one (NumPy's generators refuse a negative one)."""
+    if type(seed) is not int or not 0 <= seed < 2**63:
+        raise TensortuneError(f"must be a whole number from 0 to 2**63 - 1, not {seed!r}",
+                              param=param)  # fmt: skip
+    return seed
+
+
+def check_writable(path: str | os.PathLike | None, param: str, *, directory: bool = False,
+                   parents: bool = False) -> None:  # fmt: skip
+    """Refuse, before the work that ends in writing it, an output that cannot be written: a
+    file that is a directory, or whose directory is missing (unless the writer makes it:
+    ``parents``) or read-only; a directory (``directory``, made with its parents) in place of
+    which or above which a file stands.  None: nothing to write."""
+    if path is None:
+        return
+    target = Path(path)
+    if not directory and target.is_dir():
+        raise TensortuneError(f"{target} is a directory, not a file", param=param)
+    existing = target if directory else target.parent
+    if not (directory or parents) and not existing.is_dir():
+        raise TensortuneError(f"cannot write {target}: no directory {existing}", param=param)
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent  # the directories in between are made by the writer
+    if not existing.is_dir():
+        raise TensortuneError(f"{existing} is not a directory", param=param)
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise TensortuneError(f"{existing} cannot be written", param=param)

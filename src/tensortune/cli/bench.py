@@ -18,6 +18,7 @@ from tensortune.cli.options import (
     key_values,
 )
 from tensortune.cli.progress import Reporter
+from tensortune.errors import check_writable
 
 app = typer.Typer(help="Benchmarks of tensortune's methods against MetaSchedule's.",
                   no_args_is_help=True)  # fmt: skip
@@ -109,6 +110,7 @@ def tune(
     Example: tensortune bench tune --model resnet50 --max-tasks 2 --trials-per-task 128 --seed
     0 --seed 1 --plot b.png
     """
+    check_writable(plot, "plot")
     from tensortune.compare.search_methods import DEFAULT_METHODS
     from tensortune.compare.seeds import (
         TOLERANCES,
@@ -238,6 +240,7 @@ def transfer(
 
     Example: tensortune bench transfer --pair gpt2-block:bert-layer --plot t.png
     """
+    check_writable(plot, "plot")
     from tensortune.compare.transfer import DEFAULT_PAIRS, bench_transfer, plot_pairs
     from tensortune.errors import TensortuneError
 
@@ -338,6 +341,7 @@ def e2e(
 
     Example: tensortune bench e2e -m resnet18 --time 20m --plot e2e.png
     """
+    check_writable(plot, "plot")
     from tensortune.cli.display import fmt_duration
     from tensortune.cli.options import parse_duration, rename_options
     from tensortune.compare.e2e import ANCHORS, TUNED, bench_e2e, plot_e2e
@@ -454,6 +458,7 @@ def active_learning(
 
     Example: tensortune bench al --selector random --selector balto --fractions 0.01,0.05,1
     """
+    check_writable(plot, "plot")
     from tensortune.cli.options import rename_options
     from tensortune.compare.active_learning import SELECTOR_NAMES, plot_study, study
     from tensortune.train.selection import held_out_networks
@@ -514,6 +519,7 @@ def pruning(
     Example: tensortune bench prune --dataset default --held-out mobilenetv2,gpt2-block
     --hardware avx512-2c@eab22ab1 --keep 0.35,0.45,1
     """
+    check_writable(plot, "plot")
     from tensortune.cli.options import rename_options
     from tensortune.compare.active_learning import plot_study
     from tensortune.compare.pruning import prune_study

@@ -133,7 +133,8 @@ def collect(
                             description=f"{step.config} {step.task.name}")  # fmt: skip
 
         rename_options({"programs_per_task": "--trials-per-task", "budget": "--trials-per-task",
-                    "selector": "--sampler", "config": "--config"})  # fmt: skip
+                    "selector": "--sampler", "config": "--config",
+                    "exclude": "--exclude-network"})  # fmt: skip
         if sampler != "random":
             from tensortune.collect.active import collect_active
             from tensortune.errors import TensortuneError

@@ -102,6 +102,8 @@ def option_name(param: str) -> str:
     for names in (_renamed, _OPTION_NAMES):
         if param in names:
             return names[param]
+    if param.startswith("-"):  # already an option's name
+        return param
     return "--" + param.replace("_", "-")
 
 
@@ -124,6 +126,9 @@ def parse_duration(text: str, param: str) -> float:
                               param=param)  # fmt: skip
     h, mins, secs = (float(g) if g else 0.0 for g in m.groups())
     seconds = 3600 * h + 60 * mins + secs
-    if seconds <= 0:
-        raise TensortuneError(f"must be positive, got {text!r}", param=param)
+    if not 0 < seconds <= MAX_DURATION_S:
+        raise TensortuneError(f"must be positive and at most a year, got {text!r}", param=param)
     return seconds
+
+
+MAX_DURATION_S = 366 * 24 * 3600

@@ -10,7 +10,7 @@ import typer
 
 from tensortune.cli.display import console, fmt_gflops, fmt_seconds, print_json, print_table, table
 from tensortune.cli.options import JsonOpt, RecordsOpt, TargetOpt, rename_options
-from tensortune.errors import about
+from tensortune.errors import TensortuneError, about
 from tensortune.records import DEFAULT_URL, RecordStore, open_records, redact
 
 app = typer.Typer(help="Inspect, import and export measurement records.", no_args_is_help=True)
@@ -156,6 +156,11 @@ def export(
 
     rename_options({"directory": "DIR|URL"})
     if _is_url(directory):
+        given = [n for n, v in (("--top-k", top_k), ("--hardware", hardware),
+                                ("--target", target)) if v is not None]  # fmt: skip
+        if given:
+            raise TensortuneError(f"{given[0]} applies to a directory export: a copy to another "
+                                  "store takes every record")  # fmt: skip
         _copy(records, directory, params=("records", "directory"), verb="exported")
         return
     key = _target_key(target)
@@ -212,12 +217,18 @@ def import_(
     Example: tensortune records import postgresql://me@dbhost/tuning --records sqlite:///r.db
     """
     from tensortune.records.interop import import_records
+    from tensortune.records.ms_json import check_database
 
     rename_options({"directory": "DIR|URL"})
     if _is_url(directory):
+        if measured_here:
+            raise TensortuneError("--measured-here applies to a MetaSchedule database: a copy "
+                                  "from another store keeps its hardware ids")  # fmt: skip
         _copy(directory, records, params=("directory", "records"), verb="imported")
         return
-    with _opened(records, create=True) as store:
+    with about("directory"):
+        check_database(directory)  # before the store is created: a refused import leaves no file
+    with _opened(records, create=True) as store, about("directory"):
         done = import_records(store, Path(directory), measured_here=measured_here)
     console.print(f"imported {done.records} records of {done.workloads} workloads "
                   f"({done.skipped} already present) as hardware {done.hardware_id}")  # fmt: skip

@@ -32,6 +32,7 @@ from tensortune.cli.options import (
     rename_options,
 )
 from tensortune.cli.progress import Reporter
+from tensortune.errors import TensortuneError
 from tensortune.records import DEFAULT_URL
 from tensortune.tuning.tune import DEFAULT_STRATEGY, WARM_PER_KERNEL, TuneProgress, TuneResult
 
@@ -175,6 +176,9 @@ def tune(
     from tensortune.measure.runner import TimingConfig
     from tensortune.tuning.tune import plan_tune, tune
 
+    if moa and online is not None:
+        flag = "--online" if online else "--frozen"
+        raise TensortuneError(f"contradicts {flag}: give one of them", param="moa")
     online_mode: bool | str = "moa" if moa else "auto" if online is None else online
     rename_options({"online": "--moa" if moa else "--online/--frozen",
                     "max_seconds": "--time"})  # fmt: skip
@@ -191,7 +195,7 @@ def tune(
     if dry_run:
         if remote:  # the plan is for the farm's hardware: ask it, start no runner
             api["target"] = _farm_platform(runner, target)
-        plan = plan_tune(workload, **api)  # type: ignore[arg-type]
+        plan = plan_tune(workload, records=records, work_dir=work_dir, seed=seed, **api)  # type: ignore[arg-type]
         _print_plan(plan, as_json)
         return
     with Reporter(console, quiet=as_json) as reporter:

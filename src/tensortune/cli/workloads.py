@@ -82,6 +82,11 @@ def _task_counts(names: list[str], target: str | None, count: bool) -> dict:
     from tensortune.workloads.catalog import cache_exists, task_counts
 
     if not count and not cache_exists():  # nothing to show: do not even start TVM
+        if target is not None:
+            from tensortune.hardware.target import target_dict
+
+            with about("target"):
+                target_dict(target)  # its form, at least
         return {}
     with about("target"):
         platform = resolve_platform(target, measurable=False)

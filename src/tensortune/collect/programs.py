@@ -117,8 +117,10 @@ def tasks_to_collect(
     from tensortune.workloads.networks import NETWORKS
 
     nets = list(networks or ([] if workloads else NETWORKS))
+    with about("exclude"):
+        excluded = network_tasks(list(exclude), platform)
     return chosen_tasks(network_tasks(nets, platform, workloads), heaviest=heaviest,
-                        exclude=network_tasks(list(exclude), platform))  # fmt: skip
+                        exclude=excluded)  # fmt: skip
 
 
 def chosen_tasks(

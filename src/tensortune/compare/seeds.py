@@ -11,7 +11,7 @@ from pathlib import Path
 
 from tensortune.compare.plots import plot_curves
 from tensortune.compare.search_methods import BenchResult, bench_tune
-from tensortune.errors import TensortuneError
+from tensortune.errors import TensortuneError, check_seed
 from tensortune.workloads.task import Task
 
 
@@ -28,6 +28,8 @@ def bench_seeds(
     ``STEM-seedN.SUFFIX``).  ``summarize_seeds`` gives the medians."""
     if not seeds:
         raise TensortuneError("give at least one seed", param="seeds")
+    for s in seeds:
+        check_seed(s)
     results = []
     for s in seeds:
         where = Path(work_dir) if len(seeds) == 1 else Path(work_dir) / f"seed-{s}"

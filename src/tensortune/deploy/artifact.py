@@ -82,10 +82,13 @@ def save_artifact(executable: Any, path: str | os.PathLike, *, model: Model, tar
         lib = Path(tmp) / _LIBRARY
         executable.export_library(str(lib))
         partial = path.with_name(path.name + ".partial")  # a crash never leaves half a file
-        with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as z:
-            z.writestr(_MANIFEST, json.dumps(manifest, indent=2))
-            z.write(lib, _LIBRARY)
-        partial.replace(path)
+        try:
+            with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as z:
+                z.writestr(_MANIFEST, json.dumps(manifest, indent=2))
+                z.write(lib, _LIBRARY)
+            partial.replace(path)
+        finally:
+            partial.unlink(missing_ok=True)
     return path
 
 

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import numpy as np
 
-from tensortune.errors import TensortuneError, about
+from tensortune.errors import TensortuneError, about, check_writable
 from tensortune.hardware import Platform, resolve_platform
+from tensortune.measure.executable import MIN_REPEAT_S, timing_repeats
 from tensortune.measure.pool import WorkerPool
 from tensortune.records import DEFAULT_URL, RecordStore, open_records
 
@@ -88,6 +89,7 @@ def compile_model(
     tasks, and records only apply to the tasks they were measured on.
     ``out`` writes the tuned build as an artifact to ship (``tensortune.load`` calls it).
     """
+    check_writable(out, "out", parents=True)
     for name, value, least in (("repeat", repeat, 1), ("rounds", rounds, 1), ("retime", retime, 0)):
         if value < least:
             raise TensortuneError(f"must be at least {least}, not {value}", param=name)
@@ -265,9 +267,11 @@ def _time_torch(m, repeat: int, threads: int) -> float | None:
     module, args = m.torch_module, m.torch_inputs
     times = []
     with torch.no_grad():
+        start = time.perf_counter()
         module(*args)  # warm-up: allocator, lazy init
-        for _ in range(repeat):
-            times.append(seconds_per_call(lambda: module(*args)))
+        first = max(time.perf_counter() - start, MIN_REPEAT_S)
+        for _ in range(timing_repeats(first, repeat)):
+            times.append(seconds_per_call(lambda: module(*args), MIN_REPEAT_S))
     return statistics.median(times)
 
 

@@ -10,6 +10,7 @@ filled in with this machine's usable cores when it is left out (MetaSchedule req
 from __future__ import annotations
 
 import json
+import platform as host
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING
@@ -45,7 +46,7 @@ def parse_target(target: str | dict | None) -> dict:
     """
     if target is None:
         return default_target()
-    target = _as_dict(target)
+    target = target_dict(target)
     _check_kind(target)
     if target["kind"] == "llvm":
         _check_llvm(target)
@@ -58,7 +59,7 @@ def parse_target(target: str | dict | None) -> dict:
     return target
 
 
-def _as_dict(target: str | dict) -> dict:
+def target_dict(target: str | dict) -> dict:
     """A copy of the target as a dict with a ``kind``; JSON text is parsed."""
     if isinstance(target, str):
         text = target.strip()
@@ -185,15 +186,27 @@ class Platform:
 
     def check_measurable(self) -> None:
         """Refuse targets whose programs cannot be timed on this machine."""
-        _check_measurable(self.kind)
+        _check_measurable(self.target)
 
 
-def _check_measurable(kind: str) -> None:
+# Architecture names that LLVM triples and the kernel spell differently.
+_ARCH_ALIASES = {"amd64": "x86_64", "arm64": "aarch64"}
+
+
+def _check_measurable(spec: dict) -> None:
+    kind = spec.get("kind")
     if kind not in MEASURABLE_KINDS:
         raise TargetError(
             f"target kind {kind!r} cannot be measured here yet: tensortune times candidates on "
             f'this machine\'s CPU (give {{"kind": "llvm", ...}})'
         )
+    triple = spec.get("mtriple")
+    if isinstance(triple, str) and triple:
+        arch = triple.split("-")[0]
+        here = host.machine()
+        if _ARCH_ALIASES.get(arch, arch) != _ARCH_ALIASES.get(here, here):
+            raise TargetError(f"target mtriple {triple!r} is for {arch}: tensortune builds and "
+                              f"times candidates on this machine's CPU ({here})")  # fmt: skip
 
 
 def resolve_platform(
@@ -209,8 +222,8 @@ def resolve_platform(
         if measurable:
             target.check_measurable()
         return target
-    spec = None if target is None else _as_dict(target)
+    spec = None if target is None else target_dict(target)
     if measurable and spec is not None:
         _check_kind(spec)
-        _check_measurable(spec["kind"])
+        _check_measurable(spec)
     return Platform(parse_target(spec), hardware or current_hardware())

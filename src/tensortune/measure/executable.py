@@ -11,6 +11,7 @@ import time
 import numpy as np
 
 _TIMING_BUDGET_S = 30.0  # per build: an untuned BERT-base runs for over a minute per call
+MIN_REPEAT_S = 0.05  # the least a timing repeats a call for (a fast model: many calls each)
 
 
 def as_arrays(value) -> list[np.ndarray]:
@@ -29,8 +30,10 @@ def time_vm(vm, inputs: list, repeat: int) -> tuple[list[np.ndarray], float]:
     dev = tvm.cpu()
     start = time.perf_counter()
     out = as_arrays(vm["main"](*inputs))
-    repeat = timing_repeats(time.perf_counter() - start, repeat)
-    timer = vm.time_evaluator("main", dev, number=1, repeat=repeat, min_repeat_ms=50)
+    # Each timing loops for at least MIN_REPEAT_S, however fast a call is.
+    repeat = timing_repeats(max(time.perf_counter() - start, MIN_REPEAT_S), repeat)
+    timer = vm.time_evaluator("main", dev, number=1, repeat=repeat,
+                              min_repeat_ms=int(MIN_REPEAT_S * 1000))  # fmt: skip
     return out, float(timer(*inputs).median)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from pathlib import Path
 
 from tensortune.errors import RecordsError, about
 from tensortune.records.postgres import redact
@@ -38,6 +39,26 @@ def open_records(url: str = DEFAULT_URL, *, create: bool = True) -> RecordStore:
                        "(supported: sqlite, postgresql)")  # fmt: skip
 
 
+def check_url(url: str) -> None:
+    """Raise the ``RecordsError`` that opening ``url`` would raise for its form alone, without
+    opening or creating anything (what a dry run can check)."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        scheme, rest = "sqlite", "/" + url
+    if scheme == "sqlite":
+        path = rest[1:] if rest.startswith("/") else rest
+        if not path:
+            raise RecordsError(f"records URL {url!r} names no file (try sqlite:///records.db)")
+        if Path(path).is_dir():
+            raise RecordsError(f"{path} is a directory, not a records store file")
+        return
+    if scheme in ("postgresql", "postgres"):
+        redact(url)  # parses the host and port
+        return
+    raise RecordsError(f"unsupported records URL scheme '{scheme}' in {redact(url)!r} "
+                       "(supported: sqlite, postgresql)")  # fmt: skip
+
+
 @contextlib.contextmanager
 def records_from(records: str | RecordStore, *, create: bool = True) -> Iterator[RecordStore]:
     """The store an API call was given: a URL is opened here (errors opening it are about the
@@ -53,4 +74,12 @@ def records_from(records: str | RecordStore, *, create: bool = True) -> Iterator
         store.close()
 
 
-__all__ = ["DEFAULT_URL", "Record", "RecordStore", "open_records", "records_from", "redact"]
+__all__ = [
+    "DEFAULT_URL",
+    "Record",
+    "RecordStore",
+    "check_url",
+    "open_records",
+    "records_from",
+    "redact",
+]

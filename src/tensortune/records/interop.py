@@ -112,10 +112,6 @@ def import_records(
     from tensortune.compat import TVM_VERSION, ms, structural_hash
 
     src = Path(directory)
-    missing = [f for f in _FILES if not (src / f).is_file()]
-    if missing:
-        raise RecordsError(f"{src} is not a MetaSchedule database (missing {', '.join(missing)})",
-                           param="directory")  # fmt: skip
     check_database(src)  # TVM's reader trusts the files: a malformed line could crash it
     names = workload_names(src)
     try:
@@ -127,8 +123,7 @@ def import_records(
                 for tr in db.get_all_tuning_records()]  # fmt: skip
         named = [names.get(structural_hash(mod), f"{src.name}.w") for mod, *_ in read]
     except Exception as e:
-        raise RecordsError(f"cannot read MetaSchedule database {src}: {last_line(e)}",
-                           param="directory") from None  # fmt: skip
+        raise RecordsError(f"cannot read MetaSchedule database {src}: {last_line(e)}") from None
     hw_id = _import_hardware(store, src, measured_here)
     seen: dict[int, set[tuple[str, str]]] = {}
     batch: list[Record] = []

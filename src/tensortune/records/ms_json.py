@@ -28,14 +28,17 @@ class _Malformed(Exception):
 
 
 def check_database(directory: str | Path) -> None:
-    """Raise a ``RecordsError`` (about ``directory``) naming the first malformed line."""
+    """Raise a ``RecordsError`` naming the first malformed line (callers say which of their
+    parameters named the directory: ``errors.about``)."""
     src = Path(directory)
+    missing = [f for f in (WORKLOADS, RECORDS) if not (src / f).is_file()]
+    if missing:
+        raise RecordsError(f"{src} is not a MetaSchedule database (missing {', '.join(missing)})")
     try:
         workloads = _check_lines(src / WORKLOADS, _check_workload, None)
         _check_lines(src / RECORDS, _check_record, workloads)
     except _Malformed as e:
-        raise RecordsError(f"cannot read MetaSchedule database {src}: {e}",
-                           param="directory") from None  # fmt: skip
+        raise RecordsError(f"cannot read MetaSchedule database {src}: {e}") from None
 
 
 def _check_lines(path: Path, check, workloads: int | None) -> int:

@@ -35,14 +35,20 @@ _FIRST_VERSION = 3
 
 
 def redact(url: str) -> str:
-    """``url`` with its password, if any, shown as ``***``."""
-    parts = urlsplit(url)
-    if parts.password is None:
+    """``url`` with its password, if any, shown as ``***``; a ``RecordsError`` for a URL whose
+    host or port cannot be read (the message shows no part of its address)."""
+    try:
+        parts = urlsplit(url)
+        password, port = parts.password, parts.port
+    except ValueError as e:  # a port out of range or not a number, a broken IPv6 address
+        scheme = url.partition("://")[0]
+        raise RecordsError(f"malformed records URL {scheme}://...: {e}") from None
+    if password is None:
         return url
     host = parts.hostname or ""
     if ":" in host:  # an IPv6 address
         host = f"[{host}]"
-    netloc = f"{parts.username or ''}:***@{host}" + (f":{parts.port}" if parts.port else "")
+    netloc = f"{parts.username or ''}:***@{host}" + (f":{port}" if port else "")
     return urlunsplit(parts._replace(netloc=netloc))
 
 

@@ -43,7 +43,7 @@ import numpy as np
 from tensortune.costmodel.base import CostModel
 from tensortune.costmodel.data import ProgramSet
 from tensortune.costmodel.nn import _RankModel
-from tensortune.errors import TensortuneError
+from tensortune.errors import TensortuneError, check_seed, check_writable
 
 PER_TASK = 16
 # Fine-tuning a neural model: optimizer steps, not passes, so that k = 16 (one step a pass)
@@ -226,6 +226,10 @@ def finetune(
     from tensortune.costmodel.registry import load_cost_model
     from tensortune.errors import about
     from tensortune.train.trainer import dataset_columns, records_columns
+
+    check_writable(out, "out")
+    if seed is not None:
+        check_seed(seed)
 
     with about("model"):
         estimator = model if isinstance(model, CostModel) else load_cost_model(model)

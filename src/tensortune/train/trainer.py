@@ -14,7 +14,7 @@ import numpy as np
 from tensortune.costmodel.base import CostModel
 from tensortune.costmodel.data import ProgramSet
 from tensortune.costmodel.registry import load_cost_model, model_class
-from tensortune.errors import TensortuneError, about
+from tensortune.errors import TensortuneError, about, check_writable
 from tensortune.train import metrics, splits
 
 SPLITS = ("within-task", "by-task[:SEED]", "by-network:NET[,NET...]", "by-hardware:HW[,HW...]")
@@ -125,6 +125,7 @@ def train(
     ``progress(stage, done, total)`` hears the stages (``read``, ``fit``, ``score``) and the
     training steps of the fit.
     """
+    check_writable(out, "out")
     from tensortune.costmodel.progress import training_progress
 
     tell = progress or (lambda stage, done, total: None)
@@ -167,9 +168,13 @@ def evaluate(
     ``cost_model`` is a model file, a ``CostModel`` or ``default``: the model shipped for
     ``target`` (default: this CPU), as ``tune --cost-model default`` picks it.
     """
+    check_writable(plot, "plot")
     with about("cost_model"):
         estimator = _model(cost_model, target)
     if test_records is not None:
+        if dataset is not None or split is not None:
+            raise TensortuneError("scores a model on test records or on a dataset's split, "
+                                  "not both", param="test_records")  # fmt: skip
         with about("test_records"):
             return _evaluate_records(estimator, test_records, plot)
     if dataset is None:

@@ -15,7 +15,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tensortune.errors import TensortuneError, about
+from tensortune.errors import TensortuneError, about, check_seed, check_writable
 from tensortune.hardware import Platform, resolve_platform
 from tensortune.records import DEFAULT_URL, Record, RecordStore, records_from
 from tensortune.workloads.resolve import resolve_tasks
@@ -145,6 +145,10 @@ class TunePlan:
         return f"{inner.kind} ({'online' if self.cost_model.online else 'frozen'}{screened})"
 
 
+# More trials than a tuner could measure in years; TVM's scheduler takes a 32-bit count.
+MAX_TRIALS = 10**9
+
+
 def plan_tune(
     workloads: Sequence[str | Task] | None = None,
     *,
@@ -162,17 +166,29 @@ def plan_tune(
     winograd: bool = True,
     warm_start: object = None,
     warm_per_kernel: int = WARM_PER_KERNEL,
+    records: str | RecordStore | None = None,
+    work_dir: str | os.PathLike | None = None,
+    seed: int = 0,
 ) -> TunePlan:
     """Resolve and check what ``tune`` is given, cheapest first; writes no records store (the
-    ``warm_start`` stores are read, for their schedules)."""
+    ``warm_start`` stores are read, for their schedules).  ``records`` and ``work_dir``, when
+    given, are checked for their form only: nothing is opened or created."""
     from tensortune.costmodel.factory import cost_model_from
+    from tensortune.records import check_url
     from tensortune.search.factory import default_verifier, strategy_from
 
+    check_seed(seed)
     for name, value in (("trials", trials), ("trials_per_round", trials_per_round),
                         ("max_trials_per_task", max_trials_per_task),
                         ("warm_per_kernel", warm_per_kernel)):  # fmt: skip
-        if value is not None and value <= 0:
-            raise TensortuneError(f"must be positive, not {value}", param=name)
+        if value is not None and not 0 < value <= MAX_TRIALS:
+            raise TensortuneError(f"must be positive and at most {MAX_TRIALS}, not {value}",
+                                  param=name)  # fmt: skip
+    if isinstance(records, str):
+        with about("records"):
+            check_url(records)
+    if work_dir is not None:
+        check_writable(work_dir, "work_dir", directory=True)
     if trials is None and max_seconds is None:
         raise TensortuneError("give a trial budget, a time budget (max_seconds) or both",
                               param="trials")  # fmt: skip
@@ -260,7 +276,8 @@ def tune(
                      trials_per_round=trials_per_round,
                      max_trials_per_task=max_trials_per_task, fast_math=fast_math,
                      winograd=winograd, warm_start=warm_start,
-                     warm_per_kernel=warm_per_kernel)  # fmt: skip
+                     warm_per_kernel=warm_per_kernel, records=records, work_dir=work_dir,
+                     seed=seed)  # fmt: skip
     if progress is not None and not isinstance(progress, TuneProgress):
         progress = _BatchCallback(progress)
     farm = None

@@ -244,7 +244,16 @@ def _onnx_inputs(
     return shapes, dtypes
 
 
+# The largest model input an example is made for: an ONNX file can declare any shape.
+MAX_INPUT_BYTES = 4 << 30
+
+
 def _example_array(rng: np.random.Generator, shape: list[int], dtype: np.dtype) -> np.ndarray:
+    size = int(np.prod(shape, dtype=object)) * np.dtype(dtype).itemsize
+    if size > MAX_INPUT_BYTES:
+        limit = MAX_INPUT_BYTES >> 30
+        raise WorkloadError(f"an input of shape {list(shape)} takes {size / 2**30:.0f} GiB, "
+                            f"over the {limit} GiB an example may take")  # fmt: skip
     # integer inputs are usually indices (token ids), where only zero is always in range
     if np.issubdtype(dtype, np.floating):
         return rng.standard_normal(shape).astype(dtype)

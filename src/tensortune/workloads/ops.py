@@ -231,7 +231,8 @@ def parse_spec(text: str) -> OpSpec:
         given[name] = d.defaults[name](given)
     bad = [n for n, v in given.items() if (v <= 0 and n != "pad") or v < 0]
     if bad:
-        raise WorkloadError(f"'{text}': {', '.join(bad)} must be positive")
+        what = "must be positive" if bad != ["pad"] else "must not be negative"
+        raise WorkloadError(f"'{text}': {', '.join(bad)} {what}")
     huge = [n for n, v in given.items() if v > INT32_MAX]
     if huge:
         raise WorkloadError(f"'{text}': {', '.join(huge)} must be at most {INT32_MAX:,} (int32)")

@@ -32,9 +32,13 @@ def resolve_tasks(
     and each changed task keeps its exact module to check outputs against. ``winograd``
     applies to a model (``models.load_model``). A loaded ``Model`` keeps what it was loaded
     with."""
-    given = sum(x is not None and x != [] for x in (workloads, model, workloads_from))
-    if given != 1:
-        raise TensortuneError("give exactly one of: workloads, a model, or a workloads directory")
+    if isinstance(workloads, str):  # one spec, not a sequence of one-letter ones
+        workloads = [workloads]
+    sources = (("workloads", workloads), ("model", model), ("workloads_from", workloads_from))
+    given = [name for name, x in sources if x is not None and x != []]
+    if len(given) != 1:
+        raise TensortuneError("give exactly one of: workloads, a model, or a workloads directory",
+                              param=given[1] if len(given) > 1 else "workloads")  # fmt: skip
     if model is not None:
         from tensortune.workloads.models import Model, load_model
 
@@ -47,7 +51,10 @@ def resolve_tasks(
         from tensortune.workloads.sources import task_from_spec
 
         with about("workloads"):
-            tasks = [w if isinstance(w, Task) else task_from_spec(w) for w in workloads]
+            # A spec given twice is one task (its trials and weight would count twice).
+            specs = {w: None for w in workloads if not isinstance(w, Task)}
+            tasks = [w if isinstance(w, Task) else task_from_spec(w) for w in workloads
+                     if isinstance(w, Task) or specs.pop(w, 0) is None]  # fmt: skip
     else:
         from tensortune.workloads.sources import tasks_from_database
 

@@ -19,7 +19,25 @@ def task_from_spec(spec: str) -> Task:
     if spec.endswith(".py") or Path(spec).is_file():
         return _task_from_tvmscript(Path(spec))
     op = parse_spec(spec)
-    return Task(name=str(op), mod=op.to_module(), weight=1, flop=op.flop, source=str(op))
+    mod = op.to_module()
+    _check_intermediates(mod, spec)
+    return Task(name=str(op), mod=mod, weight=1, flop=op.flop, source=str(op))
+
+
+def _check_intermediates(mod, spec: str) -> None:
+    """Refuse an operator whose intermediate buffers (a padded input) outgrow TVM's 32-bit
+    indices, as its arguments' sizes already are."""
+    from tensortune.compat import sblocks, task_func
+    from tensortune.workloads.ops import INT32_MAX
+
+    for block in sblocks(task_func(mod).body):
+        for buf in block.alloc_buffers:
+            size = 1
+            for d in buf.shape:
+                size *= int(d)
+            if size > INT32_MAX:
+                raise WorkloadError(f"'{spec}': its {buf.name} buffer would hold {size:,} "
+                                    f"elements, over TVM's {INT32_MAX:,} (int32)")  # fmt: skip
 
 
 def _task_from_tvmscript(path: Path) -> Task:
@@ -29,6 +47,9 @@ def _task_from_tvmscript(path: Path) -> Task:
         raise WorkloadError(f"workload file not found: {path}")
     try:
         namespace = runpy.run_path(str(path), run_name="__tensortune_workload__")
+    except SystemExit as e:  # a script's own argument parsing, or a sys.exit() at top level
+        raise WorkloadError(f"cannot read TVMScript file {path}: it called sys.exit({e.code!r})"
+                            ) from None  # fmt: skip
     except Exception as e:
         raise WorkloadError(f"cannot read TVMScript file {path}: {last_line(e)}") from None
     found = [
@@ -45,6 +66,12 @@ def _task_from_tvmscript(path: Path) -> Task:
     mod = _with_main(
         value if isinstance(value, tvm.IRModule) else tvm.IRModule({name: value}), path
     )
+    for param in mod["main"].params:
+        shape = getattr(param.ty, "shape", None)  # a buffer's (a scalar parameter has none)
+        if shape is not None and not all(isinstance(d, tvm.tirx.IntImm) for d in shape):
+            dims = ", ".join(str(d) for d in shape)
+            raise WorkloadError(f"{path}: buffer {param} has a symbolic shape ({dims}); a "
+                                "workload to tune needs static shapes")  # fmt: skip
     return Task(name=f"{path.stem}.{name}", mod=mod, flop=estimate_flop(mod), source=str(path))
 
 
