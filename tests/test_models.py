@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import warnings
 from pathlib import Path
 
@@ -187,6 +188,19 @@ def test_onnx_dynamic_dim_needs_input_shapes(tmp_path: Path) -> None:
     model = load_model(path, target=TARGET, input_shapes={"image": [2, 3, 16, 16]})
     assert_tunable(model)
     assert model.inputs[0].shape == (2, 3, 16, 16)
+
+
+def test_the_command_line_gives_dynamic_onnx_inputs_their_shapes(cli, tmp_path: Path) -> None:
+    path = tmp_path / "dyn.onnx"
+    export_onnx(path, dynamic_axes={"image": {0: "batch"}})
+    code, _, err = cli("tune", "-m", str(path), "--dry-run")
+    assert code == 2 and "--input-shape image=" in err
+    code, out, err = cli("tune", "-m", str(path), "--input-shape", "image=2,3,16,16", "--dry-run",
+                         "--json")  # fmt: skip
+    assert code == 0, err
+    assert json.loads(out)["tasks"]
+    code, _, err = cli("workloads", "-m", str(path), "--input-shape", "image=2,3,0,16")
+    assert code == 2 and err.startswith("error: --input-shape:"), err
 
 
 def test_unknown_network() -> None:

@@ -10,9 +10,11 @@ import typer
 from tensortune.cli.display import console, fmt_seconds, print_table, table
 from tensortune.cli.options import (
     FastMathOpt,
+    InputShapeOpt,
     RecordsOpt,
     TargetOpt,
     WinogradOpt,
+    input_shapes,
     rename_options,
 )
 from tensortune.records import DEFAULT_URL
@@ -24,6 +26,7 @@ def compile_(
     ],
     records: RecordsOpt = DEFAULT_URL,
     target: TargetOpt = None,
+    input_shape: InputShapeOpt = None,
     repeat: Annotated[
         int,
         typer.Option(
@@ -67,7 +70,8 @@ def compile_(
     with console.status("building and timing..."):
         report = compile_model(model, records=records, target=target, repeat=repeat,
                                rounds=rounds, retime=retime, fast_math=fast_math,
-                               winograd=winograd, out=out)  # fmt: skip
+                               winograd=winograd, out=out,
+                               input_shapes=input_shapes(input_shape))  # fmt: skip
     print_report(report)
     if report.artifact is not None:
         console.print(f"wrote {report.artifact}: tensortune.load({report.artifact!r}) calls it")

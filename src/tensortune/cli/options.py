@@ -40,6 +40,12 @@ ModelOpt = Annotated[
                  help="Zoo network, e.g. resnet18 (see `tensortune workloads`), or an .onnx "
                  "file."),
 ]  # fmt: skip
+InputShapeOpt = Annotated[
+    list[str] | None,
+    typer.Option("--input-shape", metavar="NAME=D,D,...",
+                 help="The shape of an ONNX model's input that the file leaves dynamic, e.g. "
+                 "input=1,3,224,224 (repeatable)."),
+]  # fmt: skip
 WorkloadsFromOpt = Annotated[
     Path | None,
     typer.Option("--workloads-from", metavar="DIR",
@@ -113,6 +119,23 @@ def key_values(pairs: list[str], option: str) -> dict[str, str]:
     if bad:
         raise TensortuneError(f"expected KEY=VALUE, got {bad[0]!r}", param=option)
     return dict(p.split("=", 1) for p in pairs)
+
+
+def input_shapes(pairs: list[str] | None) -> dict[str, list[int]] | None:
+    """``--input-shape NAME=D,D,...`` options as ``load_model``'s ``input_shapes``."""
+    if not pairs:
+        return None
+    out = {}
+    for name, dims in key_values(pairs, "--input-shape").items():
+        try:
+            shape = [int(d) for d in dims.split(",")]
+        except ValueError:
+            shape = []
+        if not shape or min(shape) < 1:
+            raise TensortuneError(f"{name}={dims}: expected positive sizes such as 1,3,224,224",
+                                  param="--input-shape")  # fmt: skip
+        out[name] = shape
+    return out
 
 
 _DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s?)?")

@@ -20,6 +20,7 @@ from tensortune.cli.display import (
 )
 from tensortune.cli.options import (
     FastMathOpt,
+    InputShapeOpt,
     JsonOpt,
     ModelOpt,
     RecordsOpt,
@@ -28,6 +29,7 @@ from tensortune.cli.options import (
     WorkDirOpt,
     WorkloadOpt,
     WorkloadsFromOpt,
+    input_shapes,
     parse_duration,
     rename_options,
 )
@@ -42,6 +44,7 @@ DEFAULT_TRIALS = 64  # with neither --trials nor --time
 def tune(
     workload: WorkloadOpt = None,
     model: ModelOpt = None,
+    input_shape: InputShapeOpt = None,
     workloads_from: WorkloadsFromOpt = None,
     trials: Annotated[
         int | None,
@@ -190,7 +193,8 @@ def tune(
            "target": target, "strategy": strategy, "cost_model": cost_model,
            "online_cost_model": online_mode, "trials_per_round": trials_per_round,
            "max_trials_per_task": trials_per_task, "fast_math": fast_math,
-           "winograd": winograd, "warm_start": warm_start or None}  # fmt: skip
+           "winograd": winograd, "warm_start": warm_start or None,
+           "input_shapes": input_shapes(input_shape)}  # fmt: skip
     remote = runner.strip() != "local"
     if dry_run:
         if remote:  # the plan is for the farm's hardware: ask it, start no runner

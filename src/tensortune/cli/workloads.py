@@ -11,10 +11,12 @@ import typer
 from tensortune.cli.display import console, print_table, table
 from tensortune.cli.options import (
     FastMathOpt,
+    InputShapeOpt,
     ModelOpt,
     TargetOpt,
     WorkloadOpt,
     WorkloadsFromOpt,
+    input_shapes,
 )
 from tensortune.errors import TensortuneError
 
@@ -31,6 +33,7 @@ def workloads(
     target: TargetOpt = None,
     workload: WorkloadOpt = None,
     model: ModelOpt = None,
+    input_shape: InputShapeOpt = None,
     workloads_from: WorkloadsFromOpt = None,
     classes: Annotated[
         bool,
@@ -53,7 +56,8 @@ def workloads(
     Example: tensortune workloads --model resnet18 --classes
     """
     if workload or model is not None or workloads_from is not None:
-        _list_tasks(workload, model, workloads_from, target, classes, fast_math)
+        _list_tasks(workload, model, workloads_from, target, classes, fast_math,
+                    input_shapes(input_shape))  # fmt: skip
         return
     if classes:
         raise TensortuneError("give the tasks to classify: --model, --workload or "
@@ -97,7 +101,8 @@ def _task_counts(names: list[str], target: str | None, count: bool) -> dict:
 
 
 def _list_tasks(workload: list[str] | None, model: str | None, workloads_from: Path | None,
-                target: str | None, classes: bool, fast_math: bool) -> None:  # fmt: skip
+                target: str | None, classes: bool, fast_math: bool,
+                input_shapes: dict[str, list[int]] | None) -> None:  # fmt: skip
     from tensortune.errors import about
     from tensortune.hardware import resolve_platform
     from tensortune.transfer.classes import kernel_class
@@ -107,7 +112,8 @@ def _list_tasks(workload: list[str] | None, model: str | None, workloads_from: P
         platform = resolve_platform(target, measurable=False)
     with console.status("importing the model..." if model is not None else "reading tasks..."):
         tasks = resolve_tasks(workload, model=model, workloads_from=workloads_from,
-                              platform=platform, fast_math=fast_math)  # fmt: skip
+                              platform=platform, fast_math=fast_math,
+                              input_shapes=input_shapes)  # fmt: skip
     columns = {"task": "left", "weight": "right", "GFLOP": "right"}
     if classes:
         columns["class"] = "left"

@@ -72,6 +72,7 @@ def compile_model(
     fast_math: bool = True,
     winograd: bool = True,
     out: str | os.PathLike | None = None,
+    input_shapes: dict[str, list[int]] | None = None,
 ) -> CompileReport:
     """Build ``model`` (a zoo name, an ``.onnx`` path or a loaded ``Model``) with this machine's
     best records for ``target``, and time it.
@@ -88,6 +89,7 @@ def compile_model(
     ``fast_math`` and ``winograd`` must be what the model was tuned with: they change the
     tasks, and records only apply to the tasks they were measured on.
     ``out`` writes the tuned build as an artifact to ship (``tensortune.load`` calls it).
+    ``input_shapes`` fixes an ONNX model's dynamic input dimensions, as ``tune`` was given.
     """
     check_writable(out, "out", parents=True)
     for name, value, least in (("repeat", repeat, 1), ("rounds", rounds, 1), ("retime", retime, 0)):
@@ -104,7 +106,8 @@ def compile_model(
         if isinstance(model, Model):
             m = model
         else:
-            m = load_model(model, target=tvm_target, fast_math=fast_math, winograd=winograd)
+            m = load_model(model, target=tvm_target, fast_math=fast_math, winograd=winograd,
+                           input_shapes=input_shapes)  # fmt: skip
     if isinstance(records, str):
         with about("records"):
             store = open_records(records, create=False)

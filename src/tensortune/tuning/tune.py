@@ -166,6 +166,7 @@ def plan_tune(
     winograd: bool = True,
     warm_start: object = None,
     warm_per_kernel: int = WARM_PER_KERNEL,
+    input_shapes: dict[str, list[int]] | None = None,
     records: str | RecordStore | None = None,
     work_dir: str | os.PathLike | None = None,
     seed: int = 0,
@@ -207,7 +208,8 @@ def plan_tune(
         with about("warm_start"):
             by_class = source_schedules(warm_start, platform)
     tasks = resolve_tasks(workloads, model=model, workloads_from=workloads_from,
-                          platform=platform, fast_math=fast_math, winograd=winograd)  # fmt: skip
+                          platform=platform, fast_math=fast_math, winograd=winograd,
+                          input_shapes=input_shapes)  # fmt: skip
     return TunePlan(platform, tasks, trials, prototype, verifier, max_trials_per_task,
                     trials_per_round, by_class, warm_per_kernel, max_seconds)  # fmt: skip
 
@@ -232,6 +234,7 @@ def tune(
     winograd: bool = True,
     warm_start: object = None,
     warm_per_kernel: int = WARM_PER_KERNEL,
+    input_shapes: dict[str, list[int]] | None = None,
     builder: object | None = None,
     runner: object | str | None = None,
     timing: TimingConfig | None = None,
@@ -260,6 +263,8 @@ def tune(
     are then checked against the exact workload (``tensortune.workloads.fast_math``).
     ``winograd`` runs a model's eligible 3×3 convolutions as Winograd F(4×4, 3×3)
     (``tensortune.workloads.winograd``).  A loaded ``Model`` keeps what it was loaded with.
+    ``input_shapes`` fixes an ONNX model's dynamic input dimensions
+    (``{"input": [1, 3, 224, 224]}``).
     ``timing`` says how candidates are timed; by default hot (the kernel called again and
     again on the same arguments), except kernels whose weights outgrow the L2 caches, which
     are timed with them evicted (``measure.runner.model_timing``), as they run in a model.
@@ -276,8 +281,8 @@ def tune(
                      trials_per_round=trials_per_round,
                      max_trials_per_task=max_trials_per_task, fast_math=fast_math,
                      winograd=winograd, warm_start=warm_start,
-                     warm_per_kernel=warm_per_kernel, records=records, work_dir=work_dir,
-                     seed=seed)  # fmt: skip
+                     warm_per_kernel=warm_per_kernel, input_shapes=input_shapes,
+                     records=records, work_dir=work_dir, seed=seed)  # fmt: skip
     if progress is not None and not isinstance(progress, TuneProgress):
         progress = _BatchCallback(progress)
     farm = None

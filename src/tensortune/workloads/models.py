@@ -117,7 +117,7 @@ def _names_a_file(source: str | os.PathLike[str]) -> bool:
 def _reject_input_shapes(input_shapes: dict[str, list[int]] | None) -> None:
     # torch sources have fixed example inputs; ignoring the option silently would mislead
     if input_shapes:
-        raise WorkloadError("input_shapes applies to ONNX models only")
+        raise WorkloadError("input shapes (--input-shape) apply to ONNX models only")
 
 
 # --------------------------------------------------------------------------------------------
@@ -224,7 +224,8 @@ def _onnx_inputs(
     unknown = sorted(set(overrides) - {value.name for value in inputs})
     if unknown:
         names = [value.name for value in inputs]
-        raise WorkloadError(f"input_shapes names {unknown}, but the model's inputs are {names}")
+        raise WorkloadError(f"the input shapes given name {unknown}, but the model's inputs "
+                            f"are {names}")  # fmt: skip
     shapes: dict[str, list[int]] = {}
     dtypes: dict[str, np.dtype] = {}
     for value in inputs:
@@ -237,8 +238,8 @@ def _onnx_inputs(
         if not tensor.HasField("shape") or None in dims:
             shown = [d.dim_value or d.dim_param or "?" for d in tensor.shape.dim] or "unknown rank"
             raise WorkloadError(
-                f"ONNX input {value.name!r} has no static shape ({shown}); "
-                f"pass input_shapes={{{value.name!r}: [...]}}"
+                f"ONNX input {value.name!r} has no static shape ({shown}); give it: "
+                f"--input-shape {value.name}=D,D,... (input_shapes= in Python)"
             )
         shapes[value.name] = [int(d) for d in dims]
     return shapes, dtypes

@@ -22,10 +22,12 @@ def resolve_tasks(
     platform: Platform,
     fast_math: bool = True,
     winograd: bool = True,
+    input_shapes: dict[str, list[int]] | None = None,
 ) -> list[Task]:
     """The tasks of operator specs / TVMScript files, of a model (a zoo name, an ``.onnx``
     path or a loaded ``Model``), or of a MetaSchedule database directory: exactly one of them.
-    A model is cut into tasks for ``platform``'s target.
+    A model is cut into tasks for ``platform``'s target; ``input_shapes`` fixes an ONNX
+    model's dynamic input dimensions (``{"input": [1, 3, 224, 224]}``).
 
     With ``fast_math`` (the default), float32 ``exp``/``tanh``/``erf`` are approximated so they
     vectorize (``workloads.fast_math``; a model gets it on its graph, ``models.load_model``),
@@ -46,7 +48,7 @@ def resolve_tasks(
             return model.tasks
         with about("model"):
             return load_model(model, target=platform.tvm_target, fast_math=fast_math,
-                              winograd=winograd).tasks  # fmt: skip
+                              winograd=winograd, input_shapes=input_shapes).tasks  # fmt: skip
     if workloads:
         from tensortune.workloads.sources import task_from_spec
 
