@@ -21,27 +21,20 @@ def open_records(url: str = DEFAULT_URL, *, create: bool = True) -> RecordStore:
     a PostgreSQL database (libpq's ``PGPASSWORD`` and ``~/.pgpass`` work too), whose schema
     is created on first use.
     """
-    scheme, sep, rest = url.partition("://")
-    if not sep:
-        scheme, rest = "sqlite", "/" + url
+    scheme, where = check_url(url)
     if scheme == "sqlite":
         from tensortune.records.sqlite import SQLiteStore
 
-        path = rest[1:] if rest.startswith("/") else rest
-        if not path:
-            raise RecordsError(f"records URL {url!r} names no file (try sqlite:///records.db)")
-        return SQLiteStore(path, url=url, create=create)
-    if scheme in ("postgresql", "postgres"):
-        from tensortune.records.postgres import PostgresStore
+        return SQLiteStore(where, url=url, create=create)
+    from tensortune.records.postgres import PostgresStore
 
-        return PostgresStore(url, create=create)
-    raise RecordsError(f"unsupported records URL scheme '{scheme}' in {redact(url)!r} "
-                       "(supported: sqlite, postgresql)")  # fmt: skip
+    return PostgresStore(url, create=create)
 
 
-def check_url(url: str) -> None:
-    """Raise the ``RecordsError`` that opening ``url`` would raise for its form alone, without
-    opening or creating anything (what a dry run can check)."""
+def check_url(url: str) -> tuple[str, str]:
+    """The scheme of ``url`` (``sqlite`` or ``postgresql``) and the file it names (SQLite) or
+    the URL itself; the ``RecordsError`` that opening it would raise for its form alone.  Opens
+    and creates nothing: what a dry run can check."""
     scheme, sep, rest = url.partition("://")
     if not sep:
         scheme, rest = "sqlite", "/" + url
@@ -50,11 +43,11 @@ def check_url(url: str) -> None:
         if not path:
             raise RecordsError(f"records URL {url!r} names no file (try sqlite:///records.db)")
         if Path(path).is_dir():
-            raise RecordsError(f"{path} is a directory, not a records store file")
-        return
+            raise RecordsError(f"records store {path} is not usable: it is a directory")
+        return scheme, path
     if scheme in ("postgresql", "postgres"):
         redact(url)  # parses the host and port
-        return
+        return "postgresql", url
     raise RecordsError(f"unsupported records URL scheme '{scheme}' in {redact(url)!r} "
                        "(supported: sqlite, postgresql)")  # fmt: skip
 
