@@ -7,6 +7,7 @@ check the same rules then report it: a contract that cannot fail would prove not
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
 
@@ -96,3 +97,15 @@ def test_a_circle_inside_a_package_is_found(graph: grimp.ImportGraph) -> None:
         importer="tensortune.costmodel.base", imported="tensortune.costmodel.registry"
     )
     assert circled.nominate_cycle_breakers("tensortune.costmodel") != set()
+
+
+def test_the_functions_named_like_subpackages_stay_functions() -> None:
+    # Importing tensortune.train (evaluate does) once made tt.train the subpackage.
+    code = ("import tensortune as tt\n"
+            "from tensortune.train import trainer\n"
+            "import tensortune.collect, tensortune.transfer.run\n"
+            "tt.evaluate\n"
+            "assert all(callable(f) and type(f).__name__ == 'function'\n"
+            "           for f in (tt.train, tt.transfer, tt.collect)), tt.train\n")  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr

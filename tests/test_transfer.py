@@ -240,7 +240,7 @@ def test_warm_start_times_transferred_schedules_first_within_the_budget(tmp_path
 
 
 def test_the_warm_start_keeps_the_task_limit_and_the_deadline(tmp_path, source_store, monkeypatch):
-    import tensortune.transfer.run as transfer_run
+    from tensortune.transfer import run as transfer_run
 
     asked = []
     real = transfer_run.transfer_tasks

@@ -9,6 +9,8 @@ The public API, importable from the package (TVM is loaded on first use, not at 
 
 from __future__ import annotations
 
+import sys
+import types
 import warnings
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
@@ -152,6 +154,24 @@ if TYPE_CHECKING:
     from tensortune.workloads.ops import parse_spec
     from tensortune.workloads.resolve import resolve_tasks
     from tensortune.workloads.task import Task
+
+
+# Public functions named like a subpackage: importing ``tensortune.train`` (which anything may
+# do first) would set the package's attribute to that module, and ``tt.train(...)`` would then
+# call a module.  The package keeps these names for the functions; the subpackages' modules
+# are imported with ``from tensortune.train import trainer`` (``import tensortune.train.trainer
+# as m`` would look ``trainer`` up on the function).
+_SHADOWED = frozenset({"collect", "train", "transfer"})
+
+
+class _Package(types.ModuleType):
+    def __setattr__(self, name: str, value: object) -> None:
+        if name in _SHADOWED and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
 
 
 def __getattr__(name: str) -> Any:
