@@ -103,6 +103,14 @@ def test_settings_live_in_init_and_learned_state_in_trailing_underscores(fitted)
     assert all(not k.endswith("_") for k in vars(clone))
 
 
+def test_settings_change_as_in_scikit_learn(fitted):
+    clone = type(fitted)(**fitted.get_params(deep=True))
+    name, value = next(iter(clone.get_params().items()))
+    assert clone.set_params(**{name: value}) is clone
+    with pytest.raises(TensortuneError, match="no setting 'nosuch'"):
+        clone.set_params(nosuch=1)
+
+
 def test_every_model_refuses_data_it_cannot_learn_from(fitted, train, tmp_path):
     cls = type(fitted)
     with pytest.raises(TensortuneError, match="not been fitted"):

@@ -124,6 +124,15 @@ def tvm_logging_guard() -> Iterator[None]:
             root.addHandler(h)
 
 
+def closed_on_exit(cls: type) -> type:
+    """A ``derived_object`` class whose objects a ``with`` block closes (``close()``): the
+    wrapper ``derived_object`` makes forwards attributes, not the special methods ``with``
+    looks up on the type."""
+    cls.__enter__ = lambda self: self  # type: ignore[attr-defined]
+    cls.__exit__ = lambda self, *exc: self.close()  # type: ignore[attr-defined]
+    return cls
+
+
 def load_tensor_intrinsics() -> None:
     """Pay the one-off import the first ``TuneContext`` of a process triggers, now."""
     import tvm.s_tir.tensor_intrin  # noqa: F401
@@ -303,6 +312,7 @@ __all__ = [
     "Workload",
     "block_names",
     "build_ready",
+    "closed_on_exit",
     "derived_object",
     "json_graph_problem",
     "load_ir_json",

@@ -183,7 +183,8 @@ def tune(
         flag = "--online" if online else "--frozen"
         raise TensortuneError(f"contradicts {flag}: give one of them", param="moa")
     online_mode: bool | str = "moa" if moa else "auto" if online is None else online
-    rename_options({"online": "--moa" if moa else "--online/--frozen",
+    online_flag = "--moa" if moa else "--online/--frozen"
+    rename_options({"online": online_flag, "online_cost_model": online_flag,
                     "max_seconds": "--time"})  # fmt: skip
     max_seconds = None if time_budget is None else parse_duration(time_budget, "max_seconds")
     if trials is None and max_seconds is None:

@@ -155,6 +155,10 @@ def _evolution() -> object:
     return ms.search_strategy.EvolutionarySearch(population_size=128)
 
 
+def _items(value: object) -> list:
+    return [value] if isinstance(value, str | os.PathLike) else list(value)  # type: ignore[call-overload]
+
+
 def collect(
     networks: Sequence[object] | None = None,
     *,
@@ -188,6 +192,9 @@ def collect(
     from tensortune.measure.session import MeasureSession
     from tensortune.select.samplers import RandomSampler
 
+    # One name where a list is expected is one item (a string is not a list of letters).
+    networks = None if networks is None else _items(networks)
+    configs, exclude, workloads = _items(configs), _items(exclude), _items(workloads)
     if programs_per_task < 1:
         raise TensortuneError(f"must be positive, not {programs_per_task}",
                               param="programs_per_task")  # fmt: skip

@@ -26,6 +26,8 @@ def bench_seeds(
     """``bench_tune`` once per seed, each in ``work_dir/seed-N`` (a single seed in ``work_dir``
     itself); with ``plot``, each seed's curves go to ``plot`` (several seeds:
     ``STEM-seedN.SUFFIX``).  ``summarize_seeds`` gives the medians."""
+    if isinstance(seeds, int):
+        raise TensortuneError(f"a list of seeds, e.g. [0, 1, 2], not {seeds!r}", param="seeds")
     if not seeds:
         raise TensortuneError("give at least one seed", param="seeds")
     for s in seeds:

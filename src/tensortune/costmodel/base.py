@@ -40,9 +40,21 @@ class CostModel(abc.ABC):
         """Whether the model reads ``features.lowered`` (a setting of the models that can)."""
         return bool(getattr(self, "lowered", 0))
 
-    def get_params(self) -> dict:
+    def get_params(self, deep: bool = True) -> dict:
+        """The settings given to ``__init__`` (``deep``: scikit-learn's signature; a setting
+        holds no estimator whose own settings could be listed)."""
         names = [p for p in inspect.signature(type(self).__init__).parameters if p != "self"]
         return {n: getattr(self, n) for n in names}
+
+    def set_params(self, **params: object) -> CostModel:
+        """Change settings, as scikit-learn's estimators do; learned state is kept until the
+        next ``fit``."""
+        unknown = sorted(set(params) - set(self.get_params()))
+        if unknown:
+            raise TensortuneError(f"{self.kind} has no setting {unknown[0]!r}", param="params")
+        for name, value in params.items():
+            setattr(self, name, value)
+        return self
 
     @abc.abstractmethod
     def fit(self, data: ProgramSet) -> CostModel: ...

@@ -97,7 +97,11 @@ class _RankModel(CostModel):
         data.require_labels()
         if self.members < 1:
             raise TensortuneError(f"members must be at least 1, not {self.members}")
-        torch.manual_seed(self.seed)
+        with torch.random.fork_rng(devices=[]):  # seeded here; the caller's generator untouched
+            torch.manual_seed(self.seed)
+            return self._fit(data)
+
+    def _fit(self, data: ProgramSet) -> _RankModel:
         rows = self._rows(data)
         # TenSet scales each feature by its maximum over the training set.  A feature that is
         # zero throughout (an ISA feature none of the training machines has) keeps its own

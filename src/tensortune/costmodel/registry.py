@@ -94,7 +94,7 @@ def model_settings(kind: str, raw: dict[str, str]) -> dict[str, object]:
 def new_model(kind: str, seed: int, settings: dict | None = None) -> CostModel:
     """An unfitted ``kind`` model with ``settings``, seeded with ``seed`` when it takes one."""
     cls = model_class(kind)
-    settings = dict(settings or {})
+    settings = dict(check_settings(kind, settings or {}))
     if "seed" in inspect.signature(cls).parameters:
         settings.setdefault("seed", seed)
     return cls(**settings)
@@ -124,7 +124,7 @@ def load_cost_model(path: str | Path) -> CostModel:
     kind = shown(meta.get("kind"))
     provenance = meta.get("provenance")
     try:
-        model = model_class(kind)(**_saved_settings(kind, meta.get("params")))
+        model = model_class(kind)(**check_settings(kind, meta.get("params")))
         # evaluate takes the split from here
         if provenance is not None and not (
             isinstance(provenance, dict)
@@ -175,9 +175,10 @@ def _members(path: str | Path) -> tuple[object, bytes]:
                               f"({last_line(e)})") from None  # fmt: skip
 
 
-def _saved_settings(kind: str, params: object) -> dict:
-    """A model file's settings, checked against the kind's: the known names, each of the type
-    of its default (they size the model, and reach numpy, torch and the libraries)."""
+def check_settings(kind: str, params: object) -> dict:
+    """A ``kind`` model's settings (from a model file, or a caller), checked against the kind's:
+    the known names, each of the type of its default and in its range (they size the model,
+    and reach numpy, torch and the libraries)."""
     defaults = {n: p.default for n, p in inspect.signature(model_class(kind)).parameters.items()}
     if not isinstance(params, dict):
         raise TensortuneError(f"its {kind} settings are not an object")

@@ -16,7 +16,7 @@ from tensortune.errors import TensortuneError, about, check_writable
 from tensortune.hardware import Platform, resolve_platform
 from tensortune.measure.executable import MIN_REPEAT_S, timing_repeats
 from tensortune.measure.pool import WorkerPool
-from tensortune.records import DEFAULT_URL, RecordStore, open_records
+from tensortune.records import DEFAULT_URL, RecordStore, records_from
 
 
 @dataclass
@@ -93,10 +93,9 @@ def compile_model(
     """
     check_writable(out, "out", parents=True)
     for name, value, least in (("repeat", repeat, 1), ("rounds", rounds, 1), ("retime", retime, 0)):
-        if value < least:
-            raise TensortuneError(f"must be at least {least}, not {value}", param=name)
-    from tensortune.compat import tvm
-    from tensortune.records.ms_database import StoreDatabase
+        if type(value) is not int or value < least:
+            raise TensortuneError(f"must be a whole number of at least {least}, not {value!r}",
+                                  param=name)  # fmt: skip
     from tensortune.workloads.models import Model, load_model
 
     with about("target"):
@@ -108,11 +107,16 @@ def compile_model(
         else:
             m = load_model(model, target=tvm_target, fast_math=fast_math, winograd=winograd,
                            input_shapes=input_shapes)  # fmt: skip
-    if isinstance(records, str):
-        with about("records"):
-            store = open_records(records, create=False)
-    else:
-        store = records
+    with records_from(records, create=False) as store:
+        return _build_and_time(m, store, platform, repeat, rounds, retime, out)
+
+
+def _build_and_time(m, store: RecordStore, platform: Platform, repeat: int, rounds: int,
+                    retime: int, out: str | os.PathLike | None) -> CompileReport:  # fmt: skip
+    from tensortune.compat import tvm
+    from tensortune.records.ms_database import StoreDatabase
+
+    tvm_target = platform.tvm_target
     db = StoreDatabase(store, target=platform)
     retimed = {}
     if retime > 1:
@@ -266,15 +270,19 @@ def _time_torch(m, repeat: int, threads: int) -> float | None:
         return None
     import torch
 
+    caller_threads = torch.get_num_threads()
     torch.set_num_threads(threads)
     module, args = m.torch_module, m.torch_inputs
     times = []
-    with torch.no_grad():
-        start = time.perf_counter()
-        module(*args)  # warm-up: allocator, lazy init
-        first = max(time.perf_counter() - start, MIN_REPEAT_S)
-        for _ in range(timing_repeats(first, repeat)):
-            times.append(seconds_per_call(lambda: module(*args), MIN_REPEAT_S))
+    try:
+        with torch.no_grad():
+            start = time.perf_counter()
+            module(*args)  # warm-up: allocator, lazy init
+            first = max(time.perf_counter() - start, MIN_REPEAT_S)
+            for _ in range(timing_repeats(first, repeat)):
+                times.append(seconds_per_call(lambda: module(*args), MIN_REPEAT_S))
+    finally:
+        torch.set_num_threads(caller_threads)  # the caller's process, as it was
     return statistics.median(times)
 
 

@@ -6,11 +6,13 @@ import os
 import shutil
 import tempfile
 import time
+import weakref
 
 from tensortune.compat import (
     BuilderInput,
     BuilderResult,
     PyBuilder,
+    closed_on_exit,
     derived_object,
     structural_hash,
 )
@@ -18,6 +20,7 @@ from tensortune.measure.pool import WorkerPool
 from tensortune.measure.status import Status, tagged
 
 
+@closed_on_exit
 @derived_object
 class PersistentBuilder(PyBuilder):
     """Builds candidates in parallel in ``max_workers`` long-lived processes.
@@ -38,6 +41,8 @@ class PersistentBuilder(PyBuilder):
         self._pool = WorkerPool(self.max_workers, log_path=log_path)
         self._pool.start()
         self._root = tempfile.mkdtemp(prefix="tensortune-build-")
+        # Removed by close(), or when the builder is collected or the process exits unclosed.
+        self._remove_root = weakref.finalize(self, shutil.rmtree, self._root, True)
         self.seconds = 0.0  # wall time spent building, for benchmarks' breakdowns
         self.build_times: dict[str, float] | None = None
 
@@ -74,4 +79,4 @@ class PersistentBuilder(PyBuilder):
 
     def close(self) -> None:
         self._pool.close()
-        shutil.rmtree(self._root, ignore_errors=True)
+        self._remove_root()

@@ -12,10 +12,12 @@ from tensortune.compat import (
     PyRunner,
     RunnerFuture,
     RunnerInput,
+    closed_on_exit,
     derived_object,
     ms,
     tvm,
 )
+from tensortune.errors import TensortuneError
 from tensortune.hardware import Platform
 from tensortune.measure.pool import WorkerPool
 from tensortune.measure.status import Status, tagged
@@ -52,6 +54,20 @@ class TimingConfig:
     cold_bytes: int | None = None
     cold_repeat: int = 10
 
+    def __post_init__(self) -> None:
+        # A repeat of 0 would record every candidate as failed, and count it toward the budget.
+        for name, least in (("number", 1), ("repeat", 1), ("min_repeat_ms", 0), ("retries", 0),
+                            ("cold_repeat", 1), ("cold_bytes", 0)):  # fmt: skip
+            value = getattr(self, name)
+            if value is None and name == "cold_bytes":
+                continue
+            if type(value) is not int or value < least:
+                raise TensortuneError(f"TimingConfig.{name} must be a whole number of at least "
+                                      f"{least}, not {value!r}", param="timing")  # fmt: skip
+        if not 0 <= self.max_wait_share <= 1:
+            raise TensortuneError(f"TimingConfig.max_wait_share must be from 0 to 1, not "
+                                  f"{self.max_wait_share!r}", param="timing")  # fmt: skip
+
     def for_signature(self, signature: Signature) -> tuple[int, int, int, bool]:
         """``number``, ``repeat``, ``min_repeat_ms`` and ``cache_flush`` for one kernel."""
         if self.cold_bytes is not None and weight_bytes(signature) > self.cold_bytes:
@@ -75,6 +91,7 @@ def weight_bytes(signature: Signature) -> int:
     return sum(math.prod(shape) * tvm.DataType(dtype).itemsize for dtype, shape in signature[1:])
 
 
+@closed_on_exit
 @derived_object
 class PersistentRunner(PyRunner):
     """Runs candidates serially: two kernels timed at once on two cores corrupt both timings.

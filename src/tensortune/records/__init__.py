@@ -4,6 +4,7 @@ and from MetaSchedule's objects and files."""
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from tensortune.records.schema import Record
 from tensortune.records.storage import DEFAULT_URL, RecordStore
 
 
-def open_records(url: str = DEFAULT_URL, *, create: bool = True) -> RecordStore:
+def open_records(url: str | os.PathLike = DEFAULT_URL, *, create: bool = True) -> RecordStore:
     """Open the records store named by ``url``, creating it unless ``create`` is False.
 
     ``sqlite:///relative/path.db`` and ``sqlite:////absolute/path.db`` name a SQLite file (a
@@ -25,16 +26,17 @@ def open_records(url: str = DEFAULT_URL, *, create: bool = True) -> RecordStore:
     if scheme == "sqlite":
         from tensortune.records.sqlite import SQLiteStore
 
-        return SQLiteStore(where, url=url, create=create)
+        return SQLiteStore(where, url=os.fspath(url), create=create)
     from tensortune.records.postgres import PostgresStore
 
     return PostgresStore(url, create=create)
 
 
-def check_url(url: str) -> tuple[str, str]:
+def check_url(url: str | os.PathLike) -> tuple[str, str]:
     """The scheme of ``url`` (``sqlite`` or ``postgresql``) and the file it names (SQLite) or
     the URL itself; the ``RecordsError`` that opening it would raise for its form alone.  Opens
     and creates nothing: what a dry run can check."""
+    url = os.fspath(url)  # a path object names a SQLite file
     scheme, sep, rest = url.partition("://")
     if not sep:
         scheme, rest = "sqlite", "/" + url
@@ -53,10 +55,11 @@ def check_url(url: str) -> tuple[str, str]:
 
 
 @contextlib.contextmanager
-def records_from(records: str | RecordStore, *, create: bool = True) -> Iterator[RecordStore]:
+def records_from(records: str | os.PathLike | RecordStore, *,
+                 create: bool = True) -> Iterator[RecordStore]:  # fmt: skip
     """The store an API call was given: a URL is opened here (errors opening it are about the
     ``records`` parameter) and closed on the way out; a store is used as it is, left open."""
-    if not isinstance(records, str):
+    if not isinstance(records, str | os.PathLike):
         yield records
         return
     with about("records"):

@@ -170,6 +170,10 @@ class DraftThenVerify(PySearchStrategy):
         self.alt_log = alt_log  # benchmarks' record of the filter's ratings (``AltPolicy.log``)
         self.records = records
         self.verifier_screens = verifier_screens
+        # Settings out of range reach TVM as they are (eps=2 returned 83 candidates for a
+        # round of 8): checked here, as the command line checks --draft-option.
+        for name, value in check_options(self.settings()).items():
+            setattr(self, name, value)
 
     def settings(self) -> dict[str, object]:
         """The settings (``OPTION_RANGES``' names) this strategy was made with."""

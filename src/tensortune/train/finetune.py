@@ -232,7 +232,8 @@ def finetune(
         check_seed(seed)
 
     with about("model"):
-        estimator = model if isinstance(model, CostModel) else load_cost_model(model)
+        # A model object is the caller's: fine-tuned as a copy (to compare before and after).
+        estimator = copy.deepcopy(model) if isinstance(model, CostModel) else load_cost_model(model)
     with about("records"):
         if _is_metaschedule_database(records):
             columns, _ = records_columns(records, measured_here=True,

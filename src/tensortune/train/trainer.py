@@ -13,7 +13,7 @@ import numpy as np
 
 from tensortune.costmodel.base import CostModel
 from tensortune.costmodel.data import ProgramSet
-from tensortune.costmodel.registry import load_cost_model, model_class
+from tensortune.costmodel.registry import check_settings, load_cost_model, model_class
 from tensortune.errors import TensortuneError, about, check_writable
 from tensortune.train import metrics, splits
 
@@ -131,7 +131,10 @@ def train(
     tell = progress or (lambda stage, done, total: None)
     with about("cost_model"):
         if isinstance(cost_model, str):
-            estimator = model_class(cost_model)(**(params or {}))
+            kind = model_class(cost_model)
+            with about("params"):
+                settings = check_settings(cost_model, params or {})
+            estimator = kind(**settings)
         else:
             estimator = cost_model
     tell("read", 0, 1)
@@ -192,6 +195,8 @@ def evaluate(
 
 def _model(cost_model: str | Path | CostModel, target: dict | str | None) -> CostModel:
     if isinstance(cost_model, CostModel):
+        if not cost_model.fitted:
+            raise TensortuneError(f"this {cost_model.kind} model has not been fitted")
         return cost_model
     if str(cost_model) == "default":
         from tensortune.costmodel.shipped import shipped_model

@@ -6,6 +6,7 @@ user names is checked first (``plan_tune``), before the store is opened or anyth
 
 from __future__ import annotations
 
+import math
 import os
 import time
 import uuid
@@ -128,6 +129,15 @@ class TunePlan:
     def strategy_name(self) -> str:
         return type(self.strategy).__name__
 
+    def __repr__(self) -> str:
+        budget = f"trials={self.trials}" if self.trials is not None else ""
+        if self.max_seconds is not None:
+            budget += f"{', ' if budget else ''}max_seconds={self.max_seconds:g}"
+        return (
+            f"TunePlan({len(self.tasks)} tasks, {budget}, target={self.platform.target}, "
+            f"strategy={self.strategy_name}, cost_model={self.cost_model_name})"
+        )
+
     @property
     def cost_model_name(self) -> str:
         """The cost model's class, or for ours the model's kind and how it learns while tuning:
@@ -182,10 +192,12 @@ def plan_tune(
     for name, value in (("trials", trials), ("trials_per_round", trials_per_round),
                         ("max_trials_per_task", max_trials_per_task),
                         ("warm_per_kernel", warm_per_kernel)):  # fmt: skip
+        if value is not None and type(value) is not int:
+            raise TensortuneError(f"must be a whole number, not {value!r}", param=name)
         if value is not None and not 0 < value <= MAX_TRIALS:
             raise TensortuneError(f"must be positive and at most {MAX_TRIALS}, not {value}",
                                   param=name)  # fmt: skip
-    if isinstance(records, str):
+    if isinstance(records, str | os.PathLike):
         with about("records"):
             check_url(records)
     if work_dir is not None:
@@ -193,14 +205,21 @@ def plan_tune(
     if trials is None and max_seconds is None:
         raise TensortuneError("give a trial budget, a time budget (max_seconds) or both",
                               param="trials")  # fmt: skip
-    if max_seconds is not None and not max_seconds > 0:
-        raise TensortuneError(f"must be positive, not {max_seconds}", param="max_seconds")
+    if max_seconds is not None and (isinstance(max_seconds, bool) or not isinstance(
+            max_seconds, int | float) or not 0 < max_seconds < math.inf):  # fmt: skip
+        raise TensortuneError(f"must be positive, in seconds, not {max_seconds!r}",
+                              param="max_seconds")  # fmt: skip
     with about("target"):
         platform = resolve_platform(target)
     prototype = strategy_from(strategy)
     if cost_model == "auto":
         cost_model = default_verifier(prototype, platform)
-    verifier = cost_model_from(cost_model, platform, online=online_cost_model)
+    try:
+        verifier = cost_model_from(cost_model, platform, online=online_cost_model)
+    except TensortuneError as e:
+        if e.param == "online":  # this function's name for it
+            e.param = "online_cost_model"
+        raise
     by_class = None
     if warm_start is not None:  # read now: a bad URL is refused before anything is written
         from tensortune.transfer.sources import source_schedules

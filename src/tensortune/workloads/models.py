@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from tensortune.compat import ms, tvm
-from tensortune.errors import WorkloadError
+from tensortune.errors import WorkloadError, about
 from tensortune.workloads.inference import for_inference
 from tensortune.workloads.networks import NETWORKS, get_network
 from tensortune.workloads.task import Task
@@ -53,7 +53,7 @@ class Model:
 def load_model(
     source: str | os.PathLike[str] | torch.nn.Module,
     *,
-    target: tvm.target.Target,
+    target: tvm.target.Target | dict | str | None,
     input_shapes: dict[str, list[int]] | None = None,
     example_inputs: tuple[torch.Tensor, ...] | torch.Tensor | None = None,
     name: str | None = None,
@@ -73,6 +73,11 @@ def load_model(
     ``workloads.winograd``).
     Raises ``WorkloadError`` for anything the user can fix.
     """
+    if not isinstance(target, tvm.target.Target):  # a dict, JSON text, a Platform, None
+        from tensortune.hardware import resolve_platform
+
+        with about("target"):
+            target = resolve_platform(target, measurable=False).tvm_target
     rewrites = {"fast_math": fast_math, "winograd": winograd, "channels_last": channels_last}
     if _is_torch_module(source):
         if example_inputs is None:
@@ -92,7 +97,10 @@ def load_model(
         return _from_onnx(name or path.stem, path, target, input_shapes, rewrites)
     network = get_network(str(source))
     _reject_input_shapes(input_shapes)
-    module, inputs = network.make()
+    import torch
+
+    with torch.random.fork_rng(devices=[]):  # the caller's torch RNG, untouched
+        module, inputs = network.make()
     return _from_torch(name or network.name, module, inputs, target, rewrites)
 
 

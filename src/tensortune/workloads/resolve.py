@@ -34,8 +34,10 @@ def resolve_tasks(
     and each changed task keeps its exact module to check outputs against. ``winograd``
     applies to a model (``models.load_model``). A loaded ``Model`` keeps what it was loaded
     with."""
-    if isinstance(workloads, str):  # one spec, not a sequence of one-letter ones
+    if isinstance(workloads, str | os.PathLike):  # one spec, not a sequence of one-letter ones
         workloads = [workloads]
+    if workloads is not None:  # a TVMScript file given as a path object
+        workloads = [os.fspath(w) if isinstance(w, os.PathLike) else w for w in workloads]
     sources = (("workloads", workloads), ("model", model), ("workloads_from", workloads_from))
     given = [name for name, x in sources if x is not None and x != []]
     if len(given) != 1:

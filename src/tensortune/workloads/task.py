@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -20,11 +20,12 @@ class Task:
     """
 
     name: str
-    mod: tvm.IRModule
+    # The modules' TVMScript would make a repr of thousands of lines (a notebook prints it).
+    mod: tvm.IRModule = field(repr=False)
     weight: int = 1
     flop: float = 0.0
     source: str = ""
-    exact: tvm.IRModule | None = None
+    exact: tvm.IRModule | None = field(default=None, repr=False)
 
     @property
     def reference(self) -> tvm.IRModule:

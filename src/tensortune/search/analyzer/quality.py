@@ -42,12 +42,14 @@ def draft_quality(dataset: str, *, share: float = 0.25, min_programs: int = 48,
     """Recall of each group's true best programs inside the analyzer's top ``share``."""
     from tensortune.compat import tvm
     from tensortune.datasets.build import load_table, load_workloads
+    from tensortune.datasets.shipped import dataset_path
     from tensortune.hardware import Platform, current_hardware
     from tensortune.search.analyzer.machine import machine_for
     from tensortune.search.analyzer.roofline import Analyzer
 
     if not 0 < share <= 1:
         raise TensortuneError("share must be in (0, 1]")
+    dataset = dataset_path(dataset)  # a shipped dataset's name, or a directory
     cols = load_table(dataset, ["task_id", "hardware", "target", "trace", "label"]).to_pydict()
     modules = load_workloads(dataset)
     groups: dict[tuple[int, str], list[int]] = defaultdict(list)
