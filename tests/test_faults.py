@@ -182,6 +182,56 @@ def test_a_tuner_killed_mid_batch_resumes_and_loses_only_its_batch(
         assert store.lease_holders() == set()
 
 
+@pytest.mark.parametrize("how", ["Ctrl-C", "SIGTERM"])
+def test_a_tuner_stopped_by_ctrl_c_or_sigterm_exits_130_and_resumes(
+    seeded: str, tmp_path: Path, how: str
+) -> None:
+    # TVM hands a KeyboardInterrupt raised inside its callbacks back as a RuntimeError (the
+    # run went on, or ended with exit 1); raised through nested callbacks, as std::terminate.
+    trials = 40
+    workloads = ("--workload", MM, "--workload", "softmax:4,256", "--trials", str(trials),
+                 "--strategy", "draft-verify")  # fmt: skip
+    first = _tuner(seeded, tmp_path / "w", *workloads)
+    _wait_for(seeded, 3 + 8, first)
+    if how == "Ctrl-C":  # a terminal sends it to the whole process group, workers included
+        os.killpg(first.pid, signal.SIGINT)
+    else:
+        os.kill(first.pid, signal.SIGTERM)
+    _, err = first.communicate(timeout=120)
+    assert first.returncode == 130, err[-2000:]
+    assert err.strip().endswith("run the same command to resume"), err[-2000:]
+    before = _snapshot(seeded)
+    again = _tuner(seeded, tmp_path / "w", *workloads)
+    _, err = again.communicate(timeout=300)
+    assert again.returncode == 0, err[-2000:]
+    after = _snapshot(seeded)
+    _assert_kept(before, after)
+    assert len(after) - 3 == trials
+
+
+def test_a_worker_timing_a_hanging_kernel_dies_with_its_parent(seeded: str, tmp_path: Path):
+    import psutil
+
+    # A worker notices an idle parent's end at its next read; one inside a kernel that never
+    # returns would go on for ever (the parent enforced the time limit).
+    tuner = _tuner(seeded, tmp_path / "w", "--workload", str(KERNELS / "hang.py"),
+                   "--trials", "2", "--trials-per-round", "2")  # fmt: skip
+    deadline = time.monotonic() + 120
+    time.sleep(8)  # workers started, the kernel built: the runner's worker is inside it
+    busy = None
+    while busy is None:
+        assert time.monotonic() < deadline and tuner.poll() is None, "no worker got busy"
+        for child in psutil.Process(tuner.pid).children():
+            with contextlib.suppress(psutil.Error):
+                if "measure.worker" in " ".join(child.cmdline()) and \
+                        child.cpu_percent(interval=2) > 50:  # fmt: skip
+                    busy = child
+                    break
+    os.kill(tuner.pid, signal.SIGKILL)
+    tuner.communicate(timeout=30)
+    busy.wait(timeout=20)  # psutil.TimeoutExpired: it outlived its parent
+
+
 def test_the_postgresql_server_restarted_mid_run(postgres_server, postgres_url: str,
                                                 tmp_path: Path) -> None:  # fmt: skip
     trials = 40

@@ -292,3 +292,33 @@ def test_a_worker_is_replaced_after_its_share_of_jobs():
         pids = [o.value for o in pool.map("ping", [()] * 7, timeout_s=60)]
         assert pool.restarts == 2
     assert pids[0] == pids[1] == pids[2] != pids[3] == pids[4] == pids[5] != pids[6]
+
+
+def test_a_worker_that_died_idle_is_replaced() -> None:
+    from tensortune.measure.pool import WorkerPool
+
+    with WorkerPool(1) as pool:
+        first = pool.wait_ready()[0].process
+        first.kill()  # the OOM killer, say, between two batches
+        first.wait()
+        outcomes = pool.map("ping", [(), ()], timeout_s=60)
+    assert [o.kind for o in outcomes] == ["ok", "ok"]
+    assert first.pid not in [o.value for o in outcomes]
+
+
+def test_build_directories_of_dead_processes_are_removed(tmp_path, monkeypatch) -> None:
+    import subprocess
+    import sys
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+    (tmp_path / f"tensortune-build-{gone}-abc").mkdir()
+    (tmp_path / f"tensortune-build-{os.getpid()}-own").mkdir()  # this process's: kept
+    builder = PersistentBuilder(max_workers=1)
+    names = sorted(p.name for p in tmp_path.iterdir())
+    builder.close()
+    assert f"tensortune-build-{gone}-abc" not in names
+    assert f"tensortune-build-{os.getpid()}-own" in names
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"tensortune-build-{os.getpid()}-own"]

@@ -662,6 +662,29 @@ def test_a_record_committed_twice_is_kept_once(store) -> None:
     assert store.count() == 4
 
 
+def test_leases_of_a_tuner_that_dies_beside_this_one_are_freed_while_it_runs(
+    store, monkeypatch
+) -> None:
+    import subprocess
+    import sys
+
+    import tensortune.search.leases as leases
+    from tensortune.search.leases import SharedBudget, worker_name
+
+    monkeypatch.setattr(leases, "SWEEP_SECONDS", 0.0)
+    batch = make_records(store, MM, [1e-3, 2e-3, 3e-3])
+    wid, hw, tgt = batch[0].workload_id, batch[0].hardware_id, batch[0].target
+    budget = SharedBudget(store, [wid], hw, tgt, total=3, per_task=3, worker=worker_name())
+    # another tuner claims after this one started, then dies (a kill -9)
+    dead = subprocess.run([sys.executable, "-c", "from tensortune.search.leases import "
+                           "worker_name; print(worker_name())"], capture_output=True, text=True,
+                          check=True).stdout.strip()  # fmt: skip
+    store.claim(wid, hw, tgt, _hashes(batch), worker=dead, seconds=600)
+    assert budget.left(wid) == 3  # its claims no longer hold the budget back
+    assert store.lease_holders() == set()
+    budget.close()
+
+
 def test_leases_of_a_process_that_died_here_are_freed_at_once(store) -> None:
     import subprocess
     import sys

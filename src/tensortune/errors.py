@@ -7,6 +7,9 @@ line can name its option instead (``--cost-model``, not ``cost_model``).
 from __future__ import annotations
 
 import os
+import signal
+import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -94,3 +97,56 @@ def check_writable(path: str | os.PathLike | None, param: str, *, directory: boo
         raise TensortuneError(f"{existing} is not a directory", param=param)
     if not os.access(existing, os.W_OK | os.X_OK):
         raise TensortuneError(f"{existing} cannot be written", param=param)
+
+
+# Ctrl-C during a run.  A KeyboardInterrupt raised inside a Python callback that TVM called
+# (a search strategy's, a builder's) comes back as a bare RuntimeError, or, raised through
+# nested callbacks, ends the process in std::terminate.  So a run that goes through TVM's
+# search loop takes a first Ctrl-C as a request (``interruptible(graceful=True)``): its
+# strategies see ``interrupted()`` and hand out no more candidates, the batch in flight is
+# measured and recorded, and the run ends with KeyboardInterrupt; a second Ctrl-C interrupts
+# at once.
+_interrupted = threading.Event()
+
+
+def interrupted() -> bool:
+    """Whether Ctrl-C (SIGINT) arrived inside the innermost ``interruptible`` block."""
+    return _interrupted.is_set()
+
+
+@contextmanager
+def interruptible(*, graceful: bool = False) -> Iterator[None]:
+    """Within: SIGINT is remembered (``interrupted()``) as well as handled as before, and an
+    error that ends the block after it is raised as the ``KeyboardInterrupt`` it was.
+    ``graceful``: the first SIGINT is only remembered, and the block raises KeyboardInterrupt
+    when it ends."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers belong to the main thread
+        return
+    previous = signal.getsignal(signal.SIGINT)
+
+    def remember(signum: int, frame: object) -> None:
+        if graceful and not _interrupted.is_set():
+            _interrupted.set()
+            sys.stderr.write("\nstopping after the batch in flight (Ctrl-C again: at once)\n")
+            return
+        _interrupted.set()
+        if callable(previous):
+            previous(signum, frame)
+        elif previous != signal.SIG_IGN:
+            raise KeyboardInterrupt
+
+    _interrupted.clear()
+    signal.signal(signal.SIGINT, remember)
+    try:
+        yield
+    except Exception:
+        if _interrupted.is_set():
+            raise KeyboardInterrupt from None
+        raise
+    else:
+        if _interrupted.is_set():
+            raise KeyboardInterrupt
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        _interrupted.clear()  # a later error outside the block is what it says it is

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import sys
 import tempfile
+import threading
 import traceback
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +25,7 @@ from tensortune.cli import bench, dataset, records, serve, train, transfer, tune
 from tensortune.cli import compile as compile_cmd
 from tensortune.cli.display import errors
 from tensortune.cli.options import forget_renamed_options, option_name
-from tensortune.errors import TensortuneError, last_line
+from tensortune.errors import TensortuneError, interruptible, last_line
 
 app = typer.Typer(
     name="tensortune",
@@ -132,7 +134,8 @@ def run(argv: list[str] | None = None) -> int:
     args = [a for i, a in enumerate(args) if a != "--debug" or i >= end]
     forget_renamed_options()
     try:
-        with contextlib.nullcontext() if debug else _native_stderr_to_log():
+        with (contextlib.nullcontext() if debug else _native_stderr_to_log(), interruptible(),
+              _terminate_as_interrupt()):  # fmt: skip
             code = app(args, prog_name="tensortune", standalone_mode=False)
     except TensortuneError as e:
         return _fail(2, _message(e), debug)
@@ -153,6 +156,29 @@ def run(argv: list[str] | None = None) -> int:
     if code == 130:
         errors.print("interrupted: measured records are saved; run the same command to resume")
     return code if isinstance(code, int) else 0
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM and SIGHUP (``timeout``, ``docker stop``, a closed terminal) stop a command as
+    Ctrl-C does: what is measured is recorded, workers and temporary files are cleaned up."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def forward(signum: int, frame: object) -> None:
+        handler = signal.getsignal(signal.SIGINT)  # whichever is in force now
+        if callable(handler):
+            handler(signum, frame)
+        else:
+            raise KeyboardInterrupt
+
+    previous = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
 
 
 def _message(e: TensortuneError) -> str:

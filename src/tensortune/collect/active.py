@@ -30,7 +30,7 @@ from tensortune.collect.programs import (
     tasks_to_collect,
 )
 from tensortune.costmodel.data import ProgramSet, concat_programs
-from tensortune.errors import TensortuneError, about
+from tensortune.errors import TensortuneError, about, interrupted, interruptible
 from tensortune.hardware import (
     HardwareConfig,
     Platform,
@@ -125,7 +125,7 @@ def collect_active(
         by_network = tasks_to_collect(networks, platform, workloads=workloads,
                                       heaviest=heaviest, exclude=exclude)  # fmt: skip
     run_id = f"collect-{selector}-{uuid.uuid4().hex[:8]}"
-    with records_from(records) as store:
+    with interruptible(graceful=True), records_from(records) as store:
         tasks = register_tasks(store, by_network)
         result = CollectResult(store.url, [hw_config.name], len(tasks))
         features = {wid: _Features(t, platform) for wid, t in tasks.items()}
@@ -142,6 +142,8 @@ def collect_active(
                     continue  # a round a resumed collection had finished: no model to fit
                 fitted = _fit(model_cls, store, platform, features, seed)
                 for i, (wid, task) in enumerate(tasks.items()):
+                    if interrupted():  # Ctrl-C: what is measured is recorded; stop here
+                        raise KeyboardInterrupt
                     have = store.count(**where(wid))
                     if progress is not None:
                         progress(CollectStep(hw_config.name, i, len(tasks), task, have, budget))

@@ -20,7 +20,13 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
-from tensortune.errors import RecordsError, TensortuneError, about
+from tensortune.errors import (
+    RecordsError,
+    TensortuneError,
+    about,
+    interrupted,
+    interruptible,
+)
 from tensortune.hardware import (
     HardwareConfig,
     Platform,
@@ -209,7 +215,7 @@ def collect(
     with about("networks"):
         by_network = tasks_to_collect(networks, platforms[0], workloads=workloads,
                                       heaviest=heaviest, exclude=exclude)  # fmt: skip
-    with records_from(records) as store:
+    with interruptible(graceful=True), records_from(records) as store:
         tasks = register_tasks(store, by_network)
         result = CollectResult(store.url, [c.name for c in hw_configs], len(tasks))
         for config, platform in zip(hw_configs, platforms, strict=True):
@@ -269,6 +275,8 @@ class _Filler:
                                         seed=self.seed + have, exclude=seen)  # fmt: skip
             dry = len(cands) < self.n_random - have
             for k in range(0, len(cands), BATCH):
+                if interrupted():  # Ctrl-C: what is measured is recorded; stop here
+                    raise KeyboardInterrupt
                 batch = self._claimed(wid, cands[k : k + BATCH])
                 if batch:
                     built, ran = self.session.measure(batch)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tensortune.errors import TensortuneError, about, check_writable
+from tensortune.errors import TensortuneError, about, check_writable, interruptible
 from tensortune.hardware import Platform, resolve_platform
 from tensortune.measure.executable import MIN_REPEAT_S, timing_repeats
 from tensortune.measure.pool import WorkerPool
@@ -107,7 +107,7 @@ def compile_model(
         else:
             m = load_model(model, target=tvm_target, fast_math=fast_math, winograd=winograd,
                            input_shapes=input_shapes)  # fmt: skip
-    with records_from(records, create=False) as store:
+    with interruptible(), records_from(records, create=False) as store:
         return _build_and_time(m, store, platform, repeat, rounds, retime, out)
 
 

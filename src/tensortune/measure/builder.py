@@ -7,6 +7,7 @@ import shutil
 import tempfile
 import time
 import weakref
+from pathlib import Path
 
 from tensortune.compat import (
     BuilderInput,
@@ -18,6 +19,23 @@ from tensortune.compat import (
 )
 from tensortune.measure.pool import WorkerPool
 from tensortune.measure.status import Status, tagged
+
+_PREFIX = "tensortune-build-"
+
+
+def _remove_orphans() -> None:
+    """Delete the build directories of builders whose process has died (killed before it
+    could clean up: ``kill -9``, the OOM killer); their names carry the pid."""
+    for path in Path(tempfile.gettempdir()).glob(f"{_PREFIX}*-*"):
+        pid = path.name[len(_PREFIX) :].split("-")[0]
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(path, ignore_errors=True)
+        except OSError:  # another user's process: alive
+            continue
 
 
 @closed_on_exit
@@ -40,7 +58,8 @@ class PersistentBuilder(PyBuilder):
         self.timeout_s = timeout_s
         self._pool = WorkerPool(self.max_workers, log_path=log_path)
         self._pool.start()
-        self._root = tempfile.mkdtemp(prefix="tensortune-build-")
+        _remove_orphans()
+        self._root = tempfile.mkdtemp(prefix=f"{_PREFIX}{os.getpid()}-")
         # Removed by close(), or when the builder is collected or the process exits unclosed.
         self._remove_root = weakref.finalize(self, shutil.rmtree, self._root, True)
         self.seconds = 0.0  # wall time spent building, for benchmarks' breakdowns

@@ -144,10 +144,15 @@ class WorkerPool:
         while pending or busy:
             while pending and idle:
                 w = idle.pop()
-                if not w.ready:
-                    w.wait_ready()
                 i = pending.pop()
-                w.conn.send((name, jobs[i]))
+                try:
+                    if not w.ready:
+                        w.wait_ready()
+                    w.conn.send((name, jobs[i]))
+                except (OSError, EOFError, RuntimeError):  # it died while idle (OOM killer...)
+                    pending.append(i)
+                    idle.append(self._replace(w))
+                    continue
                 busy[w.conn] = (w, i, time.monotonic())
             now = time.monotonic()
             next_deadline = min(start + timeout_s for _, _, start in busy.values())

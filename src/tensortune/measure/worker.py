@@ -21,6 +21,7 @@ Signature = list[tuple[str, list[int]]]  # (dtype, shape) of each argument, in o
 
 def serve(conn: Any) -> None:
     """Serve requests: receive ``(name, args)``, reply ``("ok", value)`` or ``("error", text)``."""
+    _tie_to_parent()
     import tensortune.compat  # noqa: F401  (TVM without torch; paid before the first request)
 
     conn.send(("ready", os.getpid()))
@@ -36,6 +37,30 @@ def serve(conn: Any) -> None:
             conn.send(("ok", _HANDLERS[name](*args)))
         except Exception as e:
             conn.send(("error", _describe(e)))
+
+
+def _tie_to_parent() -> None:
+    """Die with the process that started this worker, and leave Ctrl-C to it.
+
+    A terminal's Ctrl-C reaches the whole process group: the parent stops its run and closes
+    its workers; a worker killed by the same signal first made that a broken pipe.  A parent
+    killed outright (``kill -9``) would leave a worker timing a hanging kernel for ever: Linux
+    sends this one SIGKILL when it goes (``PR_SET_PDEATHSIG``; it follows the thread that
+    started the worker, which outlives every pool its tuning run opens)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    parent = os.getppid()
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # the parent went before the request was made
+        os._exit(1)
 
 
 def _describe(e: BaseException) -> str:

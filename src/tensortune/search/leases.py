@@ -13,6 +13,7 @@ expire after ``seconds`` by the database's clock; on its own machine a rerun fre
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import socket
 import time
@@ -23,14 +24,19 @@ from dataclasses import dataclass, field
 import psutil
 
 from tensortune.compat import PySearchStrategy, derived_object
-from tensortune.errors import RecordsError, TensortuneError, last_line
+from tensortune.errors import RecordsError, TensortuneError, interrupted, last_line
 from tensortune.records.convert import trace_text
 from tensortune.records.schema import trace_hash
 from tensortune.records.storage import RecordStore
 
-# How long a claim lasts: longer than any batch takes to build and run, short enough that
-# the budget a dead worker on another machine held comes back within minutes.
+# How long a claim lasts: longer than its batch takes to build and run (each candidate at
+# most the builder's and the runner's time limits), short enough that the budget a dead worker
+# on another machine held comes back within minutes.
 LEASE_SECONDS = 600.0
+LEASE_SECONDS_PER_CANDIDATE = 100.0
+# How often a worker looks for holders on this machine that have died (a query and a process
+# lookup per holder).
+SWEEP_SECONDS = 5.0
 # How many times its own budget a wrapped strategy may draw, batches that others had measured
 # included.
 RETRY_SLACK = 16
@@ -84,6 +90,16 @@ class SharedBudget:
         self.error: Exception | None = None
         # Tasks whose search broke (workload id → the error's line): they stop, the others go on.
         self.failed: dict[int, str] = {}
+        self._swept = -math.inf
+        self._sweep()
+
+    def _sweep(self) -> None:
+        """Free the leases of holders on this machine that have died: a tuner killed beside
+        this one would otherwise hold its share of the budget until its leases expire."""
+        now = time.monotonic()
+        if now - self._swept < SWEEP_SECONDS:
+            return
+        self._swept = now
         for other in self.store.lease_holders():
             if other != self.worker and _gone(other):
                 self.store.release(other)
@@ -96,6 +112,7 @@ class SharedBudget:
         """How many more of ``workload_id`` this worker may measure now."""
         if self.expired:
             return 0
+        self._sweep()
         key = {"hardware_id": self.hardware_id, "target": self.target}
         done = {w: self.store.count(workload_id=w, **key) for w in self.workload_ids}
         # Every live lease, ours included: under a scheduler that collects rounds late
@@ -113,8 +130,11 @@ class SharedBudget:
         while len(held) < limit and pos < len(hashes):
             take = list(hashes[pos : pos + limit - len(held)])
             pos += len(take)
+            # Long enough for this batch at its slowest: an expired lease lets another worker
+            # measure the same candidates again.
+            seconds = max(self.seconds, len(take) * LEASE_SECONDS_PER_CANDIDATE)
             held.update(self.store.claim(workload_id, self.hardware_id, self.target, take,
-                                         worker=self.worker, seconds=self.seconds))  # fmt: skip
+                                         worker=self.worker, seconds=seconds))  # fmt: skip
         return held
 
     def close(self) -> None:
@@ -160,6 +180,8 @@ class Leased(PySearchStrategy):
             raise
 
     def _generate(self):
+        if interrupted():  # Ctrl-C: no more candidates; the batch in flight is recorded
+            return None
         for _ in range(self.tries):
             left = min(self.budget.left(self.workload_id), self.max_trials - self.trials)
             if left <= 0:
@@ -169,6 +191,8 @@ class Leased(PySearchStrategy):
             except TensortuneError:
                 raise
             except Exception as e:
+                if interrupted():  # Ctrl-C, which TVM hands back as a RuntimeError
+                    raise KeyboardInterrupt from None
                 broken = getattr(self.database, "error", None)
                 if broken is not None:  # the store failed under the search: every task would
                     raise broken from None

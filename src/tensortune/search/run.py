@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tensortune.errors import interrupted
 from tensortune.records.schema import Record
 from tensortune.search.factory import strategy_for_task
 
@@ -95,6 +96,8 @@ def run_search(
         )
 
     except Exception:
+        if interrupted():  # Ctrl-C, which TVM hands back as a RuntimeError
+            raise KeyboardInterrupt from None
         # An error of ours inside a callback reached here as TVM's RuntimeError: raise ours.
         ours = (callbacks[0].error or (budget.error if budget is not None else None)
                 or database.error)  # fmt: skip

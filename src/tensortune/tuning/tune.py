@@ -16,7 +16,13 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tensortune.errors import TensortuneError, about, check_seed, check_writable
+from tensortune.errors import (
+    TensortuneError,
+    about,
+    check_seed,
+    check_writable,
+    interruptible,
+)
 from tensortune.hardware import Platform, resolve_platform
 from tensortune.records import DEFAULT_URL, Record, RecordStore, records_from
 from tensortune.workloads.resolve import resolve_tasks
@@ -313,7 +319,7 @@ def tune(
             farm, plan.platform = runner_from(runner, plan.platform, timing)
         runner = farm
     try:
-        with records_from(records) as store:
+        with interruptible(graceful=True), records_from(records) as store:
             from tensortune.measure.runner import model_timing
             from tensortune.measure.session import MeasureSession
 
