@@ -213,7 +213,7 @@ def test_defaults_filled_in() -> None:
         ("matmul:0,4,4", r"M must be positive"),
         ("matmul:4,-2,4", r"N must be positive"),
         ("conv2d_nhwc:1,8,8,4,4,3,0,1", r"stride must be positive"),
-        ("conv2d_nhwc:1,8,8,4,4,3,1,-1", r"pad must be positive"),
+        ("conv2d_nhwc:1,8,8,4,4,3,1,-1", r"pad must not be negative"),
         ("softmax:0,0", r"M, N must be positive"),
         ("conv2d_nhwc:1,2,8,4,4,5,1,0", r"kernel does not fit the padded input"),
         ("conv2d_nchw:1,8,2,4,4,5,1,0", r"kernel does not fit the padded input"),
