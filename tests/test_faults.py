@@ -169,17 +169,24 @@ def test_a_tuner_killed_mid_batch_resumes_and_loses_only_its_batch(
     _wait_for(seeded, 3 + 8, first)  # at least one batch committed
     os.killpg(first.pid, signal.SIGKILL)
     first.communicate(timeout=30)
-    before = _snapshot(seeded)
+    before = _resumed(seeded, tmp_path / "w", workloads, trials)
     assert 3 + 8 <= len(before) < 3 + trials
-    again = _tuner(seeded, tmp_path / "w", *workloads)
-    _, err = again.communicate(timeout=300)
-    assert again.returncode == 0, err[-2000:]
-    after = _snapshot(seeded)
-    _assert_kept(before, after)
-    # the budget counts what the store holds, and the killed run's leases did not hold it back
-    assert len(after) - 3 == trials
     with open_records(seeded) as store:
         assert store.lease_holders() == set()
+
+
+def _resumed(url: str, work: Path, workloads: tuple, trials: int) -> dict[str, tuple]:
+    """Run the stopped tuner again: it keeps every record and tops the store (3 records of
+    other runs) up to ``trials``, the stopped run's leases holding nothing back; returns the
+    records before."""
+    before = _snapshot(url)
+    again = _tuner(url, work, *workloads)
+    _, err = again.communicate(timeout=300)
+    assert again.returncode == 0, err[-2000:]
+    after = _snapshot(url)
+    _assert_kept(before, after)
+    assert len(after) - 3 == trials
+    return before
 
 
 @pytest.mark.parametrize("how", ["Ctrl-C", "SIGTERM"])
@@ -200,13 +207,7 @@ def test_a_tuner_stopped_by_ctrl_c_or_sigterm_exits_130_and_resumes(
     _, err = first.communicate(timeout=120)
     assert first.returncode == 130, err[-2000:]
     assert err.strip().endswith("run the same command to resume"), err[-2000:]
-    before = _snapshot(seeded)
-    again = _tuner(seeded, tmp_path / "w", *workloads)
-    _, err = again.communicate(timeout=300)
-    assert again.returncode == 0, err[-2000:]
-    after = _snapshot(seeded)
-    _assert_kept(before, after)
-    assert len(after) - 3 == trials
+    _resumed(seeded, tmp_path / "w", workloads, trials)
 
 
 def test_a_worker_timing_a_hanging_kernel_dies_with_its_parent(seeded: str, tmp_path: Path):
