@@ -203,6 +203,10 @@ BAD = {
         "--plot",
     ),
     "an artifact in place of a directory": (["compile", "resnet18", "--out", "/tmp"], "--out"),
+    "transfer with no source budget": (
+        ["bench", "transfer", "--source-trials-per-task", "0"],
+        "--source-trials-per-task",
+    ),
     "collect malformed operator": (
         ["dataset", "collect", "-w", "softmax:4", "--config", "avx2-1c"],
         "--workload",

@@ -31,6 +31,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from tensortune.errors import TensortuneError
 from tensortune.hardware import Platform, resolve_platform
 from tensortune.records import open_records
 from tensortune.records.schema import origin_of
@@ -113,6 +114,14 @@ def bench_transfer(
     from tensortune.tuning.tune import tune
     from tensortune.workloads.models import load_model
 
+    budgets = (
+        ("trials_per_task", trials_per_task),
+        ("rounds", rounds),
+        ("source_trials_per_task", source_trials_per_task),
+    )
+    for name, value in budgets:
+        if type(value) is not int or value < 1:  # before any network loads
+            raise TensortuneError(f"must be a positive whole number, not {value!r}", param=name)
     platform = resolve_platform(target)
     work = Path(work_dir)
     work.mkdir(parents=True, exist_ok=True)
