@@ -145,7 +145,7 @@ def tune(
             print_json(results[0].to_dict())
         else:
             print_json({"runs": [r.to_dict() for r in results],
-                              "summary": summarize_seeds(results)})  # fmt: skip
+                        "summary": summarize_seeds(results)})  # fmt: skip
         return
     for result in results:
         _print_bench(result)

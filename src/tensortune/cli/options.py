@@ -138,6 +138,7 @@ def input_shapes(pairs: list[str] | None) -> dict[str, list[int]] | None:
     return out
 
 
+MAX_DURATION_S = 366 * 24 * 3600  # a longer --time is a typo, not a budget
 _DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s?)?")
 
 
@@ -152,6 +153,3 @@ def parse_duration(text: str, param: str) -> float:
     if not 0 < seconds <= MAX_DURATION_S:
         raise TensortuneError(f"must be positive and at most a year, got {text!r}", param=param)
     return seconds
-
-
-MAX_DURATION_S = 366 * 24 * 3600

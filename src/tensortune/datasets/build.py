@@ -18,6 +18,7 @@ import numpy as np
 from tensortune import features as F
 from tensortune.errors import TensortuneError, last_line, shown
 from tensortune.hardware import Platform, config_of
+from tensortune.hardware.target import is_target_text
 from tensortune.records import RecordStore, open_records
 
 TABLE = "programs.parquet"
@@ -397,17 +398,9 @@ def _column_problem(name: str, column, want) -> str | None:
         if len(seconds) and (not pc.all(pc.is_finite(seconds)).as_py()
                              or pc.min(seconds).as_py() <= 0):  # fmt: skip
             return "holds a time that is not a positive number of seconds"
-    if name == "target" and not all(_is_target(t) for t in pc.unique(column).to_pylist()):
+    if name == "target" and not all(map(is_target_text, pc.unique(column).to_pylist())):
         return "holds a target that is not a JSON object with a kind"
     return None
-
-
-def _is_target(text: str) -> bool:
-    try:
-        value = json.loads(text)
-    except (ValueError, RecursionError):
-        return False
-    return isinstance(value, dict) and isinstance(value.get("kind"), str)
 
 
 def load_workloads(directory: str | Path) -> dict[int, object]:

@@ -9,6 +9,7 @@ filled in with this machine's usable cores when it is left out (MetaSchedule req
 
 from __future__ import annotations
 
+import functools
 import json
 import platform as host
 from dataclasses import dataclass
@@ -70,11 +71,22 @@ def target_dict(target: str | dict) -> dict:
             )
         try:
             target = json.loads(text)
-        except json.JSONDecodeError as e:
+        except (json.JSONDecodeError, RecursionError) as e:
             raise TargetError(f"target is not valid JSON: {e}") from None
     if not isinstance(target, dict) or not isinstance(target.get("kind"), str):
         raise TargetError("target must be a JSON object with a 'kind' string")
     return dict(target)
+
+
+@functools.lru_cache(maxsize=256)
+def is_target_text(text: str) -> bool:
+    """Whether ``text`` is a target as stores and datasets keep it (JSON of an object with a
+    kind).  Cached: every record read carries one, and a store holds few distinct ones."""
+    try:
+        target_dict(text)
+    except TargetError:
+        return False
+    return True
 
 
 def _check_kind(target: dict) -> None:

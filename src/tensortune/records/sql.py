@@ -22,6 +22,7 @@ from typing import Any, Protocol, TypeVar
 
 from tensortune.errors import RecordsError
 from tensortune.hardware import Hardware
+from tensortune.hardware.target import is_target_text
 from tensortune.records.schema import (
     SCHEMA_VERSION,
     Record,
@@ -120,11 +121,7 @@ def _run_secs(text: object, rid: object) -> tuple[float, ...]:
 
 def _target_text(text: object, where: str) -> str:
     """A row's target, checked to be a JSON object (commands parse it to show it)."""
-    try:
-        ok = isinstance(json.loads(text), dict) if isinstance(text, str) else False
-    except (ValueError, RecursionError):
-        ok = False
-    if not ok:
+    if not (isinstance(text, str) and is_target_text(text)):
         raise RecordsError(f"{where} is damaged: its target is not a JSON object")
     return text
 
