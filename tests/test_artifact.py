@@ -18,9 +18,10 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from tensortune.compat import tvm  # noqa: E402
-from tensortune.deploy.artifact import _ISA, ArtifactError, _needed_features, load  # noqa: E402
+from tensortune.deploy.artifact import ArtifactError, _needed_features, load  # noqa: E402
 from tensortune.deploy.compile import compile_model  # noqa: E402
 from tensortune.errors import TensortuneError  # noqa: E402
+from tensortune.hardware.target import ISA, default_target  # noqa: E402
 from tensortune.tuning.tune import tune  # noqa: E402
 from tensortune.workloads.models import load_model  # noqa: E402
 
@@ -127,7 +128,7 @@ def _tampered(src, dst, **changes):
 
 def test_foreign_artifacts_are_refused_before_loading(shipped, tmp_path):
     path = shipped[0]
-    lacking = next(f for f in _ISA if f not in _needed_features(None))
+    lacking = next(f for f in ISA if f not in _needed_features(None))
     cases = {
         "newer than this tensortune reads": {"version": 99},
         "built with TVM 0.1.0": {"tvm": "0.1.0"},
@@ -176,7 +177,7 @@ def test_an_instruction_set_the_kernel_hides_is_one_this_cpu_lacks(shipped, tmp_
     # A VM may hide AVX-512 under a CPU model name that has it: LLVM's name alone would pass
     # the artifact, and its code would die of SIGILL.
     import tensortune.hardware.fingerprint as fingerprint
-    from tensortune.deploy.artifact import cpuinfo_name
+    from tensortune.hardware.target import cpuinfo_name
 
     has = sorted(_needed_features(None))
     if not has:
@@ -187,6 +188,7 @@ def test_an_instruction_set_the_kernel_hides_is_one_this_cpu_lacks(shipped, tmp_
     shown = " ".join(f for f in info[key].split() if f != hidden)
     monkeypatch.setattr(fingerprint, "cpuinfo", lambda: {**info, key: shown})
     assert has[-1] not in _needed_features(None)
+    assert f"-{has[-1]}" in default_target()["mattr"]  # code for this CPU will not use it
     bad = _tampered(shipped[0], tmp_path / "hidden.tt", cpu_features=[has[-1]])
     with pytest.raises(ArtifactError, match=f"CPU with {re.escape(has[-1])}, which this CPU lacks"):
         load(bad)

@@ -7,10 +7,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import platform
 
 from tensortune.compat import ms, structural_equal, tvm
 from tensortune.errors import WorkloadError
 from tensortune.workloads.ops import OPS, OpSpec, parse_spec
+from tensortune.workloads.resolve import resolve_tasks
 from tensortune.workloads.sources import estimate_flop, task_from_spec, tasks_from_database
 
 # One small spec per operator, with every parameter spelled out (the canonical text).
@@ -246,6 +248,13 @@ def test_task_from_op_spec() -> None:
     assert task.weight == 1
     assert task.flop == parse_spec(task.name).flop
     assert structural_equal(task.mod, parse_spec(task.name).to_module())
+
+
+def test_a_workload_spelled_two_ways_is_one_task() -> None:
+    specs = ["conv2d_nhwc:1,8,8,4,4,3", "matmul:8, 8,8", "conv2d_nhwc:1,8,8,4,4,3,1,1",
+             "matmul:8,8,8", "matmul:8,8,8"]  # fmt: skip
+    tasks = resolve_tasks(specs, platform=platform(), fast_math=False)
+    assert [t.name for t in tasks] == ["conv2d_nhwc:1,8,8,4,4,3,1,1", "matmul:8,8,8"]
 
 
 def _script(mod: tvm.IRModule) -> str:

@@ -120,6 +120,15 @@ def test_workload_id_dedupes_after_reopening(tmp_path: Path) -> None:
         assert len(s.workloads()) == 1
 
 
+def test_a_missed_lookup_sees_a_workload_another_writer_added(tmp_path: Path) -> None:
+    url = _url(tmp_path / "r.db")
+    mod = parse_spec("matmul:16,16,16").to_module()
+    with open_records(url) as reader, open_records(url) as writer:
+        assert reader.workload_id(mod, create=False) is None  # a miss is not remembered
+        wid = writer.workload_id(mod, "mm")
+        assert reader.workload_id(mod, create=False) == wid
+
+
 def test_hardware_round_trip(store) -> None:
     here = current_hardware()
     other = other_hardware()
@@ -683,6 +692,44 @@ def test_leases_of_a_tuner_that_dies_beside_this_one_are_freed_while_it_runs(
     assert budget.left(wid) == 3  # its claims no longer hold the budget back
     assert store.lease_holders() == set()
     budget.close()
+
+
+def test_under_a_deadline_first_rounds_share_the_time_left(tmp_path: Path) -> None:
+    import time
+
+    from tensortune.search.leases import MIN_FIRST_ROUND, SharedBudget
+
+    store = open_records(_url(tmp_path / "r.db"))
+    batch = make_records(store, MM, [1e-3, 2e-3])
+    store.add(batch)
+    hw, tgt = batch[0].hardware_id, batch[0].target
+    waiting = [store.workload_id(parse_spec(f"matmul:{n},16,16").to_module(), "mm")
+               for n in (4, 8, 12)]  # fmt: skip
+    wids = [batch[0].workload_id, *waiting]
+
+    def budget(deadline: float | None) -> SharedBudget:
+        b = SharedBudget(store, wids, hw, tgt, total=1000, per_task=1000, deadline=deadline)
+        b._started -= 10.0
+        b.measured(10)  # a pace of about 1 s a candidate
+        return b
+
+    assert budget(None).left(wids[0]) == 998  # no deadline: no share
+    # 100 s left at 1 s a candidate: the three waiting tasks share them, with this one if it
+    # asks for another round meanwhile
+    for wid in waiting:
+        assert 30 <= budget(time.monotonic() + 100).left(wid) <= 33
+    assert 22 <= budget(time.monotonic() + 100).left(wids[0]) <= 25
+    assert budget(time.monotonic() + 2).left(waiting[0]) == MIN_FIRST_ROUND
+    fresh = SharedBudget(store, wids, hw, tgt, total=1000, per_task=1000,
+                         deadline=time.monotonic() + 2)  # fmt: skip
+    assert fresh.left(waiting[0]) == 998  # no pace yet: the first round goes as asked
+    store.add(make_records(store, "matmul:4,16,16", [1e-3], name="mm"))
+    store.add(make_records(store, "matmul:8,16,16", [1e-3], name="mm"))
+    assert 45 <= budget(time.monotonic() + 100).left(wids[0]) <= 50  # one other waits
+    # the last one waiting is held back by no one
+    assert budget(time.monotonic() + 100).left(waiting[2]) == 1000 - store.count()
+    store.add(make_records(store, "matmul:12,16,16", [1e-3], name="mm"))
+    assert budget(time.monotonic() + 100).left(wids[0]) == 1000 - store.count()
 
 
 def test_leases_of_a_process_that_died_here_are_freed_at_once(store) -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import platform
 
 from tensortune.compat import (
     PySearchStrategy,
@@ -22,6 +23,7 @@ from tensortune.compat import (
     tvm,
     tvm_logging_guard,
 )
+from tensortune.deploy.retime import retime_best
 from tensortune.errors import TensortuneError
 from tensortune.hardware import current_hardware, target_key
 from tensortune.measure.builder import PersistentBuilder
@@ -31,6 +33,7 @@ from tensortune.records.convert import candidate_from_trace
 from tensortune.records.ms_database import StoreDatabase
 from tensortune.tuning.tune import tune
 from tensortune.workloads.ops import parse_spec
+from tensortune.workloads.task import Task
 
 TARGET = {"kind": "llvm", "num-cores": 2}
 FAST = {"strategy": "replay-trace", "cost_model": "random", "target": TARGET}
@@ -223,9 +226,17 @@ def test_a_record_applies_to_a_twin_kernel_whose_blocks_are_named_otherwise(tmp_
             ms.arg_info.ArgInfo.from_prim_func(tuned["main"]),
         ))  # fmt: skip
         applied = db.query_schedule(twin, target, "layer_norm")
+        # compile --retime replays the two best records on the twin: renamed the same way
+        plain = tvm.s_tir.Schedule(tuned)
+        db.commit_tuning_record(ms.database.TuningRecord(
+            plain.trace, db.commit_workload(tuned), [2e-5], target,
+            ms.arg_info.ArgInfo.from_prim_func(tuned["main"]),
+        ))  # fmt: skip
+        retimed = retime_best(store, [Task("layer_norm", twin)], platform(TARGET), top_k=2)
     assert applied is not None
     names = [b.name_hint for b in sblocks(applied.mod["main"].body)]
     assert "y_sum_rf" in names and not [n for n in names if n.startswith("x_")]
+    assert [r.candidates for r in retimed.values()] == [2]
 
 
 def test_tvm_tune_tir_and_compile_tir_use_the_store(tmp_path):

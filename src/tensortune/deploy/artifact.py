@@ -23,6 +23,7 @@ import numpy as np
 
 from tensortune.deploy.host_call import HostCall
 from tensortune.errors import TensortuneError, last_line
+from tensortune.hardware.target import ISA, default_target
 
 if TYPE_CHECKING:
     from tensortune.workloads.models import Model
@@ -32,14 +33,6 @@ VERSION = 1
 _MANIFEST, _LIBRARY = "manifest.json", "model.so"
 # A manifest is a few hundred bytes; a zip member's stated size is checked before inflating it.
 MANIFEST_BYTES = 1 << 20
-# Instruction sets LLVM may emit for an x86 or Arm CPU target; the tuning-only features LLVM
-# also lists for an mcpu (fast-*, macrofusion...) differ between vendors but not in what runs.
-_ISA = (
-    "sse4.1", "sse4.2", "popcnt", "avx", "avx2", "fma", "f16c", "bmi", "bmi2", "lzcnt", "movbe",
-    "avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512cd", "avx512vnni", "avx512bf16",
-    "avx512fp16", "avxvnni", "amx-tile", "amx-int8", "amx-bf16", "neon", "sve", "sve2",
-    "dotprod", "i8mm", "bf16", "fullfp16",
-)  # fmt: skip
 
 
 class ArtifactError(TensortuneError):
@@ -164,42 +157,14 @@ def _spec_ok(x: object) -> bool:
 
 
 def _needed_features(target: dict | None) -> set[str]:
-    """The instruction sets code for ``target`` may use (None: this machine's CPU, as far as
-    both LLVM's name for it and the kernel's flags say)."""
+    """The instruction sets code for ``target`` may use (None: what this machine's CPU runs,
+    as its default target, which turns off what the kernel does not list, says)."""
     from tensortune.compat import tvm
 
-    codegen = tvm.target.codegen
-    host = target is None
-    if host:
-        target = {"kind": "llvm", "mcpu": codegen.llvm_get_system_cpu()}
+    target = default_target() if target is None else target
     if target.get("kind") != "llvm":
         return set()
-    features = set(codegen.llvm_get_cpu_features(tvm.target.Target(target))) & set(_ISA)
-    return features - _hidden_features() if host else features
-
-
-# LLVM's feature names that /proc/cpuinfo spells otherwise (the rest: "." and "-" become "_").
-_CPUINFO_NAME = {
-    "bmi": "bmi1", "lzcnt": "abm", "avx512vnni": "avx512_vnni", "avx512bf16": "avx512_bf16",
-    "avx512fp16": "avx512_fp16", "avxvnni": "avx_vnni", "neon": "asimd", "dotprod": "asimddp",
-    "fullfp16": "fphp",
-}  # fmt: skip
-
-
-def _hidden_features() -> set[str]:
-    """Instruction sets LLVM names for this CPU model that its kernel does not list: a VM may
-    hide AVX-512 under a model name that has it, and code using it would die of SIGILL."""
-    from tensortune.hardware.fingerprint import cpu_flags
-
-    flags = cpu_flags()
-    if not flags:  # no /proc/cpuinfo: LLVM's word is all there is
-        return set()
-    return {f for f in _ISA if cpuinfo_name(f) not in flags}
-
-
-def cpuinfo_name(feature: str) -> str:
-    """How ``/proc/cpuinfo`` spells one of LLVM's instruction-set names."""
-    return _CPUINFO_NAME.get(feature, feature.replace(".", "_").replace("-", "_"))
+    return set(tvm.target.codegen.llvm_get_cpu_features(tvm.target.Target(target))) & set(ISA)
 
 
 class CompiledModel:

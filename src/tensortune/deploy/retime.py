@@ -39,12 +39,16 @@ def retime_best(
     """Re-time the ``top_k`` best successful records (on the platform's hardware and target) of
     every task that has two or more, in one batch per task; returns the fastest of each, by
     workload id."""
+    from tensortune.compat import block_names
+    from tensortune.measure.runner import model_timing
     from tensortune.measure.session import MeasureSession
-    from tensortune.records.convert import candidate_from_trace
+    from tensortune.records.convert import block_renames, candidate_from_trace, renamed_blocks
 
     chosen: dict[int, Retimed] = {}
     where = {"hardware_id": platform.hardware.id, "target": platform.key}
-    with MeasureSession(platform, builder=builder, runner=runner) as session:
+    # Timed as tuning timed them: kernels whose weights outgrow L2 cold, as in the model.
+    with MeasureSession(platform, builder=builder, runner=runner,
+                        timing=model_timing(platform)) as session:  # fmt: skip
         for task in tasks:
             wid = store.workload_id(task.mod, task.name, create=False)
             if wid is None:
@@ -53,7 +57,10 @@ def retime_best(
                                        limit=top_k))  # fmt: skip
             if len(records) < 2:
                 continue
-            cands = [candidate_from_trace(task.mod, r.trace) for r in records]
+            # The stored twin may name its blocks otherwise (another graph of the same model).
+            names = block_renames(block_names(store.workload(wid).mod()), block_names(task.mod))
+            cands = [candidate_from_trace(task.mod, renamed_blocks(r.trace_json(), names)
+                                          if names else r.trace) for r in records]  # fmt: skip
             _, ran = session.measure(cands)
             secs = [statistics.median(float(s) for s in r.run_secs) if r.run_secs else None
                     for r in ran]  # fmt: skip

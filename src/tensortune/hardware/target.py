@@ -26,18 +26,58 @@ if TYPE_CHECKING:
 MEASURABLE_KINDS = ("llvm",)
 
 
+# Instruction sets LLVM may emit for an x86 or Arm CPU target; the tuning-only features LLVM
+# also lists for an mcpu (fast-*, macrofusion...) differ between vendors but not in what runs.
+ISA = (
+    "sse4.1", "sse4.2", "popcnt", "avx", "avx2", "fma", "f16c", "bmi", "bmi2", "lzcnt", "movbe",
+    "avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512cd", "avx512vnni", "avx512bf16",
+    "avx512fp16", "avxvnni", "amx-tile", "amx-int8", "amx-bf16", "neon", "sve", "sve2",
+    "dotprod", "i8mm", "bf16", "fullfp16",
+)  # fmt: skip
+# LLVM's feature names that /proc/cpuinfo spells otherwise (the rest: "." and "-" become "_").
+_CPUINFO_NAME = {
+    "bmi": "bmi1", "lzcnt": "abm", "avx512vnni": "avx512_vnni", "avx512bf16": "avx512_bf16",
+    "avx512fp16": "avx512_fp16", "avxvnni": "avx_vnni", "neon": "asimd", "dotprod": "asimddp",
+    "fullfp16": "fphp",
+}  # fmt: skip
+
+
 def default_target() -> dict:
     """This machine's CPU with its real ``mcpu`` and all usable cores.
 
     TVM's bare ``{"kind": "llvm"}`` targets generic x86-64 (SSE only), ~3.5x slower code.
+    Instruction sets the ``mcpu`` has but this machine's kernel does not list are turned off
+    (``mattr``): a VM may hide some (a 2-core Xeon guest named ``emeraldrapids`` lists no AMX,
+    AVX-512 FP16/BF16 or AVX-VNNI), and code using them would die of SIGILL.
     """
     from tensortune.compat import tvm
 
-    return {
-        "kind": "llvm",
-        "mcpu": tvm.target.codegen.llvm_get_system_cpu(),
-        "num-cores": current_hardware().cores,
-    }
+    mcpu = tvm.target.codegen.llvm_get_system_cpu()
+    target = {"kind": "llvm", "mcpu": mcpu, "num-cores": current_hardware().cores}
+    hidden = hidden_features(mcpu)
+    if hidden:
+        target["mattr"] = [f"-{f}" for f in sorted(hidden)]
+    return target
+
+
+def cpuinfo_name(feature: str) -> str:
+    """How ``/proc/cpuinfo`` spells one of LLVM's instruction-set names."""
+    return _CPUINFO_NAME.get(feature, feature.replace(".", "_").replace("-", "_"))
+
+
+def hidden_features(mcpu: str) -> set[str]:
+    """Instruction sets (of ``ISA``) LLVM names for CPU model ``mcpu`` that this machine's
+    kernel does not list; none where there is no ``/proc/cpuinfo`` (LLVM's word is all there
+    is)."""
+    from tensortune.compat import tvm
+    from tensortune.hardware.fingerprint import cpu_flags
+
+    flags = cpu_flags()
+    if not flags:
+        return set()
+    named = tvm.target.codegen.llvm_get_cpu_features(tvm.target.Target({"kind": "llvm",
+                                                                       "mcpu": mcpu}))  # fmt: skip
+    return {f for f in ISA if f in set(named) and cpuinfo_name(f) not in flags}
 
 
 def parse_target(target: str | dict | None) -> dict:

@@ -61,6 +61,19 @@ def renamed_blocks(trace: list, names: dict[str, str]) -> list:
     return [renamed, decisions]
 
 
+def block_renames(stored: list[str], asked: list[str]) -> dict[str, str] | None:
+    """How to rename the blocks of traces recorded on a module whose blocks are ``stored``
+    (``compat.block_names``) to replay them on a structurally equal one whose blocks are
+    ``asked``; ``None`` when nothing needs renaming.
+
+    Structural equality ignores block names, and TOPI names some after the graph variable
+    they read (``lv35_sum``): the same layer norm cut from another graph of the same model
+    finds the records tuned on the first, whose traces fetch blocks by the first's names.
+    Blocks pair up in program order."""
+    differ = stored != asked and len(stored) == len(asked)
+    return dict(zip(stored, asked, strict=True)) if differ else None
+
+
 def to_tuning_record(record: Record, workload: Workload,
                      names: dict[str, str] | None = None) -> TuningRecord:  # fmt: skip
     """``record`` as MetaSchedule's record of ``workload``; ``names`` renames its blocks

@@ -24,7 +24,12 @@ from tensortune.compat import (
 from tensortune.errors import RecordsError
 from tensortune.hardware import Hardware, Platform, current_hardware, target_key
 from tensortune.measure.status import FAILED_COST
-from tensortune.records.convert import args_info_text, to_tuning_record, trace_text
+from tensortune.records.convert import (
+    args_info_text,
+    block_renames,
+    to_tuning_record,
+    trace_text,
+)
 from tensortune.records.schema import Record
 from tensortune.records.storage import RecordStore
 
@@ -124,19 +129,14 @@ class StoreDatabase(PyDatabase):
 
     def _as_asked(self, records: list[Record], wid: int | None, mod) -> list[TuningRecord]:
         """``records`` of workload ``wid`` as MetaSchedule's records of ``mod``, their traces'
-        blocks renamed to ``mod``'s where its names differ from the stored twin's.
-
-        Structural equality ignores block names, and TOPI names some after the graph variable
-        they read (``lv35_sum``): the same layer norm cut from another graph of the same model
-        (a ``torch.compile`` graph, say) finds the records tuned on the first, whose traces
-        fetch blocks by the first's names.  Blocks pair up in program order."""
+        blocks renamed to ``mod``'s where its names differ from the stored twin's (a layer
+        norm of a ``torch.compile`` graph finding the records of the same one cut from the
+        whole model: ``convert.block_renames``)."""
         if not records:
             return []
         if wid not in self._stored_names:
             self._stored_names[wid] = block_names(self.store.workload(wid).mod())
-        stored, asked = self._stored_names[wid], block_names(mod)
-        differ = stored != asked and len(stored) == len(asked)
-        names = dict(zip(stored, asked, strict=True)) if differ else None
+        names = block_renames(self._stored_names[wid], block_names(mod))
         workload = Workload(mod)
         return [to_tuning_record(r, workload, names) for r in records]
 

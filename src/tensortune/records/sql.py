@@ -199,8 +199,9 @@ class SQLStore(RecordStore):
 
         shash = structural_hash(mod)
         select = "SELECT id, mod_json FROM workloads WHERE shash = ?"
-        wid = self._known(mod, shash, [] if shash in self._workload_cache else
-                          self._read(select, (shash,)))  # fmt: skip
+        wid = self._known(mod, shash, []) if shash in self._workload_cache else None
+        if wid is None:  # only hits are cached: another writer may have added it since
+            wid = self._known(mod, shash, self._read(select, (shash,)))
         if wid is not None or not create:
             return wid
 

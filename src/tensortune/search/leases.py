@@ -40,6 +40,12 @@ SWEEP_SECONDS = 5.0
 # How many times its own budget a wrapped strategy may draw, batches that others had measured
 # included.
 RETRY_SLACK = 16
+# Under a time budget, while some tasks have no measurement yet, a round takes no more than its
+# task's share of what the time left affords: a task left out runs untuned code in the model,
+# tens of times slower than any tuned program (resnet18 after 5 minutes on a 2-core Xeon that
+# measures half as fast as the Zen 5: 2 of 19 tasks left out, the model 4x slower than PyTorch
+# eager; benchmarks/RESULTS.md, stop 56).  A share never falls below this many candidates.
+MIN_FIRST_ROUND = 4
 
 
 def candidate_hash(candidate) -> str:
@@ -92,6 +98,8 @@ class SharedBudget:
         self.failed: dict[int, str] = {}
         self._swept = -math.inf
         self._sweep()
+        # This worker's pace (seconds per candidate measured, drafting and building included).
+        self._started, self._measured = time.monotonic(), 0
 
     def _sweep(self) -> None:
         """Free the leases of holders on this machine that have died: a tuner killed beside
@@ -121,7 +129,23 @@ class SharedBudget:
         held = self.store.leased(self.workload_ids, **key)
         overall = self.total - sum(done.values()) - sum(held.values())
         task = self.per_task - done.get(workload_id, 0) - held.get(workload_id, 0)
-        return max(0, min(overall, task))
+        return max(0, min(overall, task, self._time_share(workload_id, done, held)))
+
+    def measured(self, count: int) -> None:
+        """``count`` more candidates measured by this worker: its pace."""
+        self._measured += count
+
+    def _time_share(self, workload_id: int, done: dict[int, int], held: dict[int, int]) -> int:
+        """Under a deadline, while tasks wait for their first measurement: this task's even
+        share, with theirs, of the candidates the time left affords at this worker's pace so
+        far (``MIN_FIRST_ROUND`` at least); otherwise no limit."""
+        waiting = {w for w in self.workload_ids if not done.get(w) and not held.get(w)}
+        if self.deadline is None or not self._measured or not waiting - {workload_id}:
+            return self.total
+        now = time.monotonic()
+        pace = (now - self._started) / self._measured
+        affords = (self.deadline - now) / pace
+        return max(MIN_FIRST_ROUND, int(affords / len(waiting | {workload_id})))
 
     def claim(self, workload_id: int, hashes: Sequence[str], limit: int) -> set[str]:
         """Lease up to ``limit`` of ``hashes``, in their order; the ones leased."""
@@ -216,6 +240,7 @@ class Leased(PySearchStrategy):
 
     def notify_runner_results(self, measure_candidates, results) -> None:
         self.trials += len(results)
+        self.budget.measured(len(results))
         self.inner.notify_runner_results(measure_candidates, results)
 
     def clone(self) -> Leased:

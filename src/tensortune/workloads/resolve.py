@@ -55,10 +55,9 @@ def resolve_tasks(
         from tensortune.workloads.sources import task_from_spec
 
         with about("workloads"):
-            # A spec given twice is one task (its trials and weight would count twice).
             specs = {w: None for w in workloads if not isinstance(w, Task)}
-            tasks = [w if isinstance(w, Task) else task_from_spec(w) for w in workloads
-                     if isinstance(w, Task) or specs.pop(w, 0) is None]  # fmt: skip
+            tasks = _distinct([w if isinstance(w, Task) else task_from_spec(w) for w in workloads
+                               if isinstance(w, Task) or specs.pop(w, 0) is None])  # fmt: skip
     else:
         from tensortune.workloads.sources import tasks_from_database
 
@@ -69,3 +68,19 @@ def resolve_tasks(
     from tensortune.workloads.fast_math import with_fast_math
 
     return [with_fast_math(t) for t in tasks]
+
+
+def _distinct(tasks: list[Task]) -> list[Task]:
+    """The first of each set of tasks with equal modules: a spec given twice, or spelled two
+    ways (``matmul:64, 64,64``; a conv2d with its default stride written out), is one workload
+    in the records store, and as two tasks its trials would count twice."""
+    from tensortune.compat import structural_equal, structural_hash
+
+    kept: list[Task] = []
+    by_hash: dict[str, list[Task]] = {}
+    for task in tasks:
+        same = by_hash.setdefault(structural_hash(task.mod), [])
+        if not any(structural_equal(task.mod, other.mod) for other in same):
+            same.append(task)
+            kept.append(task)
+    return kept
