@@ -83,6 +83,16 @@ def test_export_loads_in_tvm(filled, tmp_path: Path) -> None:
     assert [_trace(t) for t in sm_top] == [sm[0].trace]
 
 
+def test_a_record_that_no_longer_replays_is_left_out_of_an_export(filled, tmp_path) -> None:
+    store, mm, sm = filled
+    # a softmax trace stored under the matmul: it fetches blocks the matmul does not have
+    store.add([dataclasses.replace(sm[0], workload_id=mm[0].workload_id, id=None, uid="")])
+    done = export_records(store, tmp_path / "export")
+    assert (done.workloads, done.records, done.skipped) == (2, 5, 1)
+    assert len(_load(tmp_path / "export")) == 5
+    assert [p.name for p in (tmp_path / "export").iterdir() if p.name.startswith(".")] == []
+
+
 def test_export_top_k(filled, tmp_path: Path) -> None:
     store, mm, _ = filled
     done = export_records(store, tmp_path / "top2", top_k=2)

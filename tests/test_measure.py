@@ -254,6 +254,32 @@ def test_timings_beside_two_busy_processes_are_flagged(builder):
     assert runner.contended == 1
 
 
+def test_contended_retries_stop_before_the_time_limit(builder, monkeypatch):
+    """A timing that keeps meeting a busy machine is retried only while a retry still ends
+    within the time given: a candidate is kept with its fastest timing, not killed."""
+    import tensortune.measure.contention as contention
+    from tensortune.measure import worker
+
+    class Busy(contention.CpuWatch):  # every timing contended
+        attempts = 0
+
+        def __init__(self) -> None:
+            super().__init__()
+            Busy.attempts += 1
+
+        def share(self) -> float:
+            return 1.0
+
+    monkeypatch.setattr(contention, "CpuWatch", Busy)
+    mod = parse_spec("matmul:32,32,32").to_module()
+    (built,) = _build(builder, [mod])
+    args = (built.artifact_path, _signature(mod), 1, 2, 1, False, None, 0.2, 3)
+    assert worker.run(*args)["contended"] and Busy.attempts == 4  # no limit: every retry
+    Busy.attempts = 0
+    done = worker.run(*args, 0.0)  # no time for any retry
+    assert done["contended"] and len(done["costs"]) == 2 and Busy.attempts == 1
+
+
 def test_classify_recognises_tvm_local_builder_and_runner_messages():
     assert classify("LocalBuilder: Timeout, killed after 30 seconds", None) is Status.TIMEOUT
     assert classify("LocalBuilder: An exception occurred\nTraceback", None) is Status.BUILD_ERROR

@@ -707,29 +707,36 @@ def test_under_a_deadline_first_rounds_share_the_time_left(tmp_path: Path) -> No
                for n in (4, 8, 12)]  # fmt: skip
     wids = [batch[0].workload_id, *waiting]
 
-    def budget(deadline: float | None) -> SharedBudget:
+    def budget(left_s: float | None, spent_s: float = 100.0) -> SharedBudget:
+        """A budget with ``left_s`` of ``spent_s + left_s`` seconds left, spent measuring at
+        1 s a candidate."""
+        deadline = None if left_s is None else time.monotonic() + left_s
         b = SharedBudget(store, wids, hw, tgt, total=1000, per_task=1000, deadline=deadline)
-        b._started -= 10.0
-        b.measured(10)  # a pace of about 1 s a candidate
+        b._started -= spent_s
+        b.measured(int(spent_s))
         return b
 
     assert budget(None).left(wids[0]) == 998  # no deadline: no share
-    # 100 s left at 1 s a candidate: the three waiting tasks share them, with this one if it
-    # asks for another round meanwhile
+    # half of 100 s left at 1 s a candidate: the three waiting tasks share it, with this one if
+    # it asks for another round meanwhile
     for wid in waiting:
-        assert 30 <= budget(time.monotonic() + 100).left(wid) <= 33
-    assert 22 <= budget(time.monotonic() + 100).left(wids[0]) <= 25
-    assert budget(time.monotonic() + 2).left(waiting[0]) == MIN_FIRST_ROUND
+        assert 15 <= budget(100).left(wid) <= 16
+    assert 11 <= budget(100).left(wids[0]) <= 12
+    assert budget(2).left(waiting[0]) == MIN_FIRST_ROUND
     fresh = SharedBudget(store, wids, hw, tgt, total=1000, per_task=1000,
                          deadline=time.monotonic() + 2)  # fmt: skip
     assert fresh.left(waiting[0]) == 998  # no pace yet: the first round goes as asked
+    # past the deadline, within a tenth of the budget: a minimal round for a task with none
+    assert budget(-5).left(waiting[0]) == MIN_FIRST_ROUND
+    assert budget(-5).left(wids[0]) == 0
+    assert budget(-15).left(waiting[0]) == 0
     store.add(make_records(store, "matmul:4,16,16", [1e-3], name="mm"))
     store.add(make_records(store, "matmul:8,16,16", [1e-3], name="mm"))
-    assert 45 <= budget(time.monotonic() + 100).left(wids[0]) <= 50  # one other waits
+    assert 24 <= budget(100).left(wids[0]) <= 25  # one other waits
     # the last one waiting is held back by no one
-    assert budget(time.monotonic() + 100).left(waiting[2]) == 1000 - store.count()
+    assert budget(100).left(waiting[2]) == 1000 - store.count()
     store.add(make_records(store, "matmul:12,16,16", [1e-3], name="mm"))
-    assert budget(time.monotonic() + 100).left(wids[0]) == 1000 - store.count()
+    assert budget(100).left(wids[0]) == 1000 - store.count()
 
 
 def test_leases_of_a_process_that_died_here_are_freed_at_once(store) -> None:

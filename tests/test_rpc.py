@@ -29,6 +29,7 @@ from tensortune.errors import TensortuneError
 from tensortune.hardware import current_hardware
 from tensortune.measure.builder import PersistentBuilder
 from tensortune.measure.rpc import (
+    HARDWARE_FUNCTION,
     RPCFarm,
     farm_runner,
     farm_servers,
@@ -441,6 +442,24 @@ def test_sigterm_stops_a_server_its_sessions_and_frees_its_port(lab: Lab) -> Non
     assert not [p for p in psutil.process_iter() if _group(p) == server.pid]
     with socket.socket() as s:
         s.bind((HOST, port))  # free again: no orphan kept it
+
+
+def test_a_session_whose_process_dies_does_not_end_the_server(lab: Lab) -> None:
+    from tensortune.compat import tvm_rpc
+
+    (server,) = lab.serve("crash")
+    tracker = tvm_rpc.connect_tracker(HOST, lab.port)
+    session = tracker.request("crash", session_timeout=30)
+    _wait(lambda: bool(psutil.Process(server.pid).children()), "the session's child", [server])
+    for child in psutil.Process(server.pid).children():  # a kernel that crashed, say
+        child.send_signal(signal.SIGKILL)
+    del session
+    lab.wait_free("crash", 1)  # serving again, registered with the tracker anew
+    assert server.poll() is None
+    again = tracker.request("crash", session_timeout=30)
+    assert json.loads(again.get_function(HARDWARE_FUNCTION)())["cores"] >= 1
+    log = Path(server.log_path).read_text()  # type: ignore[attr-defined]
+    assert "a session failed" in log and "lost the tracker" not in log
 
 
 def _group(process: psutil.Process) -> int | None:

@@ -82,6 +82,20 @@ def test_without_a_store_the_build_is_untuned_and_says_so(tmp_path):
         torch.testing.assert_close(got, module(x), rtol=1e-4, atol=1e-5)
 
 
+def test_two_modules_of_one_class_each_get_their_own_weights(tmp_path):
+    # Dynamo hands one compiled graph every module of a class (it guards on the type)
+    opts = {"records": f"sqlite:///{tmp_path / 'none.db'}", "target": TARGET}
+    torch.manual_seed(1)
+    a, b, x = torch.nn.Linear(8, 8).eval(), torch.nn.Linear(8, 8).eval(), torch.randn(2, 8)
+    f = torch.compile(lambda m, x: m(x), backend="tensortune", options=opts)
+    built = torch_backend.stats.built
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")  # untuned
+        for m in (a, b, a):
+            torch.testing.assert_close(f(m, x), m(x), rtol=1e-4, atol=1e-5)
+    assert torch_backend.stats.built == built + 2  # b's build, then a's again from the cache
+
+
 def test_an_unknown_option_is_refused():
     compiled = torch.compile(Block().eval(), backend="tensortune", options={"record": "x"})
     with pytest.raises(Exception, match="unknown tensortune backend option 'record'"):

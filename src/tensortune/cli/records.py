@@ -167,8 +167,9 @@ def export(
     with _opened(records) as store:
         done = export_records(store, Path(directory), top_k=top_k, hardware_id=hardware,
                               target=key)  # fmt: skip
+    left_out = f"; {done.skipped} left out, their traces no longer replay" if done.skipped else ""
     console.print(f"exported {done.records} records of {done.workloads} workloads "
-                  f"(hardware {done.hardware_id}) to {directory}")  # fmt: skip
+                  f"(hardware {done.hardware_id}) to {directory}{left_out}")  # fmt: skip
 
 
 def _is_url(text: str) -> bool:

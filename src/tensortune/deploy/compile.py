@@ -152,7 +152,9 @@ def _build_and_time(m, store: RecordStore, platform: Platform, repeat: int, roun
     (out_untuned, t_untuned, _), (out_tuned, _, tvm_threads) = timed[:2]
     if tvm_threads != threads:
         raise TensortuneError(f"TVM ran with {tvm_threads} threads instead of {threads}")
-    error = max(float(np.abs(a - b).max()) for a, b in zip(out_tuned, out_untuned, strict=True))
+    # np.max, not max(): a NaN in any output must show (Python's max drops one not first).
+    error = float(np.max([np.abs(a - b).max() for a, b in zip(out_tuned, out_untuned,
+                                                                strict=True)]))  # fmt: skip
     tuned_rounds = [t for _, t, _ in timed[1:]]
     report = CompileReport(
         m.name, platform.target, store.url, statistics.median(tuned_rounds), t_untuned,

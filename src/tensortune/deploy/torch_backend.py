@@ -72,25 +72,48 @@ def tensortune_backend(gm: Any, example_inputs: list, options: dict | None = Non
     platform = resolve_platform(opts["target"])
     # TVM sizes its thread pool once per process, when first used.
     os.environ.setdefault("TVM_NUM_THREADS", str(platform.threads))
-    try:
+
+    def build(module: Any) -> HostCall:
         vm, untuned, n_tasks = _build(module, shaped, platform, opts)
+        if untuned:
+            warnings.warn(f"tensortune: {untuned} of {n_tasks} kernels of this graph have no "
+                          f"tuned record in {opts['records']}: they run untuned (tune the "
+                          "model first, e.g. tensortune tune --model ...)",
+                          stacklevel=3)  # fmt: skip
+        stats.built += 1
+        return HostCall(vm, [tuple(x.shape) for x in shaped], dtypes)
+
+    try:
+        first = build(module)
     except WorkloadError as e:
         return _eager(gm, str(e))
-    if untuned:
-        warnings.warn(f"tensortune: {untuned} of {n_tasks} kernels of this graph have no "
-                      f"tuned record in {opts['records']}: they run untuned (tune the "
-                      "model first, e.g. tensortune tune --model ...)", stacklevel=2)  # fmt: skip
-    stats.built += 1
+    # The weights are baked into a build, and Dynamo hands one compiled graph every module
+    # of the same class (it guards on the type, not on which object): another module's
+    # weights get a build of their own.
+    # Each build keeps its weights referenced, so their memory is not another module's later.
+    weights = [example_inputs[i] for i in sorted(state)]
+    builds = {_weights_key(weights): (weights, first)}
     n_out = len(leaves)
-    call = HostCall(vm, [tuple(x.shape) for x in shaped], dtypes)
 
     def run(*args: Any) -> Any:
+        weights = [args[i] for i in sorted(state)]
+        key = _weights_key(weights)
+        if key not in builds:
+            builds[key] = (weights, build(_bound(gm, {i: args[i] for i in state}, len(args))))
+        call = builds[key][1]
         outs = [torch.from_numpy(o) for o in call([args[i].detach().cpu().numpy() for i in data])]
         if len(outs) != n_out:  # cannot happen for a graph TVM imported whole
             raise TensortuneError(f"TVM's build returned {len(outs)} outputs, not {n_out}")
         return tree_unflatten(outs, spec)
 
     return run
+
+
+def _weights_key(weights: list) -> tuple:
+    """Which tensors a build's weights are: their storage and layout (the same module's
+    parameters, changed in place, keep theirs: an inference build does not see such changes)."""
+    return tuple((w.untyped_storage().data_ptr(), w.storage_offset(), tuple(w.shape),
+                  tuple(w.stride()), str(w.dtype)) for w in weights)  # fmt: skip
 
 
 def _state_inputs(gm: Any, example_inputs: list) -> set[int]:

@@ -61,6 +61,7 @@ from tensortune.errors import TensortuneError, last_line
 from tensortune.hardware import Hardware, Platform, current_hardware
 from tensortune.measure.runner import TimingConfig
 from tensortune.measure.status import Status, tagged
+from tensortune.measure.worker import tie_to_parent
 
 # The global functions of a ``tensortune serve`` server's sessions: its hardware descriptor,
 # and the size of the session's thread pool.
@@ -364,7 +365,10 @@ def farm_runner(
     )
     # Each worker process opens its sessions with this (pickled by reference).
     session = functools.partial(_session_with_threads, threads=threads)
-    runner = ms.runner.RPCRunner(config, evaluator, f_create_session=session, max_workers=servers)
+    # Its worker processes leave Ctrl-C to this one (a graceful stop lets the batch in flight
+    # finish; killed by the terminal's SIGINT they recorded it as failed) and die with it.
+    runner = ms.runner.RPCRunner(config, evaluator, f_create_session=session, max_workers=servers,
+                                 initializer=tie_to_parent)  # fmt: skip
     return FarmRunner(runner, servers), remote
 
 
@@ -449,10 +453,7 @@ def serve(
     if on_ready is not None:
         on_ready(bound, described)
     try:
-        rpc_listen_loop(sock, bound, key, tracker_addr, None, host)
-    except RuntimeError as e:  # TVM gave up reconnecting to a tracker that went away
-        raise TensortuneError(f"lost the tracker at {farm.address}: {last_line(e)}",
-                              param="tracker") from None  # fmt: skip
+        _listen(sock, bound, key, tracker_addr, host, farm)
     finally:
         # A session in progress ends with its server: its client sees the connection drop.
         for child in multiprocessing.active_children():
@@ -461,6 +462,24 @@ def serve(
         sock.close()
         if in_main:
             signal.signal(signal.SIGTERM, previous)
+
+
+def _listen(sock: socket.socket, port: int, key: str, tracker: tuple[str, int], host: str,
+            farm: RPCFarm) -> None:  # fmt: skip
+    """TVM's accept loop, entered again after a session whose process failed (a kernel that
+    crashed, a client that went away mid-call): TVM raises for it, in the session's scratch
+    directory, and one bad candidate must not end the farm's server."""
+    cwd = os.getcwd()
+    while True:
+        try:
+            rpc_listen_loop(sock, port, key, tracker, None, host)
+        except RuntimeError as e:
+            os.chdir(cwd)
+            if not str(e).startswith("Child process"):  # TVM gave up on a tracker that went
+                raise TensortuneError(f"lost the tracker at {farm.address}: {last_line(e)}",
+                                      param="tracker") from None  # fmt: skip
+            print(f"tensortune serve: a session failed ({last_line(e)}); serving on",
+                  file=sys.stderr, flush=True)  # fmt: skip
 
 
 def _interrupt(signum: int, frame: object) -> None:

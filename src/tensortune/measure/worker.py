@@ -9,6 +9,7 @@ spawn the worker, and the worker sets its environment (thread count, torch block
 from __future__ import annotations
 
 import functools
+import math
 import os
 import shutil
 import subprocess
@@ -21,7 +22,7 @@ Signature = list[tuple[str, list[int]]]  # (dtype, shape) of each argument, in o
 
 def serve(conn: Any) -> None:
     """Serve requests: receive ``(name, args)``, reply ``("ok", value)`` or ``("error", text)``."""
-    _tie_to_parent()
+    tie_to_parent()
     import tensortune.compat  # noqa: F401  (TVM without torch; paid before the first request)
 
     conn.send(("ready", os.getpid()))
@@ -39,7 +40,7 @@ def serve(conn: Any) -> None:
             conn.send(("error", _describe(e)))
 
 
-def _tie_to_parent() -> None:
+def tie_to_parent() -> None:
     """Die with the process that started this worker, and leave Ctrl-C to it.
 
     A terminal's Ctrl-C reaches the whole process group: the parent stops its run and closes
@@ -175,12 +176,15 @@ def run(
     reference: str | None,
     max_wait_share: float = 1.0,
     retries: int = 0,
+    retry_until_s: float = math.inf,
 ) -> dict:
     """Time a built kernel; with a reference library, also compare outputs first.
 
     A timing during which runnable tasks waited for a CPU more than ``max_wait_share`` of the
-    time is repeated (``retries`` times at most, pausing in between); the result says whether
-    even the kept timing was ``contended``.
+    time is repeated (``retries`` times at most, pausing in between, and none that would end
+    past ``retry_until_s`` seconds after the call began: the caller's time limit would kill a
+    candidate that only met a busy machine); the result says whether even the kept timing was
+    ``contended``.
     """
     import statistics
     import time
@@ -190,6 +194,7 @@ def run(
 
     from tensortune.measure.contention import CpuWatch
 
+    began = time.monotonic()
     module = _load(path)
     args = _arguments(signature, seed=0)
     if reference is not None:
@@ -214,11 +219,16 @@ def run(
         f_preproc="cache_flush_cpu_non_first_arg" if cache_flush else "",
     )
     contended: list[list[float]] = []
+    took = 0.0  # the last timing's seconds: the next one takes about as long
     for attempt in range(retries + 1):
         if attempt:
-            time.sleep(0.2 * 2 ** (attempt - 1))
-        watch = CpuWatch()
+            pause = 0.2 * 2 ** (attempt - 1)
+            if time.monotonic() + pause + took > began + retry_until_s:
+                break
+            time.sleep(pause)
+        watch, start = CpuWatch(), time.monotonic()
         costs = [float(c) for c in evaluator(*args).results]
+        took = time.monotonic() - start
         share = watch.share()
         if share is None or share <= max_wait_share:
             return {"costs": costs, "mismatch": None, "contended": False}

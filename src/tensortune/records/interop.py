@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import shutil
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,9 +50,8 @@ def export_records(
 
     With ``top_k``, only the k fastest successful records of each workload and target; with
     ``target`` (a target's canonical text, ``Platform.key``), only that target's records.
+    Records whose traces no longer replay on their workload are left out (``skipped``).
     """
-    from tensortune.compat import Workload, ms
-
     if top_k is not None and top_k < 1:
         raise RecordsError("must be at least 1", param="top_k")
     hw = hardware_id or current_hardware().id
@@ -70,8 +72,24 @@ def export_records(
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise RecordsError(f"cannot create {out}: {e.strerror}", param="directory") from None
+    # Written beside, then moved in: an export that stops half way leaves no database that
+    # TVM would read with records missing, and no files that refuse the rerun.
+    partial = Path(tempfile.mkdtemp(prefix=".export-", dir=out))
+    try:
+        done = _export(store, partial, top_k, hw, target)
+        for name in (*_FILES, NAMES_FILE):
+            os.replace(partial / name, out / name)
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
+    return done
+
+
+def _export(store: RecordStore, out: Path, top_k: int | None, hw: str,
+            target: str | None) -> Transfer:  # fmt: skip
+    from tensortune.compat import Workload, ms
+
     db = ms.database.JSONDatabase(work_dir=str(out))
-    n_workloads = n_records = 0
+    n_workloads = n_records = skipped = 0
     names: dict[str, str] = {}
     for w in store.workloads():
         records = list(store.query(workload_id=w.id, hardware_id=hw, target=target,
@@ -84,16 +102,24 @@ def export_records(
                 if per_target[r.target] <= top_k:
                     kept.append(r)
             records = kept
-        if not records:
+        workload = Workload(w.mod())
+        converted = []
+        for r in records:
+            try:
+                converted.append(to_tuning_record(r, workload))
+            except Exception:  # a trace that no longer replays (another TVM wrote it): left out
+                skipped += 1
+        if not converted:
             continue
-        workload = db.commit_workload(w.mod())
+        committed = db.commit_workload(w.mod())
         names[w.shash] = w.name
         n_workloads += 1
-        for r in records:
-            db.commit_tuning_record(to_tuning_record(r, Workload(workload.mod)))
+        for tr in converted:
+            db.commit_tuning_record(ms.database.TuningRecord(
+                tr.trace, committed, tr.run_secs, tr.target, tr.args_info))  # fmt: skip
             n_records += 1
     (out / NAMES_FILE).write_text(json.dumps({"names": names}, indent=1))
-    return Transfer(n_workloads, n_records, hardware_id=hw)
+    return Transfer(n_workloads, n_records, skipped, hardware_id=hw)
 
 
 def import_records(

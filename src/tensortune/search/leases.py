@@ -41,11 +41,16 @@ SWEEP_SECONDS = 5.0
 # included.
 RETRY_SLACK = 16
 # Under a time budget, while some tasks have no measurement yet, a round takes no more than its
-# task's share of what the time left affords: a task left out runs untuned code in the model,
-# tens of times slower than any tuned program (resnet18 after 5 minutes on a 2-core Xeon that
-# measures half as fast as the Zen 5: 2 of 19 tasks left out, the model 4x slower than PyTorch
-# eager; benchmarks/RESULTS.md, stop 56).  A share never falls below this many candidates.
+# task's share of what half the time left affords: a task left out runs untuned code in the
+# model, tens of times slower than any tuned program (resnet18 after 5 minutes on a 2-core Xeon
+# that measures half as fast as the Zen 5: 2 of 19 tasks left out, the model 4x slower than
+# PyTorch eager; shares of all the time left still left one out, the later tasks' candidates
+# taking 2-4x the average's time to build; benchmarks/RESULTS.md, stop 56).  A share never
+# falls below MIN_FIRST_ROUND candidates, and a task with none measured may still take that
+# many for FIRST_ROUND_GRACE of the budget past its end.
+FIRST_PASS_SHARE = 0.5
 MIN_FIRST_ROUND = 4
+FIRST_ROUND_GRACE = 0.1
 
 
 def candidate_hash(candidate) -> str:
@@ -116,9 +121,15 @@ class SharedBudget:
     def expired(self) -> bool:
         return self.deadline is not None and time.monotonic() >= self.deadline
 
+    def _in_grace(self) -> bool:
+        """Past the deadline by no more than ``FIRST_ROUND_GRACE`` of the budget."""
+        assert self.deadline is not None
+        return time.monotonic() < self.deadline + FIRST_ROUND_GRACE * (self.deadline -
+                                                                         self._started)  # fmt: skip
+
     def left(self, workload_id: int) -> int:
         """How many more of ``workload_id`` this worker may measure now."""
-        if self.expired:
+        if self.expired and not self._in_grace():
             return 0
         self._sweep()
         key = {"hardware_id": self.hardware_id, "target": self.target}
@@ -129,6 +140,10 @@ class SharedBudget:
         held = self.store.leased(self.workload_ids, **key)
         overall = self.total - sum(done.values()) - sum(held.values())
         task = self.per_task - done.get(workload_id, 0) - held.get(workload_id, 0)
+        if self.expired:  # in the grace: only a task with nothing measured, a minimal round
+            if done.get(workload_id) or held.get(workload_id):
+                return 0
+            task = min(task, MIN_FIRST_ROUND)
         return max(0, min(overall, task, self._time_share(workload_id, done, held)))
 
     def measured(self, count: int) -> None:
@@ -137,14 +152,14 @@ class SharedBudget:
 
     def _time_share(self, workload_id: int, done: dict[int, int], held: dict[int, int]) -> int:
         """Under a deadline, while tasks wait for their first measurement: this task's even
-        share, with theirs, of the candidates the time left affords at this worker's pace so
-        far (``MIN_FIRST_ROUND`` at least); otherwise no limit."""
+        share, with theirs, of the candidates ``FIRST_PASS_SHARE`` of the time left affords at
+        this worker's pace so far (``MIN_FIRST_ROUND`` at least); otherwise no limit."""
         waiting = {w for w in self.workload_ids if not done.get(w) and not held.get(w)}
         if self.deadline is None or not self._measured or not waiting - {workload_id}:
             return self.total
         now = time.monotonic()
         pace = (now - self._started) / self._measured
-        affords = (self.deadline - now) / pace
+        affords = FIRST_PASS_SHARE * max(0.0, self.deadline - now) / pace
         return max(MIN_FIRST_ROUND, int(affords / len(waiting | {workload_id})))
 
     def claim(self, workload_id: int, hashes: Sequence[str], limit: int) -> set[str]:
