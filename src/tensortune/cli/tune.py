@@ -62,8 +62,9 @@ def tune(
             "--time",
             metavar="DURATION",
             help="Wall-clock budget of this run, e.g. 20m, 90s, 1h30m: it stops cleanly "
-            "when the time is up (the round in flight finishes); with --trials, whichever "
-            "comes first.",
+            "when the time is up (the round in flight finishes, and a task with nothing "
+            "measured yet gets a few candidates within a tenth of the budget more); with "
+            "--trials, whichever comes first.",
         ),
     ] = None,
     trials_per_task: Annotated[

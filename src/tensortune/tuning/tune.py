@@ -270,7 +270,11 @@ def tune(
     """Tune until the store holds ``trials`` measurements of these tasks on this hardware/target,
     or until ``max_seconds`` of wall time are spent (a round in flight finishes), whichever
     comes first; give either or both.  Under a time budget MetaSchedule's gradient task
-    scheduler still picks each round's task by the end-to-end latency it stands to gain.
+    scheduler still picks each round's task by the end-to-end latency it stands to gain, once
+    every task has had a first round: those share half the time left while some wait, and a
+    task with nothing measured at the end still gets a few candidates within a tenth of the
+    budget past it (an untuned kernel would run tens of times slower in the model;
+    ``search.leases``).
 
     ``strategy`` takes MetaSchedule's names (``evolutionary``, ``replay-trace``,
     ``replay-func``), ``draft-verify`` (ours, the default) or a strategy object.
