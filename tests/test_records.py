@@ -712,7 +712,7 @@ def test_under_a_deadline_first_rounds_share_the_time_left(tmp_path: Path) -> No
         1 s a candidate."""
         deadline = None if left_s is None else time.monotonic() + left_s
         b = SharedBudget(store, wids, hw, tgt, total=1000, per_task=1000, deadline=deadline)
-        b._started -= spent_s
+        b._created = b._started = time.monotonic() - spent_s
         b.measured(int(spent_s))
         return b
 
@@ -724,8 +724,11 @@ def test_under_a_deadline_first_rounds_share_the_time_left(tmp_path: Path) -> No
     assert 11 <= budget(100).left(wids[0]) <= 12
     assert budget(2).left(waiting[0]) == MIN_FIRST_ROUND
     fresh = SharedBudget(store, wids, hw, tgt, total=1000, per_task=1000,
-                         deadline=time.monotonic() + 2)  # fmt: skip
+                         deadline=time.monotonic() + 60)  # fmt: skip
     assert fresh.left(waiting[0]) == 998  # no pace yet: the first round goes as asked
+    ended = budget(100)
+    ended.ended.update(waiting[1:])  # their searches ended with nothing measured
+    assert ended.left(waiting[0]) == 998  # no one else waits
     # past the deadline, within a tenth of the budget: a minimal round for a task with none
     assert budget(-5).left(waiting[0]) == MIN_FIRST_ROUND
     assert budget(-5).left(wids[0]) == 0

@@ -167,7 +167,8 @@ def export(
     with _opened(records) as store:
         done = export_records(store, Path(directory), top_k=top_k, hardware_id=hardware,
                               target=key)  # fmt: skip
-    left_out = f"; {done.skipped} left out, their traces no longer replay" if done.skipped else ""
+    left_out = (f"; {done.skipped} left out: they do not convert (a trace that no longer "
+                "replays on its workload)") if done.skipped else ""  # fmt: skip
     console.print(f"exported {done.records} records of {done.workloads} workloads "
                   f"(hardware {done.hardware_id}) to {directory}{left_out}")  # fmt: skip
 

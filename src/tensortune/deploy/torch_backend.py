@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import warnings
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +22,8 @@ from tensortune.errors import RecordsError, TensortuneError, WorkloadError
 from tensortune.records import DEFAULT_URL
 
 _OPTIONS = {"records": DEFAULT_URL, "target": None, "fast_math": True, "winograd": True}
+# Builds kept per compiled graph, one per set of module weights it has been called with.
+MAX_BUILDS = 4
 
 
 @dataclass
@@ -90,9 +93,10 @@ def tensortune_backend(gm: Any, example_inputs: list, options: dict | None = Non
     # The weights are baked into a build, and Dynamo hands one compiled graph every module
     # of the same class (it guards on the type, not on which object): another module's
     # weights get a build of their own.
-    # Each build keeps its weights referenced, so their memory is not another module's later.
+    # Each build keeps its weights referenced, so their memory is not another module's later;
+    # the least recently used goes when more than MAX_BUILDS are kept.
     weights = [example_inputs[i] for i in sorted(state)]
-    builds = {_weights_key(weights): (weights, first)}
+    builds = OrderedDict({_weights_key(weights): (weights, first)})
     n_out = len(leaves)
 
     def run(*args: Any) -> Any:
@@ -100,6 +104,9 @@ def tensortune_backend(gm: Any, example_inputs: list, options: dict | None = Non
         key = _weights_key(weights)
         if key not in builds:
             builds[key] = (weights, build(_bound(gm, {i: args[i] for i in state}, len(args))))
+            while len(builds) > MAX_BUILDS:
+                builds.popitem(last=False)
+        builds.move_to_end(key)
         call = builds[key][1]
         outs = [torch.from_numpy(o) for o in call([args[i].detach().cpu().numpy() for i in data])]
         if len(outs) != n_out:  # cannot happen for a graph TVM imported whole

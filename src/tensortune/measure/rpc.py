@@ -475,6 +475,7 @@ def _listen(sock: socket.socket, port: int, key: str, tracker: tuple[str, int], 
             rpc_listen_loop(sock, port, key, tracker, None, host)
         except RuntimeError as e:
             os.chdir(cwd)
+            # TVM 0.27's _serving words a failed session so (rpc/server.py; a test pins it)
             if not str(e).startswith("Child process"):  # TVM gave up on a tracker that went
                 raise TensortuneError(f"lost the tracker at {farm.address}: {last_line(e)}",
                                       param="tracker") from None  # fmt: skip

@@ -103,8 +103,11 @@ class SharedBudget:
         self.failed: dict[int, str] = {}
         self._swept = -math.inf
         self._sweep()
-        # This worker's pace (seconds per candidate measured, drafting and building included).
-        self._started, self._measured = time.monotonic(), 0
+        # Tasks whose search ended (broke, or its strategy had nothing more): none waits on them.
+        self.ended: set[int] = set()
+        # This worker's pace (seconds per candidate measured, drafting and building included),
+        # clocked from its first draw: setting up the session is not measuring.
+        self._created, self._started, self._measured = time.monotonic(), None, 0
 
     def _sweep(self) -> None:
         """Free the leases of holders on this machine that have died: a tuner killed beside
@@ -125,10 +128,12 @@ class SharedBudget:
         """Past the deadline by no more than ``FIRST_ROUND_GRACE`` of the budget."""
         assert self.deadline is not None
         return time.monotonic() < self.deadline + FIRST_ROUND_GRACE * (self.deadline -
-                                                                         self._started)  # fmt: skip
+                                                                         self._created)  # fmt: skip
 
     def left(self, workload_id: int) -> int:
         """How many more of ``workload_id`` this worker may measure now."""
+        if self._started is None:
+            self._started = time.monotonic()
         if self.expired and not self._in_grace():
             return 0
         self._sweep()
@@ -154,10 +159,12 @@ class SharedBudget:
         """Under a deadline, while tasks wait for their first measurement: this task's even
         share, with theirs, of the candidates ``FIRST_PASS_SHARE`` of the time left affords at
         this worker's pace so far (``MIN_FIRST_ROUND`` at least); otherwise no limit."""
-        waiting = {w for w in self.workload_ids if not done.get(w) and not held.get(w)}
+        waiting = {w for w in self.workload_ids
+                   if not done.get(w) and not held.get(w) and w not in self.ended}  # fmt: skip
         if self.deadline is None or not self._measured or not waiting - {workload_id}:
             return self.total
         now = time.monotonic()
+        assert self._started is not None
         pace = (now - self._started) / self._measured
         affords = FIRST_PASS_SHARE * max(0.0, self.deadline - now) / pace
         return max(MIN_FIRST_ROUND, int(affords / len(waiting | {workload_id})))
@@ -219,6 +226,12 @@ class Leased(PySearchStrategy):
             raise
 
     def _generate(self):
+        cands = self._draw()
+        if cands is None:  # MetaSchedule ends this task's search for good
+            self.budget.ended.add(self.workload_id)
+        return cands
+
+    def _draw(self):
         if interrupted():  # Ctrl-C: no more candidates; the batch in flight is recorded
             return None
         for _ in range(self.tries):
