@@ -95,12 +95,13 @@ def tensortune_backend(gm: Any, example_inputs: list, options: dict | None = Non
     # weights get a build of their own.
     # Each build keeps its weights referenced, so their memory is not another module's later;
     # the least recently used goes when more than MAX_BUILDS are kept.
-    weights = [example_inputs[i] for i in sorted(state)]
+    order = sorted(state)
+    weights = [example_inputs[i] for i in order]
     builds = OrderedDict({_weights_key(weights): (weights, first)})
     n_out = len(leaves)
 
     def run(*args: Any) -> Any:
-        weights = [args[i] for i in sorted(state)]
+        weights = [args[i] for i in order]
         key = _weights_key(weights)
         if key not in builds:
             builds[key] = (weights, build(_bound(gm, {i: args[i] for i in state}, len(args))))

@@ -75,9 +75,9 @@ def hidden_features(mcpu: str) -> set[str]:
     flags = cpu_flags()
     if not flags:
         return set()
-    named = tvm.target.codegen.llvm_get_cpu_features(tvm.target.Target({"kind": "llvm",
-                                                                       "mcpu": mcpu}))  # fmt: skip
-    return {f for f in ISA if f in set(named) and cpuinfo_name(f) not in flags}
+    model = tvm.target.Target({"kind": "llvm", "mcpu": mcpu})
+    named = set(tvm.target.codegen.llvm_get_cpu_features(model))
+    return {f for f in ISA if f in named and cpuinfo_name(f) not in flags}
 
 
 def parse_target(target: str | dict | None) -> dict:

@@ -55,9 +55,8 @@ def resolve_tasks(
         from tensortune.workloads.sources import task_from_spec
 
         with about("workloads"):
-            specs = {w: None for w in workloads if not isinstance(w, Task)}
-            tasks = _distinct([w if isinstance(w, Task) else task_from_spec(w) for w in workloads
-                               if isinstance(w, Task) or specs.pop(w, 0) is None])  # fmt: skip
+            tasks = _distinct([w if isinstance(w, Task) else task_from_spec(w)
+                               for w in workloads])  # fmt: skip
     else:
         from tensortune.workloads.sources import tasks_from_database
 
