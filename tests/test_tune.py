@@ -272,6 +272,15 @@ def test_a_spent_time_budget_measures_nothing_and_a_rerun_resumes(tmp_path):
     assert second.tasks[0].trials == 4 and not second.out_of_time
 
 
+def test_under_a_time_budget_every_task_gets_a_round_within_the_trial_budget(tmp_path):
+    # With both budgets, rounds of the time budget's size (32) would let the first task spend
+    # the 24 trials and leave the others untuned: a round is cut to an even share (8).
+    specs = ["matmul:16,16,16", "matmul:16,32,16", "matmul:32,16,16"]
+    result = tune(specs, trials=24, max_seconds=3600, records=f"sqlite:///{tmp_path / 'r.db'}",
+                  work_dir=tmp_path / "w", **FAST)  # fmt: skip
+    assert result.trials_total == 24 and [t.trials for t in result.tasks] == [8, 8, 8]
+
+
 def test_the_deadline_ends_the_search_after_the_round_in_flight(tmp_path, monkeypatch):
     from types import SimpleNamespace
 
@@ -289,6 +298,22 @@ def test_the_deadline_ends_the_search_after_the_round_in_flight(tmp_path, monkey
     assert result.out_of_time and 2 <= result.trials_total <= 4
     assert len(late) == result.trials_total // 2
     assert result.trials_requested is None and result.seconds > 0
+
+
+def test_a_trial_budget_spent_by_a_round_that_crossed_the_deadline_is_not_out_of_time(
+    tmp_path, monkeypatch
+):
+    from types import SimpleNamespace
+
+    from tensortune.search import leases
+
+    late: list[int] = []
+    clock = SimpleNamespace(monotonic=lambda: time.monotonic() + (1e9 if late else 0.0))
+    monkeypatch.setattr(leases, "time", clock)
+    result = tune(["matmul:32,32,32"], trials=2, max_seconds=3600, trials_per_round=2,
+                  records=f"sqlite:///{tmp_path / 'r.db'}", work_dir=tmp_path / "w",
+                  progress=lambda *a: late.append(1), **FAST)  # fmt: skip
+    assert late and result.trials_total == 2 and not result.out_of_time
 
 
 def test_cli_says_the_time_budget_stopped_the_run(cli, tmp_path):

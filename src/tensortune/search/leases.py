@@ -40,6 +40,7 @@ SWEEP_SECONDS = 5.0
 # How many times its own budget a wrapped strategy may draw, batches that others had measured
 # included.
 RETRY_SLACK = 16
+INT32_MAX = 2**31 - 1  # MetaSchedule counts a task's trials in a 32-bit integer
 # Under a time budget, while some tasks have no measurement yet, a round takes no more than its
 # task's share of what half the time left affords: a task left out runs untuned code in the
 # model, tens of times slower than any tuned program (resnet18 after 5 minutes on a 2-core Xeon
@@ -165,7 +166,7 @@ class SharedBudget:
             return self.total
         now = time.monotonic()
         assert self._started is not None
-        pace = (now - self._started) / self._measured
+        pace = max(now - self._started, 1e-3) / self._measured  # a coarse clock: not 0
         affords = FIRST_PASS_SHARE * max(0.0, self.deadline - now) / pace
         return max(MIN_FIRST_ROUND, int(affords / len(waiting | {workload_id})))
 
@@ -212,8 +213,8 @@ class Leased(PySearchStrategy):
         # MetaSchedule's strategies count a batch we dropped (others measured it) as trials
         # spent; the task's own limit is kept here, the inner one only bounds the retries.
         self.max_trials, self.trials = max_trials, 0
-        self.inner.pre_tuning(max_trials * RETRY_SLACK, num_trials_per_iter, design_spaces,
-                              database, cost_model)  # fmt: skip
+        self.inner.pre_tuning(min(max_trials * RETRY_SLACK, INT32_MAX), num_trials_per_iter,
+                              design_spaces, database, cost_model)  # fmt: skip
 
     def post_tuning(self) -> None:
         self.inner.post_tuning()

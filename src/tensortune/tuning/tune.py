@@ -217,6 +217,7 @@ def plan_tune(
                               param="max_seconds")  # fmt: skip
     with about("target"):
         platform = resolve_platform(target)
+        platform.check_runs_here()
     prototype = strategy_from(strategy)
     if cost_model == "auto":
         cost_model = default_verifier(prototype, platform)
@@ -368,10 +369,8 @@ def _search(store: RecordStore, plan: TunePlan, session: Callable[[], MeasureSes
     cap = plan.max_trials_per_task or trials
     remaining = trials - sum(done)
     todo = [i for i, d in enumerate(done) if d < cap]
-    per_round = plan.trials_per_round
     failed: dict[int, str] = {}  # workload id → why its search broke
-    if per_round is None and deadline is not None:
-        per_round = TIMED_TRIALS_PER_ROUND
+    expired = False
     if remaining > 0 and todo:
         from tensortune.search.leases import SharedBudget
 
@@ -388,14 +387,18 @@ def _search(store: RecordStore, plan: TunePlan, session: Callable[[], MeasureSes
                 run_search(store, [tasks[i] for i in todo], [wids[i] for i in todo], platform,
                            measure, trials=remaining, max_trials_per_task=min(cap, remaining),
                            strategy=plan.strategy, cost_model=plan.cost_model, work_dir=work,
-                           trials_per_round=_per_round(per_round, remaining, len(todo)),
+                           trials_per_round=_per_round(plan.trials_per_round, remaining, len(todo),
+                                                        timed=deadline is not None),
                            task_scheduler=task_scheduler, seed=seed, run_id=run_id,
                            on_batch=on_batch, budget=budget)  # fmt: skip
         finally:
             budget.close()
-        result.out_of_time = budget.expired
-        failed = budget.failed
+        failed, expired = budget.failed, budget.expired
     result.tasks = [_task_result(store, t, w) for t, w in zip(tasks, where, strict=True)]
+    # Time ran out only where trials were left: a last round that crossed the deadline may
+    # have spent the trial budget.
+    counts = [t.trials for t in result.tasks]
+    result.out_of_time = expired and sum(counts) < trials and any(c < cap for c in counts)
     for r, wid in zip(result.tasks, wids, strict=True):
         r.error = failed.get(wid, "")
     return result
@@ -417,10 +420,12 @@ def _warm_start(store: RecordStore, plan: TunePlan, session: Callable[[], Measur
                        per_kernel=per_kernel, untuned=False, deadline=deadline)  # fmt: skip
 
 
-def _per_round(requested: int | None, remaining: int, n_tasks: int) -> int:
-    """Candidates per round: as asked, else 64 (MetaSchedule's default) but small enough that
-    every task gets a round within the budget (a round never goes below 8 candidates)."""
-    per_round = requested or max(8, min(64, remaining // n_tasks))
+def _per_round(requested: int | None, remaining: int, n_tasks: int, timed: bool = False) -> int:
+    """Candidates per round: as asked, else 64 (MetaSchedule's default; under a time budget
+    ``TIMED_TRIALS_PER_ROUND``) but small enough that every task gets a round within the
+    trial budget (a round never goes below 8 candidates)."""
+    largest = TIMED_TRIALS_PER_ROUND if timed else 64
+    per_round = requested or max(8, min(largest, remaining // n_tasks))
     return max(1, min(per_round, remaining))
 
 
