@@ -18,10 +18,10 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from tensortune.compat import tvm  # noqa: E402
-from tensortune.deploy.artifact import ArtifactError, _needed_features, load  # noqa: E402
+from tensortune.deploy.artifact import ArtifactError, load  # noqa: E402
 from tensortune.deploy.compile import compile_model  # noqa: E402
 from tensortune.errors import TensortuneError  # noqa: E402
-from tensortune.hardware.target import ISA, default_target  # noqa: E402
+from tensortune.hardware.target import ISA, cpu_isa, default_target, target_isa  # noqa: E402
 from tensortune.tuning.tune import tune  # noqa: E402
 from tensortune.workloads.models import load_model  # noqa: E402
 
@@ -128,7 +128,7 @@ def _tampered(src, dst, **changes):
 
 def test_foreign_artifacts_are_refused_before_loading(shipped, tmp_path):
     path = shipped[0]
-    lacking = next(f for f in ISA if f not in _needed_features(None))
+    lacking = next(f for f in ISA if f not in cpu_isa())
     cases = {
         "newer than this tensortune reads": {"version": 99},
         "built with TVM 0.1.0": {"tvm": "0.1.0"},
@@ -179,7 +179,7 @@ def test_an_instruction_set_the_kernel_hides_is_one_this_cpu_lacks(shipped, tmp_
     import tensortune.hardware.fingerprint as fingerprint
     from tensortune.hardware.target import cpuinfo_name
 
-    has = sorted(_needed_features(None))
+    has = sorted(cpu_isa())
     if not has:
         pytest.skip("LLVM names no instruction set for this CPU")
     info = fingerprint.cpuinfo()
@@ -187,11 +187,25 @@ def test_an_instruction_set_the_kernel_hides_is_one_this_cpu_lacks(shipped, tmp_
     hidden = cpuinfo_name(has[-1])
     shown = " ".join(f for f in info[key].split() if f != hidden)
     monkeypatch.setattr(fingerprint, "cpuinfo", lambda: {**info, key: shown})
-    assert has[-1] not in _needed_features(None)
+    assert has[-1] not in cpu_isa()
     assert f"-{has[-1]}" in default_target()["mattr"]  # code for this CPU will not use it
     bad = _tampered(shipped[0], tmp_path / "hidden.tt", cpu_features=[has[-1]])
     with pytest.raises(ArtifactError, match=f"CPU with {re.escape(has[-1])}, which this CPU lacks"):
         load(bad)
+
+
+def test_an_artifact_is_judged_by_what_the_kernel_lists_not_by_llvms_name_for_the_cpu(
+    shipped, tmp_path, monkeypatch
+):
+    # One guest was named ``emeraldrapids`` by LLVM, and ``rocketlake`` by a later call, on
+    # the same machine; a CPU LLVM does not know is ``generic``: neither may refuse an
+    # artifact that uses only what this CPU runs.
+    has = sorted(cpu_isa())
+    if not has:
+        pytest.skip("this CPU lists no instruction set of ISA")
+    monkeypatch.setattr(tvm.target.codegen, "llvm_get_system_cpu", lambda: "x86-64")
+    assert not target_isa(default_target())  # LLVM's name for this CPU now promises nothing
+    load(_tampered(shipped[0], tmp_path / "named.tt", cpu_features=has))
 
 
 def test_files_that_are_not_artifacts_get_one_line(tmp_path):

@@ -327,7 +327,7 @@ _specs = st.builds(
     st.lists(_numbers, max_size=9),
 )
 _HYPOTHESIS = settings(
-    max_examples=200,
+    max_examples=100,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
@@ -381,6 +381,30 @@ def test_any_target_is_planned_or_refused_in_one_line(cli: Cli, store, text: str
         assert json.loads(text)["kind"] == "llvm"  # only CPU targets can be measured here
     else:
         one_error(result, "--target")
+    unchanged()
+
+
+def test_a_target_whose_code_this_cpu_cannot_run_is_refused_before_any_work(
+    cli: Cli, store, monkeypatch
+) -> None:
+    # Every candidate would die of SIGILL and be recorded as a crash (``dataset collect``'s
+    # default configuration is AVX-512 code; an AMD Zen 3 runs AVX2 only).
+    import tensortune.hardware.fingerprint as fingerprint
+    from tensortune.collect import collect
+    from tensortune.errors import TensortuneError
+
+    info = fingerprint.cpuinfo()
+    if "avx2" not in info.get("flags", "").split():
+        pytest.skip("not an x86 CPU with AVX2")
+    shown = " ".join(f for f in info["flags"].split() if not f.startswith(("avx2", "avx512")))
+    monkeypatch.setattr(fingerprint, "cpuinfo", lambda: {**info, "flags": shown})
+    url, unchanged = store
+    haswell = json.dumps({"kind": "llvm", "mcpu": "haswell", "num-cores": 1})
+    one_error(cli("tune", "-w", MM, "--target", haswell, "--records", url, *PLAN), "--target",
+              "avx2", "which this CPU lacks")  # fmt: skip
+    unchanged()
+    with pytest.raises(TensortuneError, match=r"avx512.*which this CPU lacks"):
+        collect(["gpt2-block"], configs=["avx512-2c"], records=url)
     unchanged()
 
 

@@ -121,6 +121,7 @@ def collect_active(
     with about("config"):
         hw_config = config if isinstance(config, HardwareConfig) else get_config(config)
         platform = resolve_platform(hw_config.target)
+        platform.check_runs_here()
     with about("networks"):
         by_network = tasks_to_collect(networks, platform, workloads=workloads,
                                       heaviest=heaviest, exclude=exclude)  # fmt: skip

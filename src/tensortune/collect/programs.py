@@ -212,6 +212,8 @@ def collect(
     with about("configs"):
         hw_configs = [c if isinstance(c, HardwareConfig) else get_config(c) for c in configs]
         platforms = [resolve_platform(c.target) for c in hw_configs]
+        for p in platforms:
+            p.check_runs_here()
     with about("networks"):
         by_network = tasks_to_collect(networks, platforms[0], workloads=workloads,
                                       heaviest=heaviest, exclude=exclude)  # fmt: skip

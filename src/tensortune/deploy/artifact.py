@@ -23,7 +23,7 @@ import numpy as np
 
 from tensortune.deploy.host_call import HostCall
 from tensortune.errors import TensortuneError, last_line
-from tensortune.hardware.target import ISA, default_target
+from tensortune.hardware.target import cpu_isa, target_isa
 
 if TYPE_CHECKING:
     from tensortune.workloads.models import Model
@@ -64,7 +64,7 @@ def save_artifact(executable: Any, path: str | os.PathLike, *, model: Model, tar
         "model": model.name,
         "target": target,
         "arch": host.machine(),
-        "cpu_features": sorted(_needed_features(target)),
+        "cpu_features": sorted(target_isa(target)),
         "threads": threads,
         "inputs": [{"shape": list(x.shape), "dtype": str(x.dtype)} for x in inputs],
         "single_output": single_output,
@@ -133,7 +133,7 @@ def _check(path: Path, m: object) -> None:
     features = m.get("cpu_features")
     if not isinstance(features, list) or not all(isinstance(f, str) for f in features):
         raise ArtifactError(f"{path}: damaged manifest (cpu_features)")
-    missing = sorted(set(features) - _needed_features(None))
+    missing = sorted(set(features) - cpu_isa())
     if missing:
         raise ArtifactError(f"{path}: built for a CPU with {', '.join(missing)}, which this "
                             f"CPU lacks: compile it for this CPU")  # fmt: skip
@@ -154,17 +154,6 @@ def _spec_ok(x: object) -> bool:
         return isinstance(x.get("dtype"), str) and str(np.dtype(x["dtype"])) == x["dtype"]
     except TypeError:
         return False
-
-
-def _needed_features(target: dict | None) -> set[str]:
-    """The instruction sets code for ``target`` may use (None: what this machine's CPU runs,
-    as its default target, which turns off what the kernel does not list, says)."""
-    from tensortune.compat import tvm
-
-    target = default_target() if target is None else target
-    if target.get("kind") != "llvm":
-        return set()
-    return set(tvm.target.codegen.llvm_get_cpu_features(tvm.target.Target(target))) & set(ISA)
 
 
 class CompiledModel:

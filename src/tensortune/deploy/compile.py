@@ -100,6 +100,7 @@ def compile_model(
 
     with about("target"):
         platform = resolve_platform(target)
+        platform.check_runs_here()  # the build is timed here
     tvm_target = platform.tvm_target
     with about("model"):
         if isinstance(model, Model):

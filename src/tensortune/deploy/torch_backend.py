@@ -73,6 +73,7 @@ def tensortune_backend(gm: Any, example_inputs: list, options: dict | None = Non
     from tensortune.hardware import resolve_platform
 
     platform = resolve_platform(opts["target"])
+    platform.check_runs_here()  # its code runs in this process: SIGILL would end it
     # TVM sizes its thread pool once per process, when first used.
     os.environ.setdefault("TVM_NUM_THREADS", str(platform.threads))
 

@@ -80,6 +80,42 @@ def hidden_features(mcpu: str) -> set[str]:
     return {f for f in ISA if f in named and cpuinfo_name(f) not in flags}
 
 
+def cpu_isa() -> set[str]:
+    """The instruction sets (of ``ISA``) this machine's CPU runs: those its kernel lists, or,
+    where there is no ``/proc/cpuinfo``, those LLVM names for its CPU model.  From the kernel's
+    list, not LLVM's name for the CPU: one guest was named ``emeraldrapids`` by one LLVM call
+    and ``rocketlake`` by a later one, and a CPU LLVM does not know is ``generic``."""
+    from tensortune.hardware.fingerprint import cpu_flags
+
+    flags = cpu_flags()
+    if flags:
+        return {f for f in ISA if cpuinfo_name(f) in flags}
+    from tensortune.compat import tvm
+
+    return target_isa({"kind": "llvm", "mcpu": tvm.target.codegen.llvm_get_system_cpu()})
+
+
+def target_isa(target: dict) -> set[str]:
+    """The instruction sets (of ``ISA``) code built for ``target`` may use (its ``mcpu`` less
+    what its ``mattr`` turns off); none for a target that is not a CPU."""
+    from tensortune.compat import tvm
+
+    if target.get("kind") != "llvm":
+        return set()
+    return set(tvm.target.codegen.llvm_get_cpu_features(tvm.target.Target(target))) & set(ISA)
+
+
+def check_runs_here(target: dict) -> None:
+    """Refuse to build code for this machine that its CPU cannot run (it would die of SIGILL,
+    and every candidate would be recorded as a crash): a target for another CPU model."""
+    lacking = sorted(target_isa(target) - cpu_isa())
+    if lacking:
+        raise TargetError(
+            f"target {json.dumps(target)} uses {', '.join(lacking)}, which this CPU lacks: "
+            "its code cannot run here (leave --target out for this CPU's own)"
+        )
+
+
 def parse_target(target: str | dict | None) -> dict:
     """A target given as a dict or JSON object text, checked; ``None`` means the default.
 
@@ -239,6 +275,10 @@ class Platform:
     def check_measurable(self) -> None:
         """Refuse targets whose programs cannot be timed on this machine."""
         _check_measurable(self.target)
+
+    def check_runs_here(self) -> None:
+        """Refuse a target whose code this machine's CPU cannot run (``check_runs_here``)."""
+        check_runs_here(self.target)
 
 
 # Architecture names that LLVM triples and the kernel spell differently.

@@ -39,6 +39,7 @@ class MeasureSession:
         runner: object | None = None,
     ) -> None:
         platform.check_measurable()
+        platform.check_runs_here()
         self.platform = platform
         logs = Path(log_dir) if log_dir is not None else None
         if logs is not None:
