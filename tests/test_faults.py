@@ -163,7 +163,7 @@ def test_a_kernel_with_wrong_results_is_recorded_as_such(seeded: str, tmp_path: 
 def test_a_tuner_killed_mid_batch_resumes_and_loses_only_its_batch(
     seeded: str, tmp_path: Path
 ) -> None:
-    trials = 40
+    trials = 24
     workloads = ("--workload", MM, "--workload", "softmax:4,256", "--trials", str(trials))
     first = _tuner(seeded, tmp_path / "w", *workloads)
     _wait_for(seeded, 3 + 8, first)  # at least one batch committed
@@ -195,7 +195,7 @@ def test_a_tuner_stopped_by_ctrl_c_or_sigterm_exits_130_and_resumes(
 ) -> None:
     # TVM hands a KeyboardInterrupt raised inside its callbacks back as a RuntimeError (the
     # run went on, or ended with exit 1); raised through nested callbacks, as std::terminate.
-    trials = 40
+    trials = 24
     workloads = ("--workload", MM, "--workload", "softmax:4,256", "--trials", str(trials),
                  "--strategy", "draft-verify")  # fmt: skip
     first = _tuner(seeded, tmp_path / "w", *workloads)
@@ -235,7 +235,7 @@ def test_a_worker_timing_a_hanging_kernel_dies_with_its_parent(seeded: str, tmp_
 
 def test_the_postgresql_server_restarted_mid_run(postgres_server, postgres_url: str,
                                                 tmp_path: Path) -> None:  # fmt: skip
-    trials = 40
+    trials = 24
     run = _tuner(postgres_url, tmp_path / "w", "--workload", MM, "--workload", "softmax:4,256",
                  "--trials", str(trials))  # fmt: skip
     _wait_for(postgres_url, 8, run)

@@ -184,7 +184,7 @@ def _tune(url: str, work: Path, trials: int) -> subprocess.Popen:
 def test_two_tuners_on_one_database_share_the_budget_and_measure_nothing_twice(
     postgres_url: str, tmp_path: Path
 ) -> None:
-    trials, per_round = 48, 8
+    trials, per_round = 32, 8
     runs = [_tune(postgres_url, tmp_path / f"w{i}", trials) for i in range(2)]
     outs = [p.communicate(timeout=240) for p in runs]
     for p, (out, err) in zip(runs, outs, strict=True):
