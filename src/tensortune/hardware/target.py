@@ -69,15 +69,11 @@ def hidden_features(mcpu: str) -> set[str]:
     """Instruction sets (of ``ISA``) LLVM names for CPU model ``mcpu`` that this machine's
     kernel does not list; none where there is no ``/proc/cpuinfo`` (LLVM's word is all there
     is)."""
-    from tensortune.compat import tvm
     from tensortune.hardware.fingerprint import cpu_flags
 
-    flags = cpu_flags()
-    if not flags:
+    if not cpu_flags():
         return set()
-    model = tvm.target.Target({"kind": "llvm", "mcpu": mcpu})
-    named = set(tvm.target.codegen.llvm_get_cpu_features(model))
-    return {f for f in ISA if f in named and cpuinfo_name(f) not in flags}
+    return target_isa({"kind": "llvm", "mcpu": mcpu}) - cpu_isa()
 
 
 def cpu_isa() -> set[str]:
