@@ -428,16 +428,35 @@ def test_a_server_killed_mid_batch_costs_its_candidate_and_the_rest_go_on(lab: L
     assert sessions.seen[survivor.pid]
 
 
+# ``tensortune serve`` with one more function its sessions answer: a call that runs Python
+# for a while, as the server's own functions do briefly (hardware, threads).
+SLOW_SERVE = (
+    "import sys, time, tensortune.compat, tvm_ffi; "
+    "tvm_ffi.register_global_func('test.sleep', lambda s: time.sleep(s)); "
+    "from tensortune.cli.app import run; sys.exit(run(sys.argv[1:]))"
+)
+
+
 def test_sigterm_stops_a_server_its_sessions_and_frees_its_port(lab: Lab) -> None:
     from tensortune.compat import tvm_rpc
 
-    (server,) = lab.serve("term")
-    port = next(s["addr"][1] for s in lab.summary()["server_info"] if s["key"] == "server:term")
+    port = _free_port()
+    tracker = f"{HOST}:{lab.port}"
+    server = lab._spawn("slow-term", ["-c", SLOW_SERVE, "serve", "--tracker", tracker, "--key",
+                                      "term", "--host", HOST, "--port", str(port)])  # fmt: skip
+    lab.wait_free("term", 1)
     session = tvm_rpc.connect_tracker(HOST, lab.port).request("term", session_timeout=30)
     # The session's child (forked once the handshake is answered) holds the listening socket.
     _wait(lambda: bool(psutil.Process(server.pid).children()), "the session's child", [server])
+    busy = threading.Thread(target=_swallow(session.get_function("test.sleep")), args=(20,),
+                            daemon=True)  # fmt: skip
+    busy.start()
+    time.sleep(0.5)  # the session is in the call, running Python
+    # A session taking SIGTERM as its server does (KeyboardInterrupt) would hand it to its
+    # client as an RPC error, serve on, and keep the server from exiting.
     server.send_signal(signal.SIGTERM)  # the server process only, not its group
     assert server.wait(timeout=15) == 0
+    busy.join(15)
     del session
     assert not [p for p in psutil.process_iter() if _group(p) == server.pid]
     with socket.socket() as s:
@@ -460,6 +479,14 @@ def test_a_session_whose_process_dies_does_not_end_the_server(lab: Lab) -> None:
     assert json.loads(again.get_function(HARDWARE_FUNCTION)())["cores"] >= 1
     log = Path(server.log_path).read_text()  # type: ignore[attr-defined]
     assert "a session failed" in log and "lost the tracker" not in log
+
+
+def _swallow(call: Callable) -> Callable:
+    def calling(*args: object) -> None:
+        with contextlib.suppress(Exception):  # the session ends under it
+            call(*args)
+
+    return calling
 
 
 def _group(process: psutil.Process) -> int | None:

@@ -450,18 +450,54 @@ def serve(
     # session child, which inherited the listening socket, does not keep the port.
     in_main = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _interrupt) if in_main else None
+    _sessions_die_on_sigterm(in_main)
     if on_ready is not None:
         on_ready(bound, described)
     try:
         _listen(sock, bound, key, tracker_addr, host, farm)
     finally:
-        # A session in progress ends with its server: its client sees the connection drop.
-        for child in multiprocessing.active_children():
-            child.terminate()
-            child.join(5)
+        _sessions_die_on_sigterm(False)
+        _end_sessions()
         sock.close()
         if in_main:
             signal.signal(signal.SIGTERM, previous)
+
+
+_session_sigterm_default = False
+_fork_hook_registered = False
+
+
+def _sessions_die_on_sigterm(on: bool) -> None:
+    """Session children forked from now on (``on``) or no longer take SIGTERM's default: death.
+
+    A session inherits its server's handler, which raises KeyboardInterrupt; raised while the
+    session answers a call, TVM returns it to the client as an RPC error and serves on, and a
+    session that outlives its server keeps the port and hangs the server's exit, where
+    multiprocessing joins its children (seen in CI).  Python cannot unregister a fork hook, so
+    one hook reads a flag."""
+    global _session_sigterm_default, _fork_hook_registered
+    _session_sigterm_default = on
+    if on and not _fork_hook_registered:
+        os.register_at_fork(after_in_child=_default_sigterm_if_session)
+        _fork_hook_registered = True
+
+
+def _default_sigterm_if_session() -> None:
+    if _session_sigterm_default:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _end_sessions(grace_s: float = 2.0) -> None:
+    """End the sessions in progress (their clients see the connection drop): SIGTERM, then
+    SIGKILL for one still alive after ``grace_s``."""
+    children = multiprocessing.active_children()
+    for child in children:
+        child.terminate()
+    for child in children:
+        child.join(grace_s)
+        if child.is_alive():
+            child.kill()
+            child.join(5)
 
 
 def _listen(sock: socket.socket, port: int, key: str, tracker: tuple[str, int], host: str,
