@@ -332,6 +332,52 @@ def test_a_worker_that_died_idle_is_replaced() -> None:
     assert first.pid not in [o.value for o in outcomes]
 
 
+def test_a_closed_pools_workers_serve_the_next_pool_of_the_same_environment(tmp_path, monkeypatch):
+    """Reusing pools (a tuner's) hand their idle workers on: no second TVM import per tune()."""
+    from tensortune.measure.pool import WorkerPool, close_idle_workers
+
+    def pids(pool: WorkerPool, jobs: int = 1) -> list[int]:
+        return [o.value for o in pool.map("ping", [()] * jobs, timeout_s=60)]
+
+    close_idle_workers()
+    env = {"TENSORTUNE_TEST_POOL": "a"}
+    with WorkerPool(1, env, str(tmp_path / "a.log"), reuse=True) as pool:
+        (first,) = pids(pool)
+    (tmp_path / "b").mkdir()
+    monkeypatch.chdir(tmp_path / "b")
+    with WorkerPool(1, env, str(tmp_path / "b.log"), reuse=True) as pool:
+        assert pids(pool) == [first]
+        # as if started here: this process's directory, the new pool's log
+        assert os.readlink(f"/proc/{first}/cwd") == str(tmp_path / "b")
+        assert os.readlink(f"/proc/{first}/fd/2") == str(tmp_path / "b.log")
+    with WorkerPool(1, {"TENSORTUNE_TEST_POOL": "b"}, reuse=True) as pool:
+        assert pids(pool) != [first]  # another environment: another worker
+    with WorkerPool(1, env) as pool:
+        assert pids(pool) != [first]  # a pool that does not reuse starts its own
+    with WorkerPool(1, env, reuse=True) as pool:
+        assert pids(pool) == [first]
+        worker = pool.wait_ready()[0].process
+        worker.kill()  # dies while idle in the pool: replaced, nothing lost
+        worker.wait()
+        (second,) = pids(pool)
+    assert second != first
+
+    with WorkerPool(1, env, reuse=True) as pool:
+        assert pids(pool) == [second]  # its second job
+    with WorkerPool(1, env, max_jobs=3, reuse=True) as pool:
+        got = pids(pool, 3)
+    assert got[0] == second != got[1] == got[2]  # its share of jobs counts over its life
+    third = got[1]
+
+    with WorkerPool(1, env, reuse=True) as pool:
+        w = pool.wait_ready()[0]
+        w.conn.send(("ping", ()))  # an answer left unread: not a worker to hand on
+        assert w.conn.poll(60)
+    with WorkerPool(1, env, reuse=True) as pool:
+        assert pids(pool) != [third]
+    close_idle_workers()
+
+
 def test_build_directories_of_dead_processes_are_removed(tmp_path, monkeypatch) -> None:
     import subprocess
     import sys

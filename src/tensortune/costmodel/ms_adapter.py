@@ -104,7 +104,7 @@ class LearnedCostModel(PyCostModel):
         One per usable core: the search waits on them (candidates are scored between measured
         batches), and lowering is most of the features' cost."""
         if self._lower_pool is None:
-            self._lower_pool = WorkerPool(min(usable_cores(), _LOWER_WORKERS))
+            self._lower_pool = WorkerPool(min(usable_cores(), _LOWER_WORKERS), reuse=True)
             weakref.finalize(self, self._lower_pool.close)
         return self._lower_pool
 

@@ -143,7 +143,7 @@ def _compute(directory: Path, columns: dict, todo: list[int], done: dict, path: 
     from tensortune.measure.pool import WorkerPool
 
     modules = load_workloads(directory)
-    pool = WorkerPool(workers)
+    pool = WorkerPool(workers, reuse=True)
     finished = since_save = 0
     try:
         for start in range(0, len(todo), _CHUNK * pool.size):

@@ -167,7 +167,7 @@ def code_features_batch(
     ``jobs`` is read a few at a time, so it may replay traces lazily."""
     from tensortune.measure.pool import WorkerPool
 
-    pool = WorkerPool(workers)
+    pool = WorkerPool(workers, reuse=True)
     try:
         jobs = iter(jobs)
         while batch := list(itertools.islice(jobs, 8 * pool.size)):

@@ -56,7 +56,7 @@ class PersistentBuilder(PyBuilder):
         super().__init__()
         self.max_workers = max_workers or len(os.sched_getaffinity(0))
         self.timeout_s = timeout_s
-        self._pool = WorkerPool(self.max_workers, log_path=log_path)
+        self._pool = WorkerPool(self.max_workers, log_path=log_path, reuse=True)
         self._pool.start()
         _remove_orphans()
         self._root = tempfile.mkdtemp(prefix=f"{_PREFIX}{os.getpid()}-")

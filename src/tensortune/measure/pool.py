@@ -2,15 +2,23 @@
 
 A request that overruns its deadline, or whose worker dies (a kernel that segfaults), costs that
 one worker: it is killed and a fresh one is started, and the other requests carry on.
+
+A pool made with ``reuse=True`` (the tuner's builders and runner) leaves its healthy workers,
+when closed, to the next such pool of this process with the same environment: a worker takes
+~1 s to start and import TVM, and each ``tune()`` call used to pay that three times over (a
+notebook tuning task after task, a benchmark's seeds, a test suite).  Idle workers wait until
+the process exits (:func:`close_idle_workers` ends them sooner).
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -18,6 +26,7 @@ from multiprocessing.connection import Connection, wait
 from typing import Any
 
 _START_TIMEOUT_S = 120.0  # a cold TVM import on a loaded 2-core machine can take half a minute
+_ADOPT_TIMEOUT_S = 10.0  # an idle worker answers at once; one that does not is replaced
 
 
 @dataclass(frozen=True)
@@ -38,6 +47,11 @@ class _Worker:
     """
 
     def __init__(self, env: dict[str, str], log_path: str | None) -> None:
+        self.key = _env_key(env)
+        # Linux ends a worker with the thread that started it (``worker.tie_to_parent``): only
+        # the main thread's outlive the pool that started them.
+        self.lasting = threading.current_thread() is threading.main_thread()
+        self.busy = False  # a request is out: its answer, unread, would go to the wrong job
         parent, child = socket.socketpair()
         # A crashing kernel makes TVM print a native backtrace: into the log, not the terminal.
         log = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115
@@ -94,7 +108,8 @@ MAX_JOBS = 2000
 
 class WorkerPool:
     """``size`` persistent workers that share the same environment (e.g. ``TVM_NUM_THREADS``),
-    each replaced by a fresh one after ``max_jobs`` jobs."""
+    each replaced by a fresh one after ``max_jobs`` jobs (counted over its life).  With
+    ``reuse``, workers come from, and go back to when closed, this process's idle ones."""
 
     def __init__(
         self,
@@ -102,18 +117,22 @@ class WorkerPool:
         env: dict[str, str] | None = None,
         log_path: str | None = None,
         max_jobs: int = MAX_JOBS,
+        *,
+        reuse: bool = False,
     ) -> None:
         self.size = max(1, size)
         self.env = dict(env or {})
         self.log_path = log_path
         self.max_jobs = max_jobs
+        self.reuse = reuse
         self._workers: list[_Worker] = []
         self.restarts = 0
 
     def start(self) -> None:
         """Launch the workers without waiting: their TVM import overlaps the caller's work."""
         while len(self._workers) < self.size:
-            self._workers.append(_Worker(self.env, self.log_path))
+            idle = _IDLE.take(self.env, self.log_path) if self.reuse else None
+            self._workers.append(idle or _Worker(self.env, self.log_path))
 
     def wait_ready(self) -> list[_Worker]:
         """Start any missing worker and wait until every one has imported TVM."""
@@ -148,6 +167,7 @@ class WorkerPool:
                 try:
                     if not w.ready:
                         w.wait_ready()
+                    w.busy = True
                     w.conn.send((name, jobs[i]))
                 except (OSError, EOFError, RuntimeError):  # it died while idle (OOM killer...)
                     pending.append(i)
@@ -166,6 +186,7 @@ class WorkerPool:
                     results[i] = Outcome("crash", message=message, seconds=elapsed)
                     idle.append(self._replace(w))
                     continue
+                w.busy = False
                 if kind == "ok":
                     results[i] = Outcome("ok", value=value, seconds=elapsed)
                 else:
@@ -183,11 +204,8 @@ class WorkerPool:
         return [r for r in results if r is not None]
 
     def close(self) -> None:
-        for w in self._workers:
-            with contextlib.suppress(OSError):
-                w.conn.send(None)
-        for w in self._workers:
-            w.kill()
+        ending = [w for w in self._workers if not (self.reuse and _IDLE.keep(w, self.max_jobs))]
+        _stop(ending)
         self._workers.clear()
 
     def __enter__(self) -> WorkerPool:
@@ -195,6 +213,104 @@ class WorkerPool:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _stop(workers: Sequence[_Worker]) -> None:
+    for w in workers:  # told first, so that they exit together
+        with contextlib.suppress(OSError):
+            w.conn.send(None)
+    for w in workers:
+        w.kill()
+
+
+# Variables that concern only the parent: how to lay out its output (the terminal's size), the
+# test it is in (pytest), where it caches (tensortune's catalog and native log; TVM's kernels
+# read it only for GPU program caches, after TVM_CACHE_DIR).  Another value of one of these
+# does not make an idle worker unfit.
+_PARENTS_OWN = frozenset({"COLUMNS", "LINES", "PYTEST_CURRENT_TEST", "XDG_CACHE_HOME"})
+
+
+def _env_key(env: dict[str, str]) -> tuple[tuple[str, str], ...]:
+    """The environment a worker started with ``env`` runs in, as a key for reusing it."""
+    full = {**os.environ, **env}
+    return tuple(sorted((k, v) for k, v in full.items() if k not in _PARENTS_OWN))
+
+
+class _IdleWorkers:
+    """Ready workers that reusing pools left behind, newest last, at most ``limit``."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._workers: list[_Worker] = []
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+        self._closed = False
+
+    def take(self, env: dict[str, str], log_path: str | None) -> _Worker | None:
+        """An idle worker of ``env``'s environment, now in this process's working directory
+        and writing to ``log_path``; None if there is none."""
+        key = _env_key(env)
+        while True:
+            with self._lock:
+                if os.getpid() != self._pid:  # a fork: these are its parent's workers
+                    self._workers, self._pid = [], os.getpid()
+                w = next((w for w in reversed(self._workers) if w.key == key), None)
+                if w is None:
+                    return None
+                self._workers.remove(w)
+            if _adopted(w, log_path):
+                return w
+            w.kill()  # died while idle, or stuck
+
+    def keep(self, w: _Worker, max_jobs: int) -> bool:
+        """Keep ``w`` for a later pool if it is fit to serve one (else the caller ends it)."""
+        if (self._closed or os.getpid() != self._pid or not w.lasting or not w.ready or w.busy
+                or w.jobs >= max_jobs or w.process.poll() is not None):  # fmt: skip
+            return False
+        try:
+            if w.conn.poll():  # something nobody asked for: not a clean state
+                return False
+        except OSError:
+            return False
+        with self._lock:
+            self._workers.append(w)
+            evicted, self._workers = self._workers[: -self.limit], self._workers[-self.limit :]
+        _stop(evicted)
+        return True
+
+    def close(self, *, final: bool = False) -> None:
+        """End the idle workers; ``final``: and any that pools close from now on."""
+        with self._lock:
+            workers, self._workers = self._workers, []
+            self._closed = self._closed or final
+        _stop(workers)
+
+
+def _adopted(w: _Worker, log_path: str | None) -> bool:
+    try:
+        cwd: str | None = os.getcwd()
+    except OSError:  # the caller's directory was removed
+        cwd = None
+    try:
+        w.conn.send(("adopt", (cwd, log_path)))
+        if not w.conn.poll(_ADOPT_TIMEOUT_S):
+            return False
+        kind, _ = w.conn.recv()
+    except (OSError, EOFError):
+        return False
+    return kind == "ok"
+
+
+# A tuning run's builders, runner and feature workers, twice over; an idle worker that has
+# built and run kernels is ~200-230 MB resident (a Xeon, 2 cores: matmul tuning).
+_IDLE = _IdleWorkers(limit=8)
+atexit.register(_IDLE.close, final=True)
+
+
+def close_idle_workers() -> None:
+    """End the idle workers that reusing pools left (they otherwise wait for this process to
+    exit); later pools start fresh ones."""
+    _IDLE.close()
 
 
 def _exit_text(code: int | None) -> str:

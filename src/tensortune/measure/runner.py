@@ -118,7 +118,7 @@ class PersistentRunner(PyRunner):
         self.num_threads = num_threads or len(os.sched_getaffinity(0))
         self.timeout_s = timeout_s
         self.check_correctness = check_correctness
-        self._pool = WorkerPool(1, {"TVM_NUM_THREADS": str(self.num_threads)}, log_path)
+        self._pool = WorkerPool(1, {"TVM_NUM_THREADS": str(self.num_threads)}, log_path, reuse=True)
         self._pool.start()
         self._references: dict[str, str | None] = {}  # signature text -> library (None: ambiguous)
         self.seconds = 0.0  # wall time spent running, for benchmarks' breakdowns

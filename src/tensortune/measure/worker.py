@@ -254,6 +254,22 @@ def _ping() -> int:
     return os.getpid()
 
 
+def adopt(cwd: str | None, log_path: str | None) -> int:
+    """Take up the working directory and log of the pool that takes this (idle) worker over,
+    as if it had been started there."""
+    if cwd is not None:
+        os.chdir(cwd)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    fd = os.open(log_path or os.devnull, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+    finally:
+        os.close(fd)
+    return os.getpid()
+
+
 _HANDLERS = {
     "build": build,
     "assembly": assembly,
@@ -261,6 +277,7 @@ _HANDLERS = {
     "run": run,
     "time_model": time_model,
     "ping": _ping,
+    "adopt": adopt,
 }
 
 
