@@ -247,13 +247,14 @@ def test_a_selection_is_a_dataset_that_train_reads(tmp_path):
     assert len(bad.stderr.strip().splitlines()) == 1
 
 
-def test_bench_al_prints_json_and_draws_its_plot(tmp_path):
-    cli = [sys.executable, "-m", "tensortune.cli.app", "bench", "al", "--dataset", "default",
-           "--held-out", "gpt2-block", "--hardware", HW, "--fractions", "0.01,1", "--models",
-           "xgb", "--seeds", "1", "--param", "xgb.n_rounds=30"]  # fmt: skip
-    out = subprocess.run([*cli, "--selector", "random", "--selector", "diversity", "--json",
-                          "--plot", str(tmp_path / "al.png")],
-                         capture_output=True, text=True, check=True)  # fmt: skip
+def test_bench_al_prints_json_and_draws_its_plot(tmp_path, cli):
+    args = ["bench", "al", "--dataset", "default", "--held-out", "gpt2-block", "--hardware", HW,
+            "--fractions", "0.01,1", "--models", "xgb", "--seeds", "1", "--param",
+            "xgb.n_rounds=30"]  # fmt: skip
+    out = subprocess.run([sys.executable, "-m", "tensortune.cli.app", *args, "--selector",
+                          "random", "--selector", "diversity", "--json", "--plot",
+                          str(tmp_path / "al.png")], capture_output=True, text=True,
+                         check=True)  # fmt: skip
     report = json.loads(out.stdout)
     assert {e["selector"] for e in report["summary"]} == {"all", "random", "diversity"}
     assert report["setup"]["held_out"] == ["gpt2-block"]
@@ -262,9 +263,9 @@ def test_bench_al_prints_json_and_draws_its_plot(tmp_path):
                         (["--fractions", "nan"], "fractions"),
                         (["--prior", "nosuch"], "--prior: nosuch is not"),
                         (["--test-dataset", "x"], "--test-dataset: x is not")):  # fmt: skip
-        bad = subprocess.run([*cli, *extra], capture_output=True, text=True)
-        assert bad.returncode != 0 and says in bad.stderr
-        assert len(bad.stderr.strip().splitlines()) == 1
+        code, _, err = cli(*args, *extra)  # in this process: the same command line
+        assert code != 0 and says in err
+        assert len(err.strip().splitlines()) == 1
 
 
 def _failing(n: int, seed: int) -> tuple[list[np.ndarray], np.ndarray]:

@@ -148,7 +148,7 @@ def test_the_pruning_study_scores_each_method_and_the_whole_pool():
         prune_study("default", held_out=["gpt2-block"], hardware=HW, keeps=[0])
 
 
-def test_a_pruned_dataset_is_one_that_train_reads(tmp_path):
+def test_a_pruned_dataset_is_one_that_train_reads(tmp_path, cli):
     from tensortune.datasets.build import load_table, read_card
     from tensortune.datasets.lowered import read_lowered
     from tensortune.datasets.shipped import dataset_path
@@ -180,10 +180,10 @@ def test_a_pruned_dataset_is_one_that_train_reads(tmp_path):
     assert abs(json.loads(info.stdout)["programs"] - 0.3 * p["of"]) < 0.02 * p["of"]
     for extra, says in ((["--method", "nosuch"], "unknown pruning method"),
                         (["--keep", "2"], "must lie in")):  # fmt: skip
-        args = ["dataset", "prune", "--keep", "0.3", "--out", str(tmp_path / "x"), *extra]
-        bad = subprocess.run([*CLI, *args], capture_output=True, text=True)
-        assert bad.returncode != 0 and says in bad.stderr
-        assert len(bad.stderr.strip().splitlines()) == 1
+        code, _, err = cli("dataset", "prune", "--keep", "0.3", "--out", str(tmp_path / "x"),
+                           *extra)  # fmt: skip
+        assert code != 0 and says in err
+        assert len(err.strip().splitlines()) == 1
 
 
 def test_bench_prune_prints_json_and_draws_its_plot(tmp_path):

@@ -150,7 +150,7 @@ def test_the_default_model_ranks_held_out_programs_of_the_shipped_dataset():
 
 SPECS = ["conv2d_nchw_bias_relu:1,28,28,64,64,3", "dense_bias_relu:64,768,768",
          "matmul:256,256,256"]  # fmt: skip
-PER_TASK = 40
+PER_TASK = 24
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ from tensortune.train.trainer import dataset_columns, split_masks
 
 
 def test_every_split_kind_has_its_folds_and_by_network_is_the_reference():
-    result = split_study("default", models=["xgb"], seeds=[0], params={"xgb": {"n_rounds": 5}})
+    result = split_study("default", models=["xgb"], seeds=[0], params={"xgb": {"n_rounds": 2}})
     columns, card = dataset_columns("default")
     folds = {e["split"]: e["folds"] for e in result.summary()}
     assert folds == {"within-task": 1, "by-task": 1, "by-network": len(card["networks"]),
