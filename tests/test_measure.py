@@ -343,6 +343,9 @@ def test_a_closed_pools_workers_serve_the_next_pool_of_the_same_environment(tmp_
     env = {"TENSORTUNE_TEST_POOL": "a"}
     with WorkerPool(1, env, str(tmp_path / "a.log"), reuse=True) as pool:
         (first,) = pids(pool)
+    # idle, it holds nothing of its last pool's open (a directory its owner may remove)
+    assert os.readlink(f"/proc/{first}/cwd") == "/"
+    assert os.readlink(f"/proc/{first}/fd/2") == os.devnull
     (tmp_path / "b").mkdir()
     monkeypatch.chdir(tmp_path / "b")
     with WorkerPool(1, env, str(tmp_path / "b.log"), reuse=True) as pool:
@@ -374,7 +377,25 @@ def test_a_closed_pools_workers_serve_the_next_pool_of_the_same_environment(tmp_
         w.conn.send(("ping", ()))  # an answer left unread: not a worker to hand on
         assert w.conn.poll(60)
     with WorkerPool(1, env, reuse=True) as pool:
-        assert pids(pool) != [third]
+        (fourth,) = pids(pool)
+        # A map ended by an interrupt that TVM turned into an error the run went on after:
+        # the worker still owes an answer, which must not answer the next map's job.
+        w = pool.wait_ready()[0]
+        w.busy = True
+        w.conn.send(("ping", ()))
+        assert pids(pool) != [fourth]
+    assert fourth != third
+
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) > 1:  # a process pinned to one core starts workers pinned to it: not reused
+        with WorkerPool(1, env, reuse=True) as pool:
+            (fifth,) = pids(pool)
+        try:
+            os.sched_setaffinity(0, cpus[:1])
+            with WorkerPool(1, env, reuse=True) as pool:
+                assert pids(pool) != [fifth]
+        finally:
+            os.sched_setaffinity(0, cpus)
     close_idle_workers()
 
 

@@ -159,7 +159,9 @@ class WorkerPool:
         results: list[Outcome | None] = [None] * len(jobs)
         pending = list(range(len(jobs)))[::-1]
         busy: dict[Connection, tuple[_Worker, int, float]] = {}
-        idle = list(self.wait_ready())
+        # A worker still owing an answer (a map that an interrupt ended, which TVM may turn
+        # into an error that the run survives) would give it to this map's first job.
+        idle = [self._replace(w) if w.busy else w for w in self.wait_ready()]
         while pending or busy:
             while pending and idle:
                 w = idle.pop()
@@ -204,9 +206,12 @@ class WorkerPool:
         return [r for r in results if r is not None]
 
     def close(self) -> None:
-        ending = [w for w in self._workers if not (self.reuse and _IDLE.keep(w, self.max_jobs))]
+        ending = []
+        while self._workers:  # each leaves the pool before it is kept: never in both places
+            w = self._workers.pop()
+            if not (self.reuse and _IDLE.keep(w, self.max_jobs)):
+                ending.append(w)
         _stop(ending)
-        self._workers.clear()
 
     def __enter__(self) -> WorkerPool:
         return self
@@ -230,10 +235,13 @@ def _stop(workers: Sequence[_Worker]) -> None:
 _PARENTS_OWN = frozenset({"COLUMNS", "LINES", "PYTEST_CURRENT_TEST", "XDG_CACHE_HOME"})
 
 
-def _env_key(env: dict[str, str]) -> tuple[tuple[str, str], ...]:
-    """The environment a worker started with ``env`` runs in, as a key for reusing it."""
+def _env_key(env: dict[str, str]) -> tuple:
+    """What a worker started now with ``env`` would run with, as a key for reusing it: the
+    environment and the CPUs it may use (a process that ran TVM in-process may have been
+    pinned to one core by TVM's thread pool; its workers inherit that)."""
     full = {**os.environ, **env}
-    return tuple(sorted((k, v) for k, v in full.items() if k not in _PARENTS_OWN))
+    cpus = tuple(sorted(os.sched_getaffinity(0))) if hasattr(os, "sched_getaffinity") else ()
+    return (cpus, tuple(sorted((k, v) for k, v in full.items() if k not in _PARENTS_OWN)))
 
 
 class _IdleWorkers:
@@ -242,7 +250,9 @@ class _IdleWorkers:
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self._workers: list[_Worker] = []
-        self._lock = threading.Lock()
+        # Reentrant: a pool's owner collected (and closed) by the garbage collector, which
+        # may run inside the lock, closes it here.
+        self._lock = threading.RLock()
         self._pid = os.getpid()
         self._closed = False
 
@@ -272,7 +282,12 @@ class _IdleWorkers:
                 return False
         except OSError:
             return False
+        # Idle, it holds nothing of its last caller's open (a log in a directory being removed)
+        if not _adopted(w, None, "/"):
+            return False
         with self._lock:
+            if any(other is w for other in self._workers):
+                return True
             self._workers.append(w)
             evicted, self._workers = self._workers[: -self.limit], self._workers[-self.limit :]
         _stop(evicted)
@@ -286,11 +301,14 @@ class _IdleWorkers:
         _stop(workers)
 
 
-def _adopted(w: _Worker, log_path: str | None) -> bool:
-    try:
-        cwd: str | None = os.getcwd()
-    except OSError:  # the caller's directory was removed
-        cwd = None
+def _adopted(w: _Worker, log_path: str | None, cwd: str | None = None) -> bool:
+    """Whether ``w`` now works in ``cwd`` (default: this process's) and writes to
+    ``log_path``."""
+    if cwd is None:
+        try:
+            cwd = os.getcwd()
+        except OSError:  # the caller's directory was removed
+            cwd = None
     try:
         w.conn.send(("adopt", (cwd, log_path)))
         if not w.conn.poll(_ADOPT_TIMEOUT_S):

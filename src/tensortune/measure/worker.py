@@ -258,6 +258,12 @@ def adopt(cwd: str | None, log_path: str | None) -> int:
     """Take up the working directory and log of the pool that takes this (idle) worker over,
     as if it had been started there."""
     if cwd is not None:
+        try:
+            here = os.getcwd()
+        except OSError:  # removed under it
+            here = None
+        if sys.path and sys.path[0] == here:  # where ``python -m`` looks first: follow it
+            sys.path[0] = cwd
         os.chdir(cwd)
     sys.stdout.flush()
     sys.stderr.flush()
