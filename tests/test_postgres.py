@@ -175,6 +175,8 @@ def _tune(url: str, work: Path, trials: int) -> subprocess.Popen:
          "--workload", "softmax:4,256", "--trials", str(trials), "--trials-per-round", "8",
          # MetaSchedule's cheapest strategy: what is tested is the sharing, not the search
          "--strategy", "replay-trace", "--cost-model", "random",
+         # one thread a kernel: the two tuners' timings compete less for the 2 cores
+         "--target", json.dumps({"kind": "llvm", "num-cores": 1}),
          "--records", url, "--work-dir", str(work), "--json"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "TVM_NUM_THREADS": "1"},
