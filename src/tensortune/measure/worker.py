@@ -256,7 +256,9 @@ def _ping() -> int:
 
 def adopt(cwd: str | None, log_path: str | None) -> int:
     """Take up the working directory and log of the pool that takes this (idle) worker over,
-    as if it had been started there."""
+    as if it had been started there, forgetting the kernels it loaded for the last one (a
+    path of theirs, removed, may name another file now)."""
+    _loaded.clear()
     if cwd is not None:
         try:
             here = os.getcwd()
