@@ -694,6 +694,72 @@ def test_leases_of_a_tuner_that_dies_beside_this_one_are_freed_while_it_runs(
     budget.close()
 
 
+def test_a_task_held_back_only_by_another_workers_leases_waits_for_them(tmp_path: Path) -> None:
+    """Ending such a task would be for good (MetaSchedule asks no more), yet the other worker
+    may stop and hand its leases back."""
+    import threading
+    import time
+
+    from tensortune.search.leases import SharedBudget, worker_name
+
+    url = _url(tmp_path / "r.db")
+    store = open_records(url)
+    batch = make_records(store, MM, [1e-3, 2e-3, 3e-3])
+    wid, hw, tgt = batch[0].workload_id, batch[0].hardware_id, batch[0].target
+    hashes = _hashes(batch)
+    other = "remote-host/1/1/x"  # elsewhere: only its release, commit or expiry frees them
+    budget = SharedBudget(store, [wid], hw, tgt, total=3, per_task=3, worker=worker_name())
+
+    def after(seconds: float, action) -> threading.Thread:  # the other worker, meanwhile
+        def act() -> None:
+            time.sleep(seconds)
+            with open_records(url) as s:
+                action(s)
+
+        thread = threading.Thread(target=act)
+        thread.start()
+        return thread
+
+    # holding one itself, a worker does not wait: two could wait on each other
+    assert budget.claim(wid, hashes[:1], limit=1) == set(hashes[:1])
+    store.claim(wid, hw, tgt, hashes[1:], worker=other, seconds=600)
+    start = time.monotonic()
+    budget.wait_for_others(wid, poll_s=5)
+    assert budget.left(wid) == 0 and time.monotonic() - start < 2
+    budget.close()
+
+    store.claim(wid, hw, tgt, hashes, worker=other, seconds=600)
+    assert budget.left(wid) == 0
+    start = time.monotonic()
+    thread = after(0.5, lambda s: s.release(other))  # it stopped before measuring them
+    budget.wait_for_others(wid, poll_s=0.05)
+    thread.join()
+    assert time.monotonic() - start >= 0.5 and budget.left(wid) == 3
+
+    # one elsewhere that never lets go (died there: its leases outlast any wait): given up
+    store.claim(wid, hw, tgt, hashes, worker=other, seconds=600)
+    start = time.monotonic()
+    budget.wait_for_others(wid, poll_s=0.05, elsewhere_s=0.3)
+    assert 0.3 <= time.monotonic() - start < 3 and budget.left(wid) == 0
+    store.release(other)
+    # one on this machine is waited for as long as it lives (dead, it would be swept)
+    here = worker_name()  # another worker of this same, live process
+    store.claim(wid, hw, tgt, hashes, worker=here, seconds=600)
+    start = time.monotonic()
+    thread = after(0.8, lambda s: s.release(here))
+    budget.wait_for_others(wid, poll_s=0.05, elsewhere_s=0.1)
+    thread.join()
+    assert time.monotonic() - start >= 0.8 and budget.left(wid) == 3
+
+    store.claim(wid, hw, tgt, hashes, worker=other, seconds=600)
+    thread = after(0.5, lambda s: s.add(batch))  # it measured them: the budget is spent
+    budget.wait_for_others(wid, poll_s=0.05)
+    thread.join()
+    assert budget.left(wid) == 0 and store.count() == 3
+    budget.close()
+    store.close()
+
+
 def test_under_a_deadline_first_rounds_share_the_time_left(tmp_path: Path) -> None:
     import time
 

@@ -52,6 +52,8 @@ INT32_MAX = 2**31 - 1  # MetaSchedule counts a task's trials in a 32-bit integer
 FIRST_PASS_SHARE = 0.5
 MIN_FIRST_ROUND = 4
 FIRST_ROUND_GRACE = 0.1
+# How often a worker whose task has nothing left only because others hold leases looks again.
+WAIT_POLL_SECONDS = 1.0
 
 
 def candidate_hash(candidate) -> str:
@@ -152,6 +154,36 @@ class SharedBudget:
             task = min(task, MIN_FIRST_ROUND)
         return max(0, min(overall, task, self._time_share(workload_id, done, held)))
 
+    def wait_for_others(self, workload_id: int, poll_s: float = WAIT_POLL_SECONDS,
+                        elsewhere_s: float = LEASE_SECONDS) -> None:  # fmt: skip
+        """Wait while ``workload_id`` has nothing left only because other workers hold leases:
+        measured, those spend the budget; released (a tuner stopped), they come back to this
+        worker, whose task would otherwise have ended for good.  Not while this worker holds
+        leases itself (its own late rounds: two workers could wait on each other), past the
+        deadline, or once interrupted; for leases held on other machines, ``elsewhere_s`` at
+        most (one that died there holds them until they expire: up to hours for a large
+        batch).  Holders on this machine that die are swept as they go."""
+        give_up = time.monotonic() + elsewhere_s
+        while self._held_back_by_others(workload_id) and not interrupted():
+            if time.monotonic() >= give_up and not self._holders_all_here():
+                return
+            time.sleep(poll_s)
+
+    def _holders_all_here(self) -> bool:
+        here = socket.gethostname()
+        return all(h.split("/")[0] == here for h in self.store.lease_holders() - {self.worker})
+
+    def _held_back_by_others(self, workload_id: int) -> bool:
+        if self.expired:
+            return False
+        self._sweep()
+        key = {"hardware_id": self.hardware_id, "target": self.target}
+        others = self.store.leased(self.workload_ids, worker=self.worker, **key)
+        if not others or self.store.leased(self.workload_ids, **key) != others:
+            return False
+        done = {w: self.store.count(workload_id=w, **key) for w in self.workload_ids}
+        return min(self.total - sum(done.values()), self.per_task - done.get(workload_id, 0)) > 0
+
     def measured(self, count: int) -> None:
         """``count`` more candidates measured by this worker: its pace."""
         self._measured += count
@@ -237,6 +269,9 @@ class Leased(PySearchStrategy):
             return None
         for _ in range(self.tries):
             left = min(self.budget.left(self.workload_id), self.max_trials - self.trials)
+            if left <= 0 and self.max_trials > self.trials:
+                self.budget.wait_for_others(self.workload_id)
+                left = min(self.budget.left(self.workload_id), self.max_trials - self.trials)
             if left <= 0:
                 return None
             try:
