@@ -288,7 +288,9 @@ def test_the_deadline_ends_the_search_after_the_round_in_flight(tmp_path, monkey
 
     # The budget's clock jumps past the deadline once the first round is recorded.
     late: list[int] = []
-    clock = SimpleNamespace(monotonic=lambda: time.monotonic() + (1e9 if late else 0.0))
+    clock = SimpleNamespace(
+        monotonic=lambda: time.monotonic() + (1e9 if late else 0.0), sleep=time.sleep
+    )
     monkeypatch.setattr(leases, "time", clock)
     result = tune(["matmul:32,32,32", "matmul:16,32,32"], max_seconds=3600,
                   records=f"sqlite:///{tmp_path / 'r.db'}", work_dir=tmp_path / "w",
@@ -308,7 +310,9 @@ def test_a_trial_budget_spent_by_a_round_that_crossed_the_deadline_is_not_out_of
     from tensortune.search import leases
 
     late: list[int] = []
-    clock = SimpleNamespace(monotonic=lambda: time.monotonic() + (1e9 if late else 0.0))
+    clock = SimpleNamespace(
+        monotonic=lambda: time.monotonic() + (1e9 if late else 0.0), sleep=time.sleep
+    )
     monkeypatch.setattr(leases, "time", clock)
     result = tune(["matmul:32,32,32"], trials=2, max_seconds=3600, trials_per_round=2,
                   records=f"sqlite:///{tmp_path / 'r.db'}", work_dir=tmp_path / "w",

@@ -305,8 +305,10 @@ class _Filler:
 
         remaining = self.want - have
         count = [0]
+        # A task all leased to other collectors is theirs: go on to the next one (a rerun
+        # fills what a stopped collector left), rather than wait for them.
         budget = SharedBudget(self.store, [wid], self.platform.hardware.id, self.platform.key,
-                              self.want, self.want, worker=self.worker)  # fmt: skip
+                              self.want, self.want, worker=self.worker, max_wait_s=0)  # fmt: skip
 
         def on_batch(_: int, batch: list) -> None:
             count[0] += len(batch)

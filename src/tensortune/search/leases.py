@@ -13,6 +13,7 @@ expire after ``seconds`` by the database's clock; on its own machine a rerun fre
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import os
 import socket
@@ -28,6 +29,8 @@ from tensortune.errors import RecordsError, TensortuneError, interrupted, last_l
 from tensortune.records.convert import trace_text
 from tensortune.records.schema import trace_hash
 from tensortune.records.storage import RecordStore
+
+_log = logging.getLogger(__name__)
 
 # How long a claim lasts: longer than its batch takes to build and run (each candidate at
 # most the builder's and the runner's time limits), short enough that the budget a dead worker
@@ -52,8 +55,11 @@ INT32_MAX = 2**31 - 1  # MetaSchedule counts a task's trials in a 32-bit integer
 FIRST_PASS_SHARE = 0.5
 MIN_FIRST_ROUND = 4
 FIRST_ROUND_GRACE = 0.1
-# How often a worker whose task has nothing left only because others hold leases looks again.
+# How often a worker whose task has nothing left only because others hold leases looks again
+# (at first; then less and less often), and how long it may wait in all, over its run.
 WAIT_POLL_SECONDS = 1.0
+WAIT_POLL_MAX_SECONDS = 10.0
+MAX_WAIT_SECONDS = 600.0
 
 
 def candidate_hash(candidate) -> str:
@@ -97,6 +103,8 @@ class SharedBudget:
     seconds: float = LEASE_SECONDS
     # ``time.monotonic()`` after which nothing more may be drawn: a time budget (None: none).
     deadline: float | None = None
+    # Seconds this worker may wait, over its run, for leases others hold (``wait_for_others``).
+    max_wait_s: float = MAX_WAIT_SECONDS
 
     def __post_init__(self) -> None:
         # What stopped a lease (the store's error), for the caller to re-raise: TVM turns an
@@ -154,35 +162,47 @@ class SharedBudget:
             task = min(task, MIN_FIRST_ROUND)
         return max(0, min(overall, task, self._time_share(workload_id, done, held)))
 
-    def wait_for_others(self, workload_id: int, poll_s: float = WAIT_POLL_SECONDS,
-                        elsewhere_s: float = LEASE_SECONDS) -> None:  # fmt: skip
-        """Wait while ``workload_id`` has nothing left only because other workers hold leases:
-        measured, those spend the budget; released (a tuner stopped), they come back to this
-        worker, whose task would otherwise have ended for good.  Not while this worker holds
-        leases itself (its own late rounds: two workers could wait on each other), past the
-        deadline, or once interrupted; for leases held on other machines, ``elsewhere_s`` at
-        most (one that died there holds them until they expire: up to hours for a large
-        batch).  Holders on this machine that die are swept as they go."""
-        give_up = time.monotonic() + elsewhere_s
-        while self._held_back_by_others(workload_id) and not interrupted():
-            if time.monotonic() >= give_up and not self._holders_all_here():
+    def wait_for_others(self, workload_id: int, poll_s: float = WAIT_POLL_SECONDS) -> None:
+        """Wait while the run's budget has nothing left for ``workload_id`` only because other
+        workers hold leases: measured, those spend it; handed back (that worker was stopped),
+        they come back to this one, whose task would otherwise have ended for good.
+
+        Not when the task's own cap is what holds it back (other tasks may have budget: the
+        task ends and the worker goes on), nor while this worker holds leases itself (its own
+        late rounds: two workers could wait on each other), past the deadline or once
+        interrupted; and ``max_wait_s`` in all over the run (a worker that died on another
+        machine holds its leases until they expire: hours for a large batch)."""
+        noticed = False
+        while self.max_wait_s > 0 and not interrupted():
+            start = time.monotonic()
+            held = self._held_back_by_others(workload_id)
+            if not held:
                 return
-            time.sleep(poll_s)
+            if not noticed:
+                _log.warning("waiting for %d candidates that other workers have leased (the "
+                             "budget they spend, or hand back if stopped); %.0f s at most",
+                             held, self.max_wait_s)  # fmt: skip
+                noticed = True
+            time.sleep(min(poll_s, self.max_wait_s))
+            poll_s = min(poll_s * 1.5, WAIT_POLL_MAX_SECONDS)  # a shared database: fewer polls
+            self.max_wait_s -= time.monotonic() - start
 
-    def _holders_all_here(self) -> bool:
-        here = socket.gethostname()
-        return all(h.split("/")[0] == here for h in self.store.lease_holders() - {self.worker})
-
-    def _held_back_by_others(self, workload_id: int) -> bool:
+    def _held_back_by_others(self, workload_id: int) -> int:
+        """The candidates other workers hold that alone keep ``workload_id`` from the budget
+        (0: not so)."""
         if self.expired:
-            return False
+            return 0
         self._sweep()
         key = {"hardware_id": self.hardware_id, "target": self.target}
         others = self.store.leased(self.workload_ids, worker=self.worker, **key)
         if not others or self.store.leased(self.workload_ids, **key) != others:
-            return False
+            return 0
         done = {w: self.store.count(workload_id=w, **key) for w in self.workload_ids}
-        return min(self.total - sum(done.values()), self.per_task - done.get(workload_id, 0)) > 0
+        # the run's budget all leased, and this task's cap not all measured: when only the
+        # task's cap is leased, other tasks have budget left, and this task ends
+        free = self.total - sum(done.values())
+        held = sum(others.values())
+        return held if 0 < free <= held and self.per_task > done.get(workload_id, 0) else 0
 
     def measured(self, count: int) -> None:
         """``count`` more candidates measured by this worker: its pace."""
