@@ -286,8 +286,6 @@ class _IdleWorkers:
         if not _adopted(w, None, "/"):
             return False
         with self._lock:
-            if any(other is w for other in self._workers):
-                return True
             self._workers.append(w)
             evicted, self._workers = self._workers[: -self.limit], self._workers[-self.limit :]
         _stop(evicted)

@@ -119,6 +119,7 @@ class SharedBudget:
         # This worker's pace (seconds per candidate measured, drafting and building included),
         # clocked from its first draw: setting up the session is not measuring.
         self._created, self._started, self._measured = time.monotonic(), None, 0
+        self._wait_left = self.max_wait_s  # of the run's allowance for ``wait_for_others``
 
     def _sweep(self) -> None:
         """Free the leases of holders on this machine that have died: a tuner killed beside
@@ -173,7 +174,7 @@ class SharedBudget:
         interrupted; and ``max_wait_s`` in all over the run (a worker that died on another
         machine holds its leases until they expire: hours for a large batch)."""
         noticed = False
-        while self.max_wait_s > 0 and not interrupted():
+        while self._wait_left > 0 and not interrupted():
             start = time.monotonic()
             held = self._held_back_by_others(workload_id)
             if not held:
@@ -181,11 +182,11 @@ class SharedBudget:
             if not noticed:
                 _log.warning("waiting for %d candidates that other workers have leased (the "
                              "budget they spend, or hand back if stopped); %.0f s at most",
-                             held, self.max_wait_s)  # fmt: skip
+                             held, self._wait_left)  # fmt: skip
                 noticed = True
-            time.sleep(min(poll_s, self.max_wait_s))
+            time.sleep(min(poll_s, self._wait_left))
             poll_s = min(poll_s * 1.5, WAIT_POLL_MAX_SECONDS)  # a shared database: fewer polls
-            self.max_wait_s -= time.monotonic() - start
+            self._wait_left -= time.monotonic() - start
 
     def _held_back_by_others(self, workload_id: int) -> int:
         """The candidates other workers hold that alone keep ``workload_id`` from the budget
