@@ -34,8 +34,9 @@ import numpy as np
 
 from tensortune.compat import tvm
 
-# F(TILE×TILE, 3×3): MetaSchedule's CPU Winograd rules unroll α = TILE + 2 = 6 wide transforms.
-TILE = 4
+# F(m×m, 3×3) for m in TILES, the largest that leaves a convolution MIN_TILES tiles; MetaSchedule's
+# CPU Winograd rules unroll the α = m + 2 wide transforms (6 or 4).
+TILES = (4, 2)
 KERNEL = 3
 # Below this many input or output channels the transforms cost more than the product saves.
 MIN_CHANNELS = 16
@@ -56,14 +57,15 @@ def winograd_convs(mod: tvm.IRModule) -> tvm.IRModule:
     return mutator.builder_.get()
 
 
-def transformed_weight(weight: np.ndarray, layout: str = "OIHW") -> np.ndarray:
-    """A 3×3 weight in ``layout`` as the (α, α, CO, CI) kernel ``winograd_nhwc`` takes:
-    G·w·Gᵀ per channel pair, computed in float64, stored in the weight's dtype."""
+def transformed_weight(weight: np.ndarray, layout: str = "OIHW", tile: int = TILES[0]) -> np.ndarray:
+    """A 3×3 weight in ``layout`` as the (α, α, CO, CI) kernel ``winograd_nhwc`` takes for
+    F(``tile``×``tile``, 3×3): G·w·Gᵀ per channel pair, computed in float64, stored in the
+    weight's dtype."""
     from tvm.topi.nn.winograd_util import _cook_toom_convolution, _interpolation_points
 
     oihw = np.transpose(weight, [layout.index(axis) for axis in "OIHW"]).astype(np.float64)
     # TOPI's matrices, so that the transforms in the computation match this one
-    _, _, g = _cook_toom_convolution(_interpolation_points(TILE + KERNEL - 1), TILE, KERNEL)
+    _, _, g = _cook_toom_convolution(_interpolation_points(tile + KERNEL - 1), tile, KERNEL)
     u = np.einsum("ak,oikl,bl->aboi", g, oihw, g)
     return np.ascontiguousarray(u, dtype=weight.dtype)
 
@@ -124,24 +126,28 @@ def winograd_nhwc(data: tvm.te.Tensor, kernel: tvm.te.Tensor,
     )
 
 
-def eligible(call: tvm.relax.Call) -> bool:
-    """Whether a ``relax.nn.conv2d`` call is one ``winograd_convs`` rewrites."""
+def tile_for(call: tvm.relax.Call) -> int | None:
+    """The output tile (m of F(m×m, 3×3)) ``winograd_convs`` rewrites a ``relax.nn.conv2d``
+    call with, or None where it stays direct."""
     a = call.attrs
     data, weight = call.args
     if not isinstance(weight, tvm.ir.Constant) or str(weight.value.dtype) != "float32":
-        return False
+        return None
     if a.data_layout != "NHWC" or a.out_layout != "NHWC" or a.groups != 1:
-        return False
+        return None
     if any(int(s) != 1 for s in (*a.strides, *a.dilation)):
-        return False
+        return None
     if str(a.out_dtype) not in ("", "float32") or data.ty.dtype != "float32":
-        return False
+        return None
     shape = dict(zip(a.kernel_layout, (int(d) for d in weight.value.shape), strict=True))
+    if (shape["H"], shape["W"]) != (KERNEL, KERNEL) or min(shape["O"], shape["I"]) < MIN_CHANNELS:
+        return None
     n, height, width, _ = (int(d) for d in data.ty.shape)
     out_h, out_w = _output_size(height, width, tuple(int(p) for p in a.padding))
-    tiles = n * -(-out_h // TILE) * -(-out_w // TILE)
-    return ((shape["H"], shape["W"]) == (KERNEL, KERNEL)
-            and min(shape["O"], shape["I"]) >= MIN_CHANNELS and tiles >= MIN_TILES)  # fmt: skip
+    for tile in TILES:
+        if n * -(-out_h // tile) * -(-out_w // tile) >= MIN_TILES:
+            return tile
+    return None
 
 
 def _output_size(height: int, width: int, padding: tuple) -> tuple[int, int]:
@@ -158,10 +164,13 @@ def _mutator() -> type:
     class WinogradMutator(relax.PyExprMutator):
         def visit_call_(self, call: relax.Call) -> relax.Expr:
             call = super().visit_call_(call)
-            if getattr(call.op, "name", None) != "relax.nn.conv2d" or not eligible(call):
+            if getattr(call.op, "name", None) != "relax.nn.conv2d":
+                return call
+            tile = tile_for(call)
+            if tile is None:
                 return call
             data, weight = call.args
-            kernel = transformed_weight(weight.value.numpy(), str(call.attrs.kernel_layout))
+            kernel = transformed_weight(weight.value.numpy(), str(call.attrs.kernel_layout), tile)
             padding = tuple(int(p) for p in call.attrs.padding)
             # returned unbound, so that FuseOps sees the convolution feed its epilogue directly
             return self.builder_.call_te(winograd_nhwc, data, relax.const(kernel), padding,
