@@ -64,10 +64,10 @@ WinogradOpt = Annotated[
     bool,
     typer.Option("--winograd/--no-winograd",
                  help="Run a model's 3x3 stride-1 convolutions with enough channels and output "
-                 "tiles as Winograd F(4x4, 3x3) (about 4x fewer multiply-adds; see "
-                 "workloads/winograd.py). On by default; tune and compile must agree, as the "
-                 "tasks differ (a store tuned before Winograd was the default holds direct "
-                 "ones)."),
+                 "tiles as Winograd F(4x4, 3x3), or F(2x2, 3x3) on small images (4x or "
+                 "2.25x fewer multiply-adds; see workloads/winograd.py). On by default; tune "
+                 "and compile must agree, as the tasks differ (a store tuned before Winograd "
+                 "was the default holds direct ones)."),
 ]  # fmt: skip
 
 # API parameters whose option is not ``--`` + the name with dashes.

@@ -291,7 +291,7 @@ def tune(
     ``trials_per_round`` defaults to 64, lowered (down to 8) so that each task gets a round.
     ``fast_math`` approximates float32 ``exp``/``tanh``/``erf`` so they vectorize; outputs
     are then checked against the exact workload (``tensortune.workloads.fast_math``).
-    ``winograd`` runs a model's eligible 3×3 convolutions as Winograd F(4×4, 3×3)
+    ``winograd`` runs a model's eligible 3×3 convolutions as Winograd F(4×4, 3×3) or F(2×2, 3×3)
     (``tensortune.workloads.winograd``).  A loaded ``Model`` keeps what it was loaded with.
     ``input_shapes`` fixes an ONNX model's dynamic input dimensions
     (``{"input": [1, 3, 224, 224]}``).

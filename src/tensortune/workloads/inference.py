@@ -28,7 +28,8 @@ def for_inference(mod: tvm.IRModule, *, fast_math: bool = True, winograd: bool =
     """Fold batch norms into convolutions and, with ``fast_math``, replace the transcendental
     functions by polynomial approximations that vectorize; with ``channels_last``, run 2-d
     convolutions in NHWC, and with ``winograd`` too, the eligible 3×3 stride-1 ones among them
-    as Winograd F(4×4, 3×3) (``workloads.winograd``: about 4× fewer multiply-adds).
+    as Winograd F(4×4, 3×3), or F(2×2, 3×3) on small images (``workloads.winograd``: 4× or
+    2.25× fewer multiply-adds).
 
     Left alone, an inference-mode batch norm legalizes to a tuple-returning PrimFunc that
     FuseOps cannot merge with its neighbours, so every conv → BN → ReLU (→ residual add) costs

@@ -69,8 +69,8 @@ def load_model(
     Batch norms are folded into convolutions, and ``fast_math`` replaces erf, exp and tanh
     (GELU, softmax) with vectorizable approximations, and ``channels_last`` runs 2-d
     convolutions in NHWC whatever the source's layout (see ``workloads.inference``), and
-    ``winograd`` the eligible 3×3 stride-1 ones among them as Winograd F(4×4, 3×3) (see
-    ``workloads.winograd``).
+    ``winograd`` the eligible 3×3 stride-1 ones among them as Winograd F(4×4, 3×3) or, on
+    small images, F(2×2, 3×3) (see ``workloads.winograd``).
     Raises ``WorkloadError`` for anything the user can fix.
     """
     if not isinstance(target, tvm.target.Target):  # a dict, JSON text, a Platform, None

@@ -1,15 +1,17 @@
-"""Winograd convolutions: a model's channels-last 3×3 stride-1 convolutions as F(4×4, 3×3).
+"""Winograd convolutions: a model's channels-last 3×3 stride-1 convolutions as F(4×4, 3×3), or
+F(2×2, 3×3) where an image holds too few 4×4 tiles.
 
 Why: a direct convolution needs 9 multiply-adds per output and input channel; Winograd's
-F(4×4, 3×3) needs 36 per tile of 16 outputs (4× fewer), plus input and output transforms whose
-cost does not grow with the channel count.  ONNX Runtime and OpenVINO run direct convolutions
-at a CPU's peak, so only fewer operations can beat them.  On a 2-core Intel Xeon (AVX-512),
-ResNet-18's layers with bias and ReLU, inside the model after 20 minutes of tuning it, took
-424-435 µs at 56×56×64 and 399-408 µs at 28×28×128, where the direct ones took 551-577 and
-570-615 µs (ONNX Runtime's: 511-516 and 525-540 µs).
+F(4×4, 3×3) needs 36 per tile of 16 outputs (4× fewer) and F(2×2, 3×3) 16 per tile of 4
+(2.25× fewer), plus input and output transforms whose cost does not grow with the channel
+count.  ONNX Runtime and OpenVINO run direct convolutions at a CPU's peak, so only fewer
+operations can beat them.  On a 2-core Intel Xeon (AVX-512), ResNet-18's layers with bias and
+ReLU, inside the model after 20 minutes of tuning it, took 424-435 µs at 56×56×64 and 399-408
+µs at 28×28×128, where the direct ones took 551-577 and 570-615 µs (ONNX Runtime's: 511-516
+and 525-540 µs).
 
 How: each eligible ``relax.nn.conv2d`` (NHWC data, 3×3, stride and dilation 1, one group, a
-constant float32 weight, enough channels and tiles, see ``eligible``) becomes a call to the TE
+constant float32 weight, enough channels and tiles, see ``tile_for``) becomes a call to the TE
 computation below, on a weight transformed here, once (G·w·Gᵀ, in float64).  Its stages are
 the ones MetaSchedule's CPU rules for NHWC Winograd expect (``conv2d_nhwc_winograd_data_pack``
 and ``_inverse`` unroll the small transforms); the batched matrix product between them is
@@ -17,12 +19,16 @@ tuned like any other, its weight laid out for the schedule at compile time like 
 convolution's.  The input is padded to whole tiles, so no tile reads outside it, and the
 output reads only the tiles' valid part.
 
-When not: the transformed weight is 4× the direct one (α² = 36 values per 9), and inside a
-model it comes from memory, not from the cache that a kernel timed alone keeps it in.  At
-14×14×256 (16 tiles, a 9.4 MB transformed weight) Winograd's kernels timed alone took 437-590
-µs against 575-634 µs direct, but 774-783 µs inside the model against 629-680 µs.  So a
-convolution needs ``MIN_TILES`` tiles: each value of its transformed weight then feeds enough
-multiply-adds.
+When not, and which tile: the transformed weight is (m + 2)² / 9 times the direct one (4× for
+m = 4, 1.8× for m = 2), and inside a model it comes from memory, not from the cache that a
+kernel timed alone keeps it in.  At 14×14×256 (16 tiles of 4×4, a 9.4 MB transformed weight)
+F(4×4)'s kernels timed alone took 437-590 µs against 575-634 µs direct, but 774-783 µs inside
+the model against 629-680 µs.  So a convolution takes the largest tile that leaves it
+``MIN_TILES`` tiles, each value of its transformed weight then feeding enough multiply-adds, and
+stays direct where no tile does.  At 14×14×256 that is F(2×2) (49 tiles, a 4.2 MB weight):
+ResNet-50 and ResNet-18 built with it ran 1.01-1.05× and 1.04× faster than with those layers
+direct, tuned alike (same store, the new tasks given the direct ones' trials; an Intel Xeon,
+2 cores, whole models timed in turns).  At 7×7 not even 2×2 tiles are enough (16).
 
 Cost: more rounding.  The transforms add and subtract scaled neighbours, so float32 results
 move further from exact than a direct convolution's (``tests/test_winograd.py`` bounds it).
@@ -40,8 +46,8 @@ TILES = (4, 2)
 KERNEL = 3
 # Below this many input or output channels the transforms cost more than the product saves.
 MIN_CHANNELS = 16
-# Fewer tiles than this and reading the 4×-larger transformed weight costs more than Winograd
-# saves (see above: 16 tiles lost, 49 won).
+# Fewer tiles than this and reading the larger transformed weight costs more than Winograd saves
+# (see above: 16 tiles of 4×4 lost; 49 of 4×4, and of 2×2, won).
 MIN_TILES = 32
 
 
@@ -57,7 +63,8 @@ def winograd_convs(mod: tvm.IRModule) -> tvm.IRModule:
     return mutator.builder_.get()
 
 
-def transformed_weight(weight: np.ndarray, layout: str = "OIHW", tile: int = TILES[0]) -> np.ndarray:
+def transformed_weight(weight: np.ndarray, layout: str = "OIHW",
+                       tile: int = TILES[0]) -> np.ndarray:  # fmt: skip
     """A 3×3 weight in ``layout`` as the (α, α, CO, CI) kernel ``winograd_nhwc`` takes for
     F(``tile``×``tile``, 3×3): G·w·Gᵀ per channel pair, computed in float64, stored in the
     weight's dtype."""
