@@ -12,6 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from test_compile import TinyMLP  # noqa: E402
+from test_winograd import Convs  # noqa: E402
 
 from tensortune.compare import e2e  # noqa: E402
 from tensortune.compare.e2e import SystemTiming  # noqa: E402
@@ -62,6 +63,20 @@ def test_every_system_runs_the_same_model_and_is_timed_in_turns(tuned):
     assert result.to_dict()["systems"]["pytorch"]["gflops"] == pytest.approx(
         1e-3 / result.systems["pytorch"].median
     )
+
+
+def test_a_model_s_work_counts_its_convolutions_direct_whatever_ran_them() -> None:
+    platform = resolve_platform(None)
+    x = torch.randn(1, 16, 24, 24)
+    work = {}
+    for winograd in (True, False):
+        torch.manual_seed(0)
+        model = load_model(Convs().eval(), example_inputs=(x,), target=platform.tvm_target,
+                           winograd=winograd)  # fmt: skip
+        work[winograd] = (sum(t.flop * t.weight for t in model.tasks) / 1e9,
+                          e2e._direct_gflop(model, platform))  # fmt: skip
+    assert work[True][0] < work[False][0]  # Winograd's tasks do less
+    assert work[True][1] == pytest.approx(work[False][0]) == work[False][1]
 
 
 @pytest.fixture
