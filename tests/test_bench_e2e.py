@@ -69,12 +69,12 @@ def test_a_model_s_work_counts_its_convolutions_direct_whatever_ran_them() -> No
     platform = resolve_platform(None)
     x = torch.randn(1, 16, 24, 24)
     work = {}
+    net = Convs().eval()
     for winograd in (True, False):
-        torch.manual_seed(0)
-        model = load_model(Convs().eval(), example_inputs=(x,), target=platform.tvm_target,
+        model = load_model(net, example_inputs=(x,), target=platform.tvm_target,
                            winograd=winograd)  # fmt: skip
         work[winograd] = (sum(t.flop * t.weight for t in model.tasks) / 1e9,
-                          e2e._direct_gflop(model, platform))  # fmt: skip
+                          e2e._direct_gflop(model, platform, net, example_inputs=(x,)))  # fmt: skip
     assert work[True][0] < work[False][0]  # Winograd's tasks do less
     assert work[True][1] == pytest.approx(work[False][0]) == work[False][1]
 

@@ -38,9 +38,9 @@ class Convs(torch.nn.Module):
 
 
 class Ragged(torch.nn.Module):
-    """Outputs that are not whole tiles (22×22: 6×6 tiles of 4×4; 11×11: 6×6 tiles of 2×2; the
-    last ones partly outside) and padding that is not 'same' (from 22×22 to 24×24, or 11×11 to
-    13×13): the tiles must read zeros, not garbage."""
+    """Outputs that are not whole tiles (22×22: 6×6 tiles of 4×4; 11×11 and 13×13: 6×6 and
+    7×7 tiles of 2×2; the last ones partly outside) and padding that is not 'same' (from 22×22
+    to 24×24, or 11×11 to 13×13): the tiles must read zeros, not garbage."""
 
     def __init__(self) -> None:
         super().__init__()

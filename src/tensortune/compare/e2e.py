@@ -214,7 +214,7 @@ def bench_e2e(
             timings[name] = timing
             if name == "tensortune.load":  # the two loads side by side in the table
                 timings[OWN_PROCESS] = own
-        gflop = _direct_gflop(model, platform)
+        gflop = _direct_gflop(model, platform, net)
         result = E2EResult(net, gflop, threads, platform.hardware.cpu_model, peak,
                            info["seconds"], info["trials"],
                            timings, peak_by)  # fmt: skip
@@ -223,15 +223,15 @@ def bench_e2e(
     return out
 
 
-def _direct_gflop(model, platform: Platform) -> float:
-    """The model's work with every convolution counted direct: Winograd's tasks do fewer
-    operations, and counting those would rate every system's GFLOP/s (the runtimes', which
-    compute the convolutions their own way, too) on work that varies with our rewrite."""
+def _direct_gflop(model, platform: Platform, source: object, **load: object) -> float:
+    """The work of ``model`` (loaded from ``source``, with ``load``'s other arguments) with
+    every convolution counted direct: Winograd's tasks do fewer operations, and counting those
+    would rate every system's GFLOP/s (the runtimes', which compute the convolutions their own
+    way, too) on work that varies with our rewrite."""
     from tensortune.workloads.models import load_model
 
-    if any("winograd" in t.name for t in model.tasks) and model.torch_module is not None:
-        model = load_model(model.torch_module, example_inputs=tuple(model.torch_inputs),
-                           name=model.name, target=platform.tvm_target, winograd=False)  # fmt: skip
+    if any("winograd" in t.name for t in model.tasks):
+        model = load_model(source, target=platform.tvm_target, winograd=False, **load)
     return sum(t.flop * t.weight for t in model.tasks) / 1e9
 
 

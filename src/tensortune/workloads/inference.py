@@ -16,8 +16,9 @@ from tensortune.workloads.winograd import winograd_convs
 
 # Part of the key of anything derived from a model's task list (the zoo's cached task counts):
 # raise it whenever a rewrite here changes the tasks a model is cut into.
-# 3: weights marked layout-free (models.fuse); 4: channels-last convs; 5: Winograd convs
-REWRITES_VERSION = 5
+# 3: weights marked layout-free (models.fuse); 4: channels-last convs; 5: Winograd convs;
+# 6: Winograd F(2×2, 3×3) on small images
+REWRITES_VERSION = 6
 
 # Activations in NHWC, weights in OHWI (which RewriteLayout then re-orders per schedule).
 CHANNELS_LAST = {"relax.nn.conv2d": ["NHWC", "OHWI"]}

@@ -71,8 +71,9 @@ def transformed_weight(weight: np.ndarray, layout: str = "OIHW",
     from tvm.topi.nn.winograd_util import _cook_toom_convolution, _interpolation_points
 
     oihw = np.transpose(weight, [layout.index(axis) for axis in "OIHW"]).astype(np.float64)
-    # TOPI's matrices, so that the transforms in the computation match this one
-    _, _, g = _cook_toom_convolution(_interpolation_points(tile + KERNEL - 1), tile, KERNEL)
+    # TOPI's matrices (as winograd_transform_matrices makes them), so that the transforms in
+    # the computation match this one
+    _, _, g = _cook_toom_convolution(_interpolation_points(tile + KERNEL - 2), tile, KERNEL)
     u = np.einsum("ak,oikl,bl->aboi", g, oihw, g)
     return np.ascontiguousarray(u, dtype=weight.dtype)
 
