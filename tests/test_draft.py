@@ -124,10 +124,11 @@ def test_a_tasks_first_draft_ranks_random_samples_without_evolving(target):
     from tensortune.search.space import tune_context
 
     for first, expected in ((0, [48, 112, 112]), (2, [112, 112, 112])):
-        # Each round drafts anew; the analyzer also scores the 16 cached programs (no verifier).
+        # Each round drafts anew; the analyzer also scores the 16 cached programs (no verifier;
+        # no register-blocked seeds, which would join the first cache).
         strategy = DraftThenVerify(population=32, draft_size=16, draft_generations=2,
                                    first_draft_generations=first, verify_mutants=0,
-                                   per_round=4, redraft_every=1)  # fmt: skip
+                                   per_round=4, redraft_every=1, seeds=0)  # fmt: skip
         context = tune_context(_matmul(64), platform(target), seed=0, strategy=strategy)
         adapter = strategy.analyzer.inner
         scored: list[int] = []

@@ -9,6 +9,10 @@ cache plus one generation of mutants of the cache's verified best, and the top o
 ε-greedy exploration, is measured.  The verifier therefore sees a few hundred programs per
 round instead of the thousands MetaSchedule's default scores.
 
+A task not measured before starts with register-blocked seeds (``search/seeds.py``): its
+sketches with their tiles set by rule join the first cache, and the verifier's best half-round
+of them is measured first (``seeds=0``: not).
+
 With ``blend`` on, the picks rank by both scorers: a weighted mean of the analyzer's and the
 verifier's rank orders, the verifier's weight following how well each has ordered the task's
 measured programs so far (``search/blend.py``).  It is off by default (the verifier alone
@@ -58,6 +62,7 @@ from tensortune.search.analyzer.machine import machine_for
 from tensortune.search.analyzer.roofline import Analyzer
 from tensortune.search.blend import TrustBlend
 from tensortune.search.build_cost import BuildCosts, cost_aware_order, unroll_step
+from tensortune.search.seeds import seed_candidates
 from tensortune.search.space import RandomSchedules
 
 # Fresh drafts a round may ask for when ALT's filter leaves fewer candidates than it measures.
@@ -71,6 +76,7 @@ OPTION_RANGES: dict[str, tuple[float, float]] = {
     "redraft_every": (1, math.inf), "verify_mutants": (0, math.inf), "per_round": (1, math.inf),
     "eps": (0.0, 1.0), "init_measured_ratio": (0.0, 1.0), "build_cost_weight": (0.0, math.inf),
     "blend": (0, 1), "validity": (0, 1), "pingpong": (0, 2), "audit": (0.0, 1.0),
+    "seeds": (0, 1),
 }  # fmt: skip
 
 
@@ -130,6 +136,8 @@ class DraftThenVerify(PySearchStrategy):
     ``watch_builder`` was given (shared by every clone as ``build_times``).
     ``blend``: 1 ranks the picks by the analyzer's and the verifier's ranks, weighted by how
     well each ranked the task's measurements; 0 by the verifier's alone.
+    ``seeds``: 1 adds a task's register-blocked tilings (``search/seeds.py``) to its first
+    cache and measures the verifier's best half-round of them first; 0 leaves it to chance.
     ``verifier_screens``: the verifier shortlists candidates with a screen before scoring
     them (set by ``watch_verifier``), so each round's mutants are scored with the cache.
     """
@@ -140,7 +148,7 @@ class DraftThenVerify(PySearchStrategy):
                  timings: dict[str, float] | None = None,
                  build_times: dict[str, float] | None = None, build_cost_weight: float = 0.0,
                  first_draft_generations: int = 0, blend: int = 0, validity: int = 0,
-                 pingpong: int = 0, audit: float = 0.1,
+                 pingpong: int = 0, audit: float = 0.1, seeds: int = 1,
                  alt_stats: dict[str, int] | None = None,
                  alt_log: list[tuple[float, bool, int]] | None = None,
                  records: object | None = None,
@@ -164,6 +172,7 @@ class DraftThenVerify(PySearchStrategy):
         self.validity = validity
         self.pingpong = pingpong
         self.audit = audit
+        self.seeds = seeds
         self.alt_stats = alt_stats if alt_stats is not None else {}
         for key in STAT_KEYS:
             self.alt_stats.setdefault(key, 0)
@@ -248,6 +257,7 @@ class DraftThenVerify(PySearchStrategy):
         self.trust = TrustBlend()
         self.picked_scores: list[tuple[float, float | None]] = []
         self.analyzer_memo: dict[int, tuple[object, float]] = {}
+        self.seeded = self._seeds(design_spaces, database)
         self.alt = (AltPolicy(validity=bool(self.validity), pingpong=int(self.pingpong),
                               audit=self.audit, stats=self.alt_stats,
                               seed=int(self.rng.integers(1 << 30)), log=self.alt_log)
@@ -261,6 +271,18 @@ class DraftThenVerify(PySearchStrategy):
         for drafter in (self.drafter, self.first_drafter):
             if drafter is not None:
                 drafter.pre_tuning(1 << 30, self.draft_size, design_spaces, database, self.analyzer)
+
+    def _seeds(self, design_spaces, database) -> list:
+        """Register-blocked seeds for a task not measured before (``search/seeds.py``)."""
+        if not self.seeds:
+            return []
+        mod = self.context.mod
+        if database is not None and database.has_workload(mod) and \
+                database.get_top_k(database.commit_workload(mod), 1):  # fmt: skip
+            return []  # resumed: its search is under way, and the seeds likely measured
+        with self._clock("draft"):
+            found = seed_candidates(mod, list(design_spaces), self.postprocs, self.platform)
+        return [c for c in found if self._new(c)]
 
     def post_tuning(self) -> None:
         self.drafter.post_tuning()
@@ -292,6 +314,7 @@ class DraftThenVerify(PySearchStrategy):
         # short round would end the task's search before its budget (MetaSchedule stops a
         # task whose strategy hands out nothing).
         pool: list = []
+        seeds: set[int] = set()
         for refill in range(REFILLS + 1):
             if refill or not self.cache or self.rounds % self.redraft_every == 0:
                 with self._clock("draft"):
@@ -301,7 +324,9 @@ class DraftThenVerify(PySearchStrategy):
                     if refill:  # the drafter never learns what was dropped and offers it again
                         fresh += self._random_drafts()
                     self.cache = [c for c in fresh if self._new(c)] + self.cache
-                    self.cache = self.cache[: self.draft_size]
+                    self.cache = self.seeded + self.cache[: self.draft_size]
+                    if self.seeded:
+                        seeds, self.seeded = {id(c) for c in self.seeded}, []
             if not self.cache:  # the drafter had nothing new: random drafts next
                 continue
             with self._clock("verify"):
@@ -328,6 +353,9 @@ class DraftThenVerify(PySearchStrategy):
             greedy = uncertain
         else:
             greedy = self._cheap_first(pool, order)[: n - round(n * self.eps)]
+        if seeds:  # measured in the first round, the best-ranked of them if they are many
+            first = [i for i in order if id(pool[i]) in seeds][: max(n // 2, 1)]
+            greedy = first + [i for i in greedy if i not in set(first)][: n - len(first)]
         taken = set(greedy)
         rest = [i for i in order if i not in taken]
         explore = list(self.rng.permutation(rest)[: n - len(greedy)]) if rest else []

@@ -1,0 +1,124 @@
+"""Register-blocked seeds (``search/seeds.py``): tilings by rule, and where the search uses them."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import numpy as np
+import pytest
+from conftest import platform
+
+from tensortune.compat import ms, structural_hash, tvm
+from tensortune.search.seeds import TILE_ROWS, register_tiles, seed_candidates
+from tensortune.search.space import tune_context
+from tensortune.workloads.ops import parse_spec
+
+
+def test_a_matrix_product_gets_rows_times_vectors_that_fit_the_registers():
+    # GPT-2's 128x3072 -> 768 product on AVX-512 (16 lanes, 32 registers), two vectors wide:
+    # 8 rows x 2 vectors of accumulators, 8 such blocks a tile, a 64-long reduction pass.
+    assert register_tiles([128, 768, 3072], [True, True, False], 16, 32, 2, 64) == [
+        [2, 1, 8, 8], [24, 1, 1, 32], [48, 64]]  # fmt: skip
+    # ResNet-50's last 1x1 convolutions (NHWC: n, h, w, co; rh, rw, ci): 7 pixels of a row,
+    # then the 7 rows of the image in one tile; the kernel window stays outside.
+    spatial = [True] * 4 + [False] * 3
+    conv = [[1, 1, 1, 1], [1, 1, 7, 1], [1, 1, 1, 7], [64, 1, 1, 32], [1, 1], [1, 1], [8, 64]]
+    assert register_tiles([1, 7, 7, 2048, 1, 1, 512], spatial, 16, 32, 2, 64) == conv
+    # AVX2 has half the registers: two vectors leave room for 6 rows, of which 128 takes 4.
+    assert register_tiles([128, 768, 3072], [True, True, False], 8, 16, 2, 64)[0][3] == 4
+
+
+def test_no_tiling_where_the_output_does_not_split_into_vectors():
+    assert register_tiles([49, 1000, 2048], [True, True, False], 16, 32, 1, 64) is None
+    assert register_tiles([64, 128, 64], [True, True, False], 16, 32, 8, 64) is None  # > 64
+    assert register_tiles([64, 64], [False, False], 16, 32, 1, 64) is None  # no spatial loop
+
+
+def test_every_tiling_is_perfect_and_fits_the_registers_and_the_space():
+    rng = random.Random(0)
+    made = 0
+    for _ in range(400):
+        n_s, n_r = rng.randint(1, 4), rng.randint(0, 3)
+        extents = [rng.choice([1, 3, 7, 12, 14, 28, 49, 56, 64, 96, 128, 196, 768])
+                   for _ in range(n_s + n_r)]  # fmt: skip
+        spatial = [True] * n_s + [False] * n_r
+        lanes, registers = rng.choice([(4, 16), (8, 16), (16, 32), (4, 32)])
+        nv = rng.choice([1, 2, 4])
+        tiles = register_tiles(extents, spatial, lanes, registers, nv, 64)
+        if extents[n_s - 1] % (lanes * nv) or lanes * nv > 64:
+            assert tiles is None
+            continue
+        made += 1
+        assert [math.prod(t) for t in tiles] == extents
+        assert [len(t) for t in tiles] == [4 if s else 2 for s in spatial]
+        assert all(t[-1] <= 64 for t in tiles)
+        assert tiles[n_s - 1][-1] == lanes * nv
+        rows = math.prod(t[3] for t in tiles[: n_s - 1])
+        assert rows * nv + nv + 1 <= registers
+        assert math.prod(t[2] * t[3] for t in tiles[: n_s - 1]) <= max(TILE_ROWS, rows)
+    assert made > 100
+
+
+def _seeds(spec: str, target: dict):
+    mod = parse_spec(spec).to_module()
+    context = tune_context(mod, platform(target))
+    spaces = context.space_generator.generate_design_space(context.mod)
+    postprocs = list(context.space_generator.postprocs)
+    return context, spaces, seed_candidates(context.mod, spaces, postprocs, platform(target))
+
+
+def test_seeds_are_the_spaces_sketches_with_those_tiles_and_compute_the_product(target):
+    _, spaces, seeds = _seeds("matmul:64,64,64", target)
+    lanes = platform(target).simd_bits // 32
+    # every sketch, each vector count that divides 64, two unroll steps
+    assert len(seeds) == len(spaces) * 3 * 2
+    wanted = {nv: register_tiles([64, 64, 64], [True, True, False], lanes, 16, nv, 64)
+              for nv in (1, 2, 4)}  # fmt: skip
+    for cand in seeds:
+        trace = cand.sch.trace
+        tiles = [[int(v) for v in trace.decisions[i]] for i in trace.insts
+                 if i.kind.name == "SamplePerfectTile"]  # fmt: skip
+        assert tiles in wanted.values()
+    lib = tvm.compile(seeds[0].sch.mod, target=tvm.target.Target(target))
+    dev = tvm.cpu()
+    a, b = np.random.default_rng(0).random((2, 64, 64), dtype=np.float32)
+    c = tvm.runtime.tensor(np.zeros((64, 64), np.float32), dev)
+    lib(tvm.runtime.tensor(a, dev), tvm.runtime.tensor(b, dev), c)
+    np.testing.assert_allclose(c.numpy(), a @ b, rtol=1e-5)
+
+
+def test_element_wise_tasks_have_no_seeds(target):
+    assert _seeds("softmax:64,128", target)[2] == []
+
+
+def test_a_new_tasks_first_round_measures_seeds_and_a_resumed_one_does_not(target):
+    from tensortune.search.draft_verify import DraftThenVerify
+
+    context, spaces, seeds = _seeds("matmul:64,64,64", target)
+    hashes = {structural_hash(c.sch.mod) for c in seeds}
+    for resumed in (False, True):
+        strategy = DraftThenVerify(population=32, draft_size=16, per_round=8, verify_mutants=0)
+        strategy._initialize_with_tune_context(context)
+        database = ms.database.MemoryDatabase()
+        if resumed:
+            workload = database.commit_workload(context.mod)
+            database.commit_tuning_record(ms.database.TuningRecord(
+                spaces[0].trace, workload, [1e-3], context.target,
+                ms.arg_info.ArgInfo.from_prim_func(context.mod["main"])))  # fmt: skip
+        strategy.pre_tuning(64, 8, spaces, database, None)
+        picked = strategy.generate_measure_candidates()
+        strategy.post_tuning()
+        from_seeds = sum(structural_hash(c.sch.mod) in hashes for c in picked)
+        assert len(picked) == 8
+        # half the round at least (more where they rank high), none for a resumed task
+        assert from_seeds == 0 if resumed else from_seeds >= 4, resumed
+
+
+def test_seeds_can_be_turned_off_by_name():
+    from tensortune.errors import TensortuneError
+    from tensortune.search.draft_verify import check_options
+
+    assert check_options({"seeds": "0"}) == {"seeds": 0} and check_options({"seeds": 1}) == {}
+    with pytest.raises(TensortuneError):
+        check_options({"seeds": 2})
