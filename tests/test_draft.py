@@ -386,7 +386,7 @@ def test_draft_then_verify_learns_whom_to_trust_from_its_measured_picks(target):
             pass
 
     strategy = DraftThenVerify(population=32, draft_size=16, per_round=4, verify_mutants=0,
-                               redraft_every=8, blend=1)  # fmt: skip
+                               redraft_every=8, blend=1, seeds=0)  # fmt: skip
     context = tune_context(_matmul(64), platform(target), seed=0, strategy=strategy)
     spaces = context.space_generator.generate_design_space(context.mod)
     strategy.pre_tuning(64, 4, spaces, ms.database.MemoryDatabase(), Backwards())

@@ -10,7 +10,7 @@ import pytest
 from conftest import platform
 
 from tensortune.compat import ms, structural_hash, tvm
-from tensortune.search.seeds import TILE_ROWS, register_tiles, seed_candidates
+from tensortune.search.seeds import TILE_ROWS, register_tiles, seed_candidates, vector_registers
 from tensortune.search.space import tune_context
 from tensortune.workloads.ops import parse_spec
 
@@ -70,10 +70,10 @@ def _seeds(spec: str, target: dict):
 
 def test_seeds_are_the_spaces_sketches_with_those_tiles_and_compute_the_product(target):
     _, spaces, seeds = _seeds("matmul:64,64,64", target)
-    lanes = platform(target).simd_bits // 32
+    lanes, registers = platform(target).simd_bits // 32, vector_registers(platform(target))
     # every sketch, each vector count that divides 64, two unroll steps
     assert len(seeds) == len(spaces) * 3 * 2
-    wanted = {nv: register_tiles([64, 64, 64], [True, True, False], lanes, 16, nv, 64)
+    wanted = {nv: register_tiles([64, 64, 64], [True, True, False], lanes, registers, nv, 64)
               for nv in (1, 2, 4)}  # fmt: skip
     for cand in seeds:
         trace = cand.sch.trace
@@ -113,6 +113,34 @@ def test_a_new_tasks_first_round_measures_seeds_and_a_resumed_one_does_not(targe
         assert len(picked) == 8
         # half the round at least (more where they rank high), none for a resumed task
         assert from_seeds == 0 if resumed else from_seeds >= 4, resumed
+
+
+def test_seeds_the_verifier_ranks_last_still_take_half_the_first_round(target):
+    from tensortune.compat import PyCostModel, derived_object
+    from tensortune.search.draft_verify import DraftThenVerify
+
+    context, spaces, seeds = _seeds("matmul:64,64,64", target)
+    hashes = {structural_hash(c.sch.mod) for c in seeds}
+
+    @derived_object
+    class SeedsLast(PyCostModel):
+        def predict(self, context, candidates):
+            return np.array([-1.0 if structural_hash(c.sch.mod) in hashes else 1.0 + i
+                             for i, c in enumerate(candidates)])  # fmt: skip
+
+        def update(self, context, candidates, results):
+            pass
+
+    strategy = DraftThenVerify(population=32, draft_size=16, per_round=8, verify_mutants=0,
+                               eps=0.0)  # fmt: skip
+    strategy._initialize_with_tune_context(context)
+    strategy.pre_tuning(64, 8, spaces, ms.database.MemoryDatabase(), SeedsLast())
+    first = strategy.generate_measure_candidates()
+    second = strategy.generate_measure_candidates()
+    strategy.post_tuning()
+    assert [structural_hash(c.sch.mod) in hashes for c in first].count(True) == 4
+    # from then on, the verifier's order alone: the seeds it ranks last wait
+    assert not any(structural_hash(c.sch.mod) in hashes for c in second)
 
 
 def test_seeds_can_be_turned_off_by_name():

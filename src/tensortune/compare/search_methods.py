@@ -50,8 +50,8 @@ ALT_PINGPONG = {"alt": 1, "alt-adaptive": 2}
 _FROM_SOURCE = ("moa", "moa-ungated")
 # Saved runs of another version are measured again: 2 starts each clock after the one-off
 # process costs and drafts a task's first candidates without evolution; 3 adapts the
-# pre-trained verifier as MoA does; 4 gates MoA.
-RESULTS_VERSION = 4
+# pre-trained verifier as MoA does; 4 gates MoA; 5 measures register-blocked seeds first.
+RESULTS_VERSION = 5
 
 
 @dataclass

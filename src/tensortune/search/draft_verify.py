@@ -257,7 +257,6 @@ class DraftThenVerify(PySearchStrategy):
         self.trust = TrustBlend()
         self.picked_scores: list[tuple[float, float | None]] = []
         self.analyzer_memo: dict[int, tuple[object, float]] = {}
-        self.seeded = self._seeds(design_spaces, database)
         self.alt = (AltPolicy(validity=bool(self.validity), pingpong=int(self.pingpong),
                               audit=self.audit, stats=self.alt_stats,
                               seed=int(self.rng.integers(1 << 30)), log=self.alt_log)
@@ -265,6 +264,7 @@ class DraftThenVerify(PySearchStrategy):
         earlier = getattr(self.records, "outcomes", None)
         if self.alt is not None and callable(earlier):
             self.seen |= self.alt.warm_start(self.context, earlier(self.context.mod))
+        self.seeded = self._seeds(design_spaces, database)  # after what ``seen`` knows
         # The drafter never stops on its own: we count trials, it hands out drafts.
         if self.first_draft_generations != self.draft_generations:
             self.first_drafter = self._evolution(self.context, self.first_draft_generations)
@@ -273,7 +273,8 @@ class DraftThenVerify(PySearchStrategy):
                 drafter.pre_tuning(1 << 30, self.draft_size, design_spaces, database, self.analyzer)
 
     def _seeds(self, design_spaces, database) -> list:
-        """Register-blocked seeds for a task not measured before (``search/seeds.py``)."""
+        """Register-blocked seeds (``search/seeds.py``) for a task without records: one that
+        has some (a resumed run, a warm start) is under way, and likely measured them."""
         if not self.seeds:
             return []
         mod = self.context.mod
@@ -314,7 +315,7 @@ class DraftThenVerify(PySearchStrategy):
         # short round would end the task's search before its budget (MetaSchedule stops a
         # task whose strategy hands out nothing).
         pool: list = []
-        seeds: set[int] = set()
+        seeds: dict[int, object] = {}  # this round's seeds by id, each kept alive here
         for refill in range(REFILLS + 1):
             if refill or not self.cache or self.rounds % self.redraft_every == 0:
                 with self._clock("draft"):
@@ -323,10 +324,14 @@ class DraftThenVerify(PySearchStrategy):
                     self._retire_first_drafter()
                     if refill:  # the drafter never learns what was dropped and offers it again
                         fresh += self._random_drafts()
-                    self.cache = [c for c in fresh if self._new(c)] + self.cache
-                    self.cache = self.seeded + self.cache[: self.draft_size]
                     if self.seeded:
-                        seeds, self.seeded = {id(c) for c in self.seeded}, []
+                        seeds, self.seeded = {id(c): c for c in self.seeded}, []
+                        self.cache = list(seeds.values()) + self.cache
+                    # a refill's drafts go first, but never push this round's seeds out
+                    kept = [c for c in self.cache if seeds.get(id(c)) is c]
+                    rest = [c for c in fresh if self._new(c)] + \
+                        [c for c in self.cache if seeds.get(id(c)) is not c]  # fmt: skip
+                    self.cache = kept + rest[: self.draft_size]
             if not self.cache:  # the drafter had nothing new: random drafts next
                 continue
             with self._clock("verify"):
@@ -354,8 +359,11 @@ class DraftThenVerify(PySearchStrategy):
         else:
             greedy = self._cheap_first(pool, order)[: n - round(n * self.eps)]
         if seeds:  # measured in the first round, the best-ranked of them if they are many
-            first = [i for i in order if id(pool[i]) in seeds][: max(n // 2, 1)]
-            greedy = first + [i for i in greedy if i not in set(first)][: n - len(first)]
+            first = [i for i in order if seeds.get(id(pool[i])) is pool[i]][: max(n // 2, 1)]
+            chosen_first = set(first)
+            greedy = (first + [i for i in greedy if i not in chosen_first])[
+                : max(len(greedy), len(first))
+            ]  # ε's exploring picks keep their share
         taken = set(greedy)
         rest = [i for i in order if i not in taken]
         explore = list(self.rng.permutation(rest)[: n - len(greedy)]) if rest else []

@@ -24,7 +24,9 @@ order.  A seed is a design-space sketch with those decisions set:
 - everything else stays outside, where it is run in parallel; the explicit unroll is 16 or 64.
 
 Seeds are made for every sketch (each consumer placement) and ``nv`` = 1, 2, 4 where they fit,
-and post-processed like any candidate; one that fails a postprocessor is dropped.  Sketches
+two unroll steps each (18 for a task with one tiled block and MetaSchedule's three CPU
+sketches), and post-processed like any candidate; one that fails a postprocessor is dropped.
+The vectors are float32's (other types get the same tiles, as candidates like any other).  Sketches
 without a ``SSRSRS`` block (GPU spaces, element-wise tasks) give none.
 """
 
@@ -75,9 +77,11 @@ def register_tiles(extents: list[int], spatial: list[bool], lanes: int, register
     tiles[col] = [extents[col] // width, 1, 1, width]
     # Accumulators, the loaded vectors and one broadcast register share the register file.
     max_rows = min((registers - nv - 1) // nv, innermost)
+    if max_rows < 1:
+        return None
     before = [i for i in s_idx[:-1] if extents[i] > 1]
     budget = TILE_ROWS
-    if before and max_rows >= 1:
+    if before:
         row = before[-1]
         rows = _largest_divisor(extents[row], max_rows)
         budget = max(budget // rows, 1)
@@ -134,7 +138,8 @@ def _seed_traces(trace, lanes: int, registers: int) -> list:
         for insts in groups:
             extents = [math.prod(int(v) for v in trace.decisions[i]) for i in insts]
             spatial = [int(i.attrs[0]) == 4 for i in insts]
-            innermost = min(int(i.attrs[1]) for i in insts)
+            # MetaSchedule's -1 is no limit; ours is then the longest pass we make (64)
+            innermost = min(int(i.attrs[1]) if int(i.attrs[1]) > 0 else 64 for i in insts)
             tiles = register_tiles(extents, spatial, lanes, registers, nv, innermost)
             if tiles is None:
                 seeded = None
