@@ -43,14 +43,11 @@ from collections.abc import Mapping
 import numpy as np
 
 from tensortune.compat import (
-    ArgInfo,
-    MeasureCandidate,
     PySearchStrategy,
     derived_object,
     ms,
     mutate,
     structural_hash,
-    tvm,
 )
 from tensortune.costmodel.timed import TimedCostModel
 from tensortune.errors import TensortuneError
@@ -63,7 +60,7 @@ from tensortune.search.analyzer.roofline import Analyzer
 from tensortune.search.blend import TrustBlend
 from tensortune.search.build_cost import BuildCosts, cost_aware_order, unroll_step
 from tensortune.search.seeds import seed_candidates
-from tensortune.search.space import RandomSchedules
+from tensortune.search.space import RandomSchedules, replayed
 
 # Fresh drafts a round may ask for when ALT's filter leaves fewer candidates than it measures.
 REFILLS = 3
@@ -280,7 +277,7 @@ class DraftThenVerify(PySearchStrategy):
         mod = self.context.mod
         if database is not None and database.has_workload(mod) and \
                 database.get_top_k(database.commit_workload(mod), 1):  # fmt: skip
-            return []  # resumed: its search is under way, and the seeds likely measured
+            return []
         with self._clock("draft"):
             found = seed_candidates(mod, list(design_spaces), self.postprocs, self.platform)
         return [c for c in found if self._new(c)]
@@ -466,15 +463,8 @@ class DraftThenVerify(PySearchStrategy):
         trace = mutate(mutator, cand.sch.trace, int(self.rng.integers(1, 1 << 30)))
         if trace is None:
             return None
-        sch = tvm.s_tir.Schedule(self.context.mod, seed=int(self.rng.integers(1, 1 << 30)))
-        try:
-            trace.apply_to_schedule(sch, remove_postproc=True)
-            sch.enter_postproc()
-            if not all(p.apply(sch) for p in self.postprocs):
-                return None
-        except Exception:  # an illegal mutation: drop it, as MetaSchedule does
-            return None
-        return MeasureCandidate(sch, ArgInfo.from_entry_func(sch.mod, remove_preproc=True))
+        return replayed(self.context.mod, trace, self.postprocs,
+                        seed=int(self.rng.integers(1, 1 << 30)))  # fmt: skip
 
     def notify_runner_results(self, measure_candidates, results) -> None:
         self.trials += len(results)

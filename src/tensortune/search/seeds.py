@@ -35,7 +35,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from tensortune.compat import ArgInfo, MeasureCandidate, tvm
+from tensortune.compat import MeasureCandidate, tvm
+from tensortune.search.space import replayed
 
 if TYPE_CHECKING:
     from tensortune.hardware import Platform
@@ -111,19 +112,9 @@ def seed_candidates(mod: tvm.IRModule, design_spaces: list, postprocs: list,
     if lanes < 1:
         return []
     registers = vector_registers(platform)
-    out = []
-    for space in design_spaces:
-        for trace in _seed_traces(space.trace, lanes, registers):
-            sch = tvm.s_tir.Schedule(mod)
-            try:
-                trace.apply_to_schedule(sch, remove_postproc=True)
-                sch.enter_postproc()
-                if not all(p.apply(sch) for p in postprocs):
-                    continue
-            except Exception:  # a tiling a postprocessor or a primitive refuses: no seed
-                continue
-            out.append(MeasureCandidate(sch, ArgInfo.from_entry_func(sch.mod, remove_preproc=True)))
-    return out
+    out = (replayed(mod, trace, postprocs) for space in design_spaces
+           for trace in _seed_traces(space.trace, lanes, registers))  # fmt: skip
+    return [c for c in out if c is not None]
 
 
 def _seed_traces(trace, lanes: int, registers: int) -> list:

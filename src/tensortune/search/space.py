@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tensortune.compat import MeasureCandidate, TuneContext, ms, tvm
+from tensortune.compat import ArgInfo, MeasureCandidate, TuneContext, ms, tvm
 
 if TYPE_CHECKING:
     from tensortune.hardware import Platform
@@ -69,3 +69,19 @@ def sample_candidates(
         out.extend(batch)
     sampler.close()
     return out[:count]
+
+
+def replayed(mod: tvm.IRModule, trace: object, postprocs: list,
+             seed: int | None = None) -> MeasureCandidate | None:  # fmt: skip
+    """``trace`` (decisions set, postprocessors removed) replayed on ``mod`` and
+    post-processed, as a candidate; None where a primitive or a postprocessor refuses it (as
+    MetaSchedule drops such programs)."""
+    sch = tvm.s_tir.Schedule(mod, seed=seed)
+    try:
+        trace.apply_to_schedule(sch, remove_postproc=True)
+        sch.enter_postproc()
+        if not all(p.apply(sch) for p in postprocs):
+            return None
+    except Exception:
+        return None
+    return MeasureCandidate(sch, ArgInfo.from_entry_func(sch.mod, remove_preproc=True))
