@@ -117,6 +117,22 @@ BAD = {
     "train without a dataset": (["train"], "--dataset", "missing"),
     "compile unknown network": (["compile", "nosuchnet"], "NET", "nosuchnet"),
     "bench unknown method": (["bench", "tune", "-w", MM, "--method", "nosuch"], "--method"),
+    "tune unknown draft option": (
+        [*TUNE, "--draft-option", "nosuch=1"],
+        "--draft-option",
+        "nosuch",
+    ),
+    "tune draft option out of range": (
+        [*TUNE, "--draft-option", "seeds=2"],
+        "--draft-option",
+        "seeds='2'",
+    ),
+    "tune draft option without =": ([*TUNE, "--draft-option", "seeds"], "--draft-option"),
+    "tune draft option, MetaSchedule's strategy": (
+        [*TUNE, "--strategy", "evolutionary", "--draft-option", "seeds=0"],
+        "--draft-option",
+        "draft-verify and alt only",
+    ),
     "bench bad draft option": (
         ["bench", "tune", "-w", MM, "--draft-option", "population=-1"],
         "--draft-option",
@@ -262,6 +278,21 @@ def test_a_dry_run_checks_the_store_url_and_the_work_dir(cli: Cli, tmp_path: Pat
                   f"sqlite:///{tmp_path / 'r.db'}", "--work-dir", str(tmp_path / "file")),
               "--work-dir")  # fmt: skip
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]  # no store was created
+
+
+def test_a_dry_run_names_the_draft_options_given(cli: Cli) -> None:
+    for strategy, options, name in [
+        ("draft-verify", ["seeds=0", "population=64"], "DraftThenVerify(population=64, seeds=0)"),
+        ("alt", ["seeds=0"], "DraftThenVerify(validity=1, pingpong=1, seeds=0)"),
+        ("alt", ["validity=0"], "DraftThenVerify(pingpong=1)"),  # a default given wins too
+        ("draft-verify", [], "DraftThenVerify"),
+    ]:
+        given = [a for option in options for a in ("--draft-option", option)]
+        code, out, err = cli("tune", "-w", MM, "--target", TJ, "--trials", "4", "--dry-run",
+                             "--json", "--cost-model", "random", "--strategy", strategy,
+                             *given)  # fmt: skip
+        assert code == 0, err
+        assert json.loads(out)["strategy"] == name
 
 
 def test_a_refused_import_creates_no_store(cli: Cli, tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ import typer
 
 from tensortune.cli.display import console, fmt_ratio, fmt_seconds, print_json, print_table, table
 from tensortune.cli.options import (
+    DraftOptionOpt,
     FastMathOpt,
     JsonOpt,
     ModelOpt,
@@ -72,16 +73,7 @@ def tune(
             "WORK_DIR/seed-N and the medians over seeds are reported.",
         ),
     ] = None,
-    draft_option: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--draft-option",
-            metavar="KEY=VALUE",
-            help="A setting of draft-then-verify, e.g. population=256 (also "
-            "draft_size, redraft_every, per_round, eps, build_cost_weight, ...); "
-            "repeatable.",
-        ),
-    ] = None,
+    draft_option: DraftOptionOpt = None,
     pretrained: Annotated[
         Path | None,
         typer.Option(

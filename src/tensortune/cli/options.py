@@ -70,6 +70,16 @@ WinogradOpt = Annotated[
                  "was the default holds direct ones)."),
 ]  # fmt: skip
 
+DraftOptionOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--draft-option",
+        metavar="KEY=VALUE",
+        help="A setting of draft-then-verify, e.g. population=256 or seeds=0 (also "
+        "draft_size, redraft_every, per_round, eps, build_cost_weight, ...); repeatable.",
+    ),
+]
+
 # API parameters whose option is not ``--`` + the name with dashes.
 _OPTION_NAMES = {
     "workloads": "--workload",

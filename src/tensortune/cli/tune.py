@@ -19,6 +19,7 @@ from tensortune.cli.display import (
     table,
 )
 from tensortune.cli.options import (
+    DraftOptionOpt,
     FastMathOpt,
     InputShapeOpt,
     JsonOpt,
@@ -30,6 +31,7 @@ from tensortune.cli.options import (
     WorkloadOpt,
     WorkloadsFromOpt,
     input_shapes,
+    key_values,
     parse_duration,
     rename_options,
 )
@@ -88,6 +90,7 @@ def tune(
             "XGBModel) | replay-trace | replay-func.",
         ),
     ] = DEFAULT_STRATEGY,
+    draft_option: DraftOptionOpt = None,
     cost_model: Annotated[
         str,
         typer.Option(
@@ -193,6 +196,7 @@ def tune(
     api = {"model": model, "workloads_from": workloads_from, "trials": trials,
            "max_seconds": max_seconds,
            "target": target, "strategy": strategy, "cost_model": cost_model,
+           "draft_options": key_values(draft_option or [], "draft_options"),
            "online_cost_model": online_mode, "trials_per_round": trials_per_round,
            "max_trials_per_task": trials_per_task, "fast_math": fast_math,
            "winograd": winograd, "warm_start": warm_start or None,

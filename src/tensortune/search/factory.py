@@ -3,6 +3,7 @@ strategy gets when the user names none."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from tensortune.errors import TensortuneError
@@ -15,16 +16,28 @@ MS_STRATEGIES = ("evolutionary", "replay-trace", "replay-func")
 STRATEGIES = ("draft-verify", "alt", *MS_STRATEGIES)
 
 
-def strategy_from(spec: object) -> object:
+def strategy_from(spec: object, options: Mapping[str, object] | None = None) -> object:
     """A search strategy from its name (``STRATEGIES``) or a strategy object (ours or
-    MetaSchedule's).  It is a prototype: every task searches with a clone of it."""
+    MetaSchedule's).  It is a prototype: every task searches with a clone of it.
+    ``options`` sets draft-then-verify's settings by name (``OPTION_RANGES``), over those
+    ``alt`` implies; only the two names take them."""
     from tensortune.compat import ms
 
     if spec in ("draft-verify", "alt"):
-        from tensortune.search.draft_verify import DraftThenVerify
+        from tensortune.search.draft_verify import (
+            DraftThenVerify,
+            check_options,
+            option_defaults,
+        )
 
         # alt: ALT's validity filter and uncertainty/score ping-pong (search/alt.py)
-        return DraftThenVerify(validity=1, pingpong=1) if spec == "alt" else DraftThenVerify()
+        implied = {"validity": 1, "pingpong": 1} if spec == "alt" else {}
+        changed = check_options(options or {})  # checked; those equal to the default dropped
+        given = {key: changed.get(key, option_defaults()[key]) for key in options or {}}
+        return DraftThenVerify(**{**implied, **given})
+    if options:
+        raise TensortuneError("draft-then-verify options apply to the strategies "
+                              "draft-verify and alt only", param="draft_options")  # fmt: skip
     if isinstance(spec, str):
         if spec not in MS_STRATEGIES:
             raise TensortuneError(f"'{spec}' is not a search strategy; known: "

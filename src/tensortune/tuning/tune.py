@@ -10,7 +10,7 @@ import math
 import os
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
@@ -133,7 +133,15 @@ class TunePlan:
 
     @property
     def strategy_name(self) -> str:
-        return type(self.strategy).__name__
+        """The strategy's class, with the settings of ours that differ from the defaults:
+        ``DraftThenVerify(seeds=0)``."""
+        name = type(self.strategy).__name__
+        if not hasattr(self.strategy, "settings"):
+            return name
+        from tensortune.search.draft_verify import check_options
+
+        changed = check_options(self.strategy.settings())
+        return f"{name}({', '.join(f'{k}={v:g}' for k, v in changed.items())})" if changed else name
 
     def __repr__(self) -> str:
         budget = f"trials={self.trials}" if self.trials is not None else ""
@@ -174,6 +182,7 @@ def plan_tune(
     max_seconds: float | None = None,
     target: dict | str | Platform | None = None,
     strategy: object = DEFAULT_STRATEGY,
+    draft_options: Mapping[str, object] | None = None,
     cost_model: object = "auto",
     online_cost_model: bool | str = "auto",
     trials_per_round: int | None = None,
@@ -218,7 +227,7 @@ def plan_tune(
     with about("target"):
         platform = resolve_platform(target)
         platform.check_runs_here()
-    prototype = strategy_from(strategy)
+    prototype = strategy_from(strategy, draft_options)
     if cost_model == "auto":
         cost_model = default_verifier(prototype, platform)
     try:
@@ -251,6 +260,7 @@ def tune(
     work_dir: str | os.PathLike = "tensortune-work",
     target: dict | str | Platform | None = None,
     strategy: object = DEFAULT_STRATEGY,
+    draft_options: Mapping[str, object] | None = None,
     cost_model: object = "auto",
     online_cost_model: bool | str = "auto",
     task_scheduler: object = "gradient",
@@ -279,6 +289,8 @@ def tune(
 
     ``strategy`` takes MetaSchedule's names (``evolutionary``, ``replay-trace``,
     ``replay-func``), ``draft-verify`` (ours, the default) or a strategy object.
+    ``draft_options`` sets draft-then-verify's (and ``alt``'s) settings by name, e.g.
+    ``{"seeds": 0, "population": 256}`` (``search.draft_verify.OPTION_RANGES``).
     ``cost_model`` takes MetaSchedule's names (``xgb``, ``random``, ``mlp``), ``default`` (the
     pre-trained model shipped for the target), one of our model files, a fitted ``CostModel``
     or any MetaSchedule cost model; ``auto`` gives each strategy the verifier it works best
@@ -307,8 +319,8 @@ def tune(
     start = time.monotonic()
     plan = plan_tune(workloads, model=model, workloads_from=workloads_from, trials=trials,
                      max_seconds=max_seconds, target=target, strategy=strategy,
-                     cost_model=cost_model, online_cost_model=online_cost_model,
-                     trials_per_round=trials_per_round,
+                     draft_options=draft_options, cost_model=cost_model,
+                     online_cost_model=online_cost_model, trials_per_round=trials_per_round,
                      max_trials_per_task=max_trials_per_task, fast_math=fast_math,
                      winograd=winograd, warm_start=warm_start,
                      warm_per_kernel=warm_per_kernel, input_shapes=input_shapes,
