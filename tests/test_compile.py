@@ -63,6 +63,31 @@ def test_a_store_without_records_falls_back_to_default_schedules(model, tmp_path
     assert report.max_abs_error == 0.0 or report.max_abs_error < 1e-5
 
 
+def test_kernels_without_a_record_get_an_unmeasured_program_not_their_bare_loops(model, tmp_path):
+    from tensortune.deploy.compile import apply_tuned, build_tuned
+    from tensortune.hardware import resolve_platform
+    from tensortune.records.ms_database import StoreDatabase
+
+    platform = resolve_platform(TARGET)
+    with open_records(f"sqlite:///{tmp_path / 'empty.db'}") as store:
+        db = StoreDatabase(store, target=platform)
+        applied = apply_tuned(db, model.mod, platform)
+        built = build_tuned(db, model.mod, platform)
+    kernels = {gv.name_hint: f for gv, f in applied.functions_items()
+               if isinstance(f, tvm.tirx.PrimFunc)}  # fmt: skip
+    products = [name for name in kernels if "matmul" in name]
+    assert len(products) == 2, list(kernels)
+    for name in products:  # no record, yet scheduled: split, vectorized or parallel loops
+        assert kernels[name].attrs.get("tirx.is_scheduled", False), name
+        text = kernels[name].script()
+        assert "T.vectorized" in text or "T.parallel" in text, text
+    x = [tvm.runtime.tensor(a) for a in model.inputs]
+    got = tvm.relax.VirtualMachine(built, tvm.cpu())["main"](*x).numpy()
+    untuned = tvm.compile(model.mod, target=platform.tvm_target)
+    want = tvm.relax.VirtualMachine(untuned, tvm.cpu())["main"](*x).numpy()
+    assert abs(got - want).max() < 1e-5
+
+
 def test_records_of_another_target_are_not_applied(model, tmp_path):
     url = f"sqlite:///{tmp_path / 'r.db'}"
     tune(model=model, trials=len(model.tasks), records=url, work_dir=tmp_path / "w",
@@ -186,7 +211,7 @@ def test_weights_are_laid_out_for_the_tuned_kernels_once_at_compile_time(tmp_pat
             applied_as_tuned = tvm.relax.transform.MetaScheduleApplyDatabase()(
                 fuse(model.mod, platform.tvm_target)
             )
-        applied = apply_tuned(db, model.mod, platform.tvm_target)
+        applied = apply_tuned(db, model.mod, platform)
     # The tuned conv reads its weight in another layout; the build must not redo that per call.
     assert _rewrites_weights_at_run_time(applied_as_tuned)
     assert not _rewrites_weights_at_run_time(applied)

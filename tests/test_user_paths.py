@@ -140,7 +140,7 @@ def test_tune_a_zoo_network_then_compile_it(cli: Cli) -> None:
         assert any(unit in row for unit in (" ms", " µs", " s ")), row
     for name in tuned:
         assert any(name in line and "tuned" in line and "fallback" not in line for line in lines)
-    assert sum("fallback (untuned)" in line for line in lines) == n_tasks - len(tuned)
+    assert sum("fallback (no record)" in line for line in lines) == n_tasks - len(tuned)
     assert f"{len(tuned)}/{n_tasks} tasks tuned" in out
 
 

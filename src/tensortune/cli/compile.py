@@ -98,7 +98,7 @@ def print_report(r) -> None:
         columns["built with (re-timed)"] = "right"
     tasks = table("tasks", columns)
     for s in r.tasks:
-        row = [s.name, str(s.weight), "tuned" if s.tuned else "fallback (untuned)",
+        row = [s.name, str(s.weight), "tuned" if s.tuned else "fallback (no record)",
                fmt_seconds(s.best_seconds)]  # fmt: skip
         if retimed:
             rank = "" if s.retime_rank is None else f" (#{s.retime_rank + 1})"

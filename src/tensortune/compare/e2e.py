@@ -385,7 +385,7 @@ def _tvm_runner(model, store: Path, platform: Platform, built: dict) -> Runner:
 
     with open_records(f"sqlite:///{store}", create=False) as records:
         db = StoreDatabase(records, target=platform)
-        executable = build_tuned(db, model.mod, platform.tvm_target)
+        executable = build_tuned(db, model.mod, platform)
     built["executable"] = executable
     dev = tvm.cpu()
     vm = tvm.relax.VirtualMachine(executable, dev)

@@ -138,7 +138,7 @@ def _build_and_time(m, store: RecordStore, platform: Platform, repeat: int, roun
     threads = platform.threads
     builds = {
         "untuned": tvm.compile(m.mod, target=tvm_target),
-        "tuned": build_tuned(db, m.mod, tvm_target),
+        "tuned": build_tuned(db, m.mod, platform),
     }
     torch_rounds: list[float] = []
 
@@ -173,24 +173,29 @@ def _build_and_time(m, store: RecordStore, platform: Platform, repeat: int, roun
     return report
 
 
-def apply_tuned(database: object, mod: object, target: object) -> object:
+def apply_tuned(database: object, mod: object, platform: Platform) -> object:
     """``mod`` (a model's Relax module, weights bound) fused, with ``database``'s schedules
     applied and the weights laid out for them; ``build_tuned`` lowers and builds the result.
 
-    The tuned part of MetaSchedule's ``compile_relax``, with one difference: a tuned kernel
+    The tuned part of MetaSchedule's ``compile_relax``, with two differences.  A tuned kernel
     that rewrote a weight's layout carries that rewrite as a block run at every call; here it
     is split off (``SplitLayoutRewritePreproc``) and folded into the constant weight, so it
-    runs once, now.  Kernels with no record keep their untuned TIR on CPUs (as in
-    ``compile_relax``) and get DLight's default schedules on GPUs, which cannot run
-    unscheduled TIR.
+    runs once, now.  And on CPUs a kernel with no record is not left as its unscheduled TIR
+    (one core, no vectors): it gets the program the analyzer ranks first among its
+    register-blocked seeds and a few random programs of its design space, unmeasured
+    (``deploy.unrecorded``).  On GPUs, which cannot run unscheduled TIR, such kernels get
+    DLight's default schedules.
     """
     from tensortune.compat import tvm
+    from tensortune.deploy.unrecorded import seed_unrecorded
     from tensortune.workloads.models import fuse
 
     relax = tvm.relax
+    target = platform.tvm_target
     with target, database, tvm.transform.PassContext(opt_level=3):
         mod = fuse(mod, target)
         mod = relax.transform.MetaScheduleApplyDatabase()(mod)
+        mod = seed_unrecorded(mod, platform)
         mod = relax.transform.SplitLayoutRewritePreproc()(mod)
         mod = relax.transform.FoldConstant()(mod)
         mod = relax.transform.DeadCodeElimination()(mod)  # the folded layout rewrites
@@ -203,13 +208,14 @@ def apply_tuned(database: object, mod: object, target: object) -> object:
     return mod
 
 
-def build_tuned(database: object, mod: object, target: object) -> object:
+def build_tuned(database: object, mod: object, platform: Platform) -> object:
     """``mod`` built with ``database``'s schedules (see ``apply_tuned``): a Relax VM
     executable."""
     from tensortune.compat import tvm
 
     relax = tvm.relax
-    applied = apply_tuned(database, mod, target)
+    target = platform.tvm_target
+    applied = apply_tuned(database, mod, platform)
     with target, tvm.transform.PassContext(opt_level=3):
         return relax.build(applied, target=target,
                            relax_pipeline=tvm.transform.Sequential(_lowering(target)))  # fmt: skip

@@ -6,7 +6,8 @@ tensortune is needed.  ``options`` (``torch.compile(..., options={...})``) take 
 (a records store URL, default ``sqlite:///tensortune.db``), ``target`` (default: this CPU),
 ``fast_math`` and ``winograd`` (what the model was tuned with; default True).  A graph TVM
 cannot import runs eagerly, with a warning that says why; kernels with no tuned record run
-untuned, with a warning that says how many.
+the program the analyzer picks for them, unmeasured (``deploy.unrecorded``), with a warning
+that says how many.
 """
 
 from __future__ import annotations
@@ -81,8 +82,8 @@ def tensortune_backend(gm: Any, example_inputs: list, options: dict | None = Non
         vm, untuned, n_tasks = _build(module, shaped, platform, opts)
         if untuned:
             warnings.warn(f"tensortune: {untuned} of {n_tasks} kernels of this graph have no "
-                          f"tuned record in {opts['records']}: they run untuned (tune the "
-                          "model first, e.g. tensortune tune --model ...)",
+                          f"tuned record in {opts['records']}: they run unmeasured programs "
+                          "(tune the model first, e.g. tensortune tune --model ...)",
                           stacklevel=3)  # fmt: skip
         stats.built += 1
         return HostCall(vm, [tuple(x.shape) for x in shaped], dtypes)
@@ -187,7 +188,7 @@ def _build(gm: Any, inputs: tuple, platform: Any, opts: dict) -> tuple[Any, int,
         db = StoreDatabase(store, target=platform)
         untuned = sum(db.query_tuning_record(t.mod, platform.tvm_target, t.name) is None
                       for t in m.tasks)  # fmt: skip
-        executable = build_tuned(db, m.mod, platform.tvm_target)
+        executable = build_tuned(db, m.mod, platform)
     return tvm.relax.VirtualMachine(executable, tvm.cpu()), untuned, len(m.tasks)
 
 

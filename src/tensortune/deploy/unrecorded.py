@@ -1,0 +1,79 @@
+"""Kernels with no tuned record, built from the register-blocked seed the analyzer ranks first.
+
+Why: on CPUs TVM builds a kernel that has no record from its unscheduled TIR (one thread, no
+vectors, no tiles), so a matrix product or a convolution runs hundreds of times slower than
+tuned: gpt2-block built with an empty store took 3.1 s a call, against 7 ms tuned.  That
+happens whenever the store lacks a task: a model compiled before (or without) tuning, a graph
+that the torch.compile backend cuts differently, a store tuned before a rewrite changed the
+tasks.  The register-blocked seeds (``search/seeds.py``) are programs of the right shape for
+any task with a tiled block, and the analyzer (``search/analyzer``) ranks them without
+measuring anything, with a few random programs of the task's design space (for kernels
+without a tiled block, such as Winograd's transforms, copies and reductions, these are all
+there is: parallel loops and vectors where MetaSchedule's rules put them); the best stands in
+for the tuned kernel.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from tensortune.compat import tvm
+
+if TYPE_CHECKING:
+    from tensortune.hardware import Platform
+
+# Random programs of an unrecorded kernel's design space ranked with its seeds.
+SAMPLES = 16
+
+
+def seed_unrecorded(mod: tvm.IRModule, platform: Platform) -> tvm.IRModule:
+    """``mod`` (fused, records applied) with each unscheduled kernel replaced by the program the
+    analyzer ranks first among its seeds and ``SAMPLES`` random ones, marked scheduled as a
+    tuned kernel is."""
+    if platform.simd_bits == 0:  # not a CPU: the GPU pipeline schedules these itself
+        return mod
+    out = mod
+    for gv, func in mod.functions_items():
+        if not isinstance(func, tvm.tirx.PrimFunc) or _scheduled(func):
+            continue
+        best = _best_program(func, platform)
+        if best is not None:
+            out = _with_function(out, gv, best)
+    return out
+
+
+def _best_program(func: tvm.tirx.PrimFunc, platform: Platform) -> tvm.tirx.PrimFunc | None:
+    from tensortune.search.analyzer import Analyzer
+    from tensortune.search.analyzer.machine import machine_for
+    from tensortune.search.seeds import seed_candidates
+    from tensortune.search.space import sample_candidates, tune_context
+
+    task = tvm.IRModule({"main": func})
+    try:
+        context = tune_context(task, platform)
+        spaces = context.space_generator.generate_design_space(context.mod)
+        candidates = [
+            *seed_candidates(context.mod, spaces, context.space_generator.postprocs, platform),
+            *sample_candidates(task, platform, SAMPLES),
+        ]
+    except Exception:  # a kernel MetaSchedule's space generator cannot take stays as it is
+        return None
+    scores = Analyzer(machine_for(platform)).scores([c.sch.mod for c in candidates])
+    if not candidates or scores.max() <= 0:  # none that the analyzer can estimate
+        return None
+    best = candidates[int(np.argmax(scores))].sch.mod["main"]
+    for key, value in (func.attrs or {}).items():
+        best = best.with_attr(key, value)  # the kernel's own attributes, as applied records keep
+    return best.with_attr("tirx.is_scheduled", True)
+
+
+def _scheduled(func: tvm.tirx.PrimFunc) -> bool:
+    return bool(func.attrs is not None and func.attrs.get("tirx.is_scheduled", False))
+
+
+def _with_function(mod: tvm.IRModule, gv: object, func: object) -> tvm.IRModule:
+    functions = dict(mod.functions_items())
+    functions[gv] = func
+    return tvm.IRModule(functions, attrs=mod.attrs, global_infos=mod.global_infos)
