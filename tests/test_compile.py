@@ -1,4 +1,5 @@
-"""compile_model: records applied through MetaScheduleApplyDatabase, fallback for untuned tasks,
+"""compile_model: records applied through MetaScheduleApplyDatabase, unmeasured programs for
+tasks without one,
 outputs equal to the untuned build, latencies of all three builds reported."""
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ def test_tuned_records_are_applied_and_outputs_match(model, tmp_path):
     assert report.threads == TARGET["num-cores"]
 
 
-def test_a_store_without_records_falls_back_to_default_schedules(model, tmp_path):
+def test_a_store_without_records_builds_and_matches_the_untuned_build(model, tmp_path):
     url = f"sqlite:///{tmp_path / 'empty.db'}"
     open_records(url).close()
     report = compile_model(model, records=url, target=TARGET, repeat=2)

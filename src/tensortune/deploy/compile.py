@@ -77,9 +77,10 @@ def compile_model(
     """Build ``model`` (a zoo name, an ``.onnx`` path or a loaded ``Model``) with this machine's
     best records for ``target``, and time it.
 
-    Tasks with no successful record on this hardware fall back to their untuned TIR (TVM 0.27's
-    CPU pipeline schedules nothing by itself).  The untuned build and PyTorch eager (for torch
-    models) are timed too, all with the target's ``num-cores`` threads.  TVM sizes its thread
+    Tasks with no successful record on this hardware get an unmeasured program, the one the
+    analyzer ranks first (``apply_tuned``; TVM 0.27's CPU pipeline would run their bare
+    loops).  The untuned build and PyTorch eager (for torch models) are timed too, all with
+    the target's ``num-cores`` threads.  TVM sizes its thread
     pool once per process, from ``TVM_NUM_THREADS`` (and on x86 takes half the CPUs without it),
     so the TVM builds are timed in a worker process started with that variable set.  The tuned
     build and eager PyTorch take turns, ``rounds`` times, each timing ``repeat`` calls.

@@ -82,7 +82,8 @@ def tensortune_backend(gm: Any, example_inputs: list, options: dict | None = Non
         vm, untuned, n_tasks = _build(module, shaped, platform, opts)
         if untuned:
             warnings.warn(f"tensortune: {untuned} of {n_tasks} kernels of this graph have no "
-                          f"tuned record in {opts['records']}: they run unmeasured programs "
+                          f"tuned record in {opts['records']}: they run unmeasured programs, "
+                          "or their bare loops "
                           "(tune the model first, e.g. tensortune tune --model ...)",
                           stacklevel=3)  # fmt: skip
         stats.built += 1

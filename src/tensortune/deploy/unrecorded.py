@@ -60,10 +60,12 @@ def _best_program(func: tvm.tirx.PrimFunc, platform: Platform) -> tvm.tirx.PrimF
         ]
     except Exception:  # a kernel MetaSchedule's space generator cannot take stays as it is
         return None
-    scores = Analyzer(machine_for(platform)).scores([c.sch.mod for c in candidates])
-    if not candidates or scores.max() <= 0:  # none that the analyzer can estimate
+    # the bare loops compete too: a tiny kernel may not pay for a parallel loop's wake-up
+    programs = [task, *(c.sch.mod for c in candidates)]
+    scores = Analyzer(machine_for(platform)).scores(programs)
+    if scores.max() <= 0 or int(np.argmax(scores)) == 0:  # nothing better it can estimate
         return None
-    best = candidates[int(np.argmax(scores))].sch.mod["main"]
+    best = programs[int(np.argmax(scores))]["main"]
     for key, value in (func.attrs or {}).items():
         best = best.with_attr(key, value)  # the kernel's own attributes, as applied records keep
     return best.with_attr("tirx.is_scheduled", True)

@@ -138,10 +138,11 @@ class TunePlan:
         name = type(self.strategy).__name__
         if not hasattr(self.strategy, "settings"):
             return name
-        from tensortune.search.draft_verify import check_options
+        from tensortune.search.draft_verify import option_defaults
 
-        changed = check_options(self.strategy.settings())
-        return f"{name}({', '.join(f'{k}={v:g}' for k, v in changed.items())})" if changed else name
+        defaults = option_defaults()  # compared, not checked: None is a valid per_round
+        changed = [f"{k}={v}" for k, v in self.strategy.settings().items() if v != defaults[k]]
+        return f"{name}({', '.join(changed)})" if changed else name
 
     def __repr__(self) -> str:
         budget = f"trials={self.trials}" if self.trials is not None else ""
