@@ -1,4 +1,4 @@
-"""Kernels with no tuned record, built from the register-blocked seed the analyzer ranks first.
+"""Kernels with no tuned record, built from the unmeasured program the analyzer ranks first.
 
 Why: on CPUs TVM builds a kernel that has no record from its unscheduled TIR (one thread, no
 vectors, no tiles), so a matrix product or a convolution runs hundreds of times slower than
@@ -34,30 +34,34 @@ def seed_unrecorded(mod: tvm.IRModule, platform: Platform) -> tvm.IRModule:
     tuned kernel is."""
     if platform.simd_bits == 0:  # not a CPU: the GPU pipeline schedules these itself
         return mod
-    out = mod
+    functions = dict(mod.functions_items())
+    replaced = False
     for gv, func in mod.functions_items():
         if not isinstance(func, tvm.tirx.PrimFunc) or _scheduled(func):
             continue
         best = _best_program(func, platform)
         if best is not None:
-            out = _with_function(out, gv, best)
-    return out
+            functions[gv], replaced = best, True
+    if not replaced:
+        return mod
+    return tvm.IRModule(functions, attrs=mod.attrs, global_infos=mod.global_infos)
 
 
 def _best_program(func: tvm.tirx.PrimFunc, platform: Platform) -> tvm.tirx.PrimFunc | None:
     from tensortune.search.analyzer import Analyzer
     from tensortune.search.analyzer.machine import machine_for
     from tensortune.search.seeds import seed_candidates
-    from tensortune.search.space import sample_candidates, tune_context
+    from tensortune.search.space import RandomSchedules
 
     task = tvm.IRModule({"main": func})
-    try:
-        context = tune_context(task, platform)
-        spaces = context.space_generator.generate_design_space(context.mod)
+    try:  # one design space for the seeds and the random programs
+        sampler = RandomSchedules(task, platform, SAMPLES, limit=SAMPLES)
+        postprocs = sampler.context.space_generator.postprocs
         candidates = [
-            *seed_candidates(context.mod, spaces, context.space_generator.postprocs, platform),
-            *sample_candidates(task, platform, SAMPLES),
+            *seed_candidates(sampler.context.mod, sampler.design_spaces, postprocs, platform),
+            *sampler.take(SAMPLES),
         ]
+        sampler.close()
     except Exception:  # a kernel MetaSchedule's space generator cannot take stays as it is
         return None
     # the bare loops compete too: a tiny kernel may not pay for a parallel loop's wake-up
@@ -73,9 +77,3 @@ def _best_program(func: tvm.tirx.PrimFunc, platform: Platform) -> tvm.tirx.PrimF
 
 def _scheduled(func: tvm.tirx.PrimFunc) -> bool:
     return bool(func.attrs is not None and func.attrs.get("tirx.is_scheduled", False))
-
-
-def _with_function(mod: tvm.IRModule, gv: object, func: object) -> tvm.IRModule:
-    functions = dict(mod.functions_items())
-    functions[gv] = func
-    return tvm.IRModule(functions, attrs=mod.attrs, global_infos=mod.global_infos)

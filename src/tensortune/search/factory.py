@@ -32,8 +32,9 @@ def strategy_from(spec: object, options: Mapping[str, object] | None = None) -> 
 
         # alt: ALT's validity filter and uncertainty/score ping-pong (search/alt.py)
         implied = {"validity": 1, "pingpong": 1} if spec == "alt" else {}
-        changed = check_options(options or {})  # checked; those equal to the default dropped
-        given = {key: changed.get(key, option_defaults()[key]) for key in options or {}}
+        changed, defaults = check_options(options or {}), option_defaults()  # checked
+        # one given at its default still overrides what alt implies (check_options drops it)
+        given = {key: changed.get(key, defaults[key]) for key in options or {}}
         return DraftThenVerify(**{**implied, **given})
     if options:
         raise TensortuneError("draft-then-verify options apply to the strategies "

@@ -38,11 +38,11 @@ class RandomSchedules:
 
     def __init__(self, mod: tvm.IRModule, platform: Platform, batch: int, *, seed: int = 0,
                  limit: int = 1 << 30) -> None:  # fmt: skip
-        self._context = tune_context(mod, platform, seed=seed,
-                                     strategy=ms.search_strategy.ReplayTrace())  # fmt: skip
-        self._strategy = self._context.search_strategy
-        spaces = self._context.space_generator.generate_design_space(self._context.mod)
-        self._strategy.pre_tuning(limit, batch, spaces, None, None)
+        self.context = tune_context(mod, platform, seed=seed,
+                                    strategy=ms.search_strategy.ReplayTrace())  # fmt: skip
+        self._strategy = self.context.search_strategy
+        self.design_spaces = self.context.space_generator.generate_design_space(self.context.mod)
+        self._strategy.pre_tuning(limit, batch, self.design_spaces, None, None)
 
     def draw(self) -> list[MeasureCandidate]:
         batch = list(self._strategy.generate_measure_candidates() or [])
@@ -51,6 +51,16 @@ class RandomSchedules:
             batch, [ms.runner.RunnerResult([1.0], None)] * len(batch)
         )
         return batch
+
+    def take(self, count: int) -> list[MeasureCandidate]:
+        """Up to ``count`` schedules, fewer where the space or the limit runs out."""
+        out: list[MeasureCandidate] = []
+        while len(out) < count:
+            batch = self.draw()
+            if not batch:
+                break
+            out.extend(batch)
+        return out[:count]
 
     def close(self) -> None:
         self._strategy.post_tuning()
@@ -61,14 +71,9 @@ def sample_candidates(
 ) -> list[MeasureCandidate]:
     """``count`` distinct random schedules of ``mod`` drawn from its design space."""
     sampler = RandomSchedules(mod, platform, count, seed=seed, limit=count)
-    out: list[MeasureCandidate] = []
-    while len(out) < count:
-        batch = sampler.draw()
-        if not batch:
-            break
-        out.extend(batch)
+    out = sampler.take(count)
     sampler.close()
-    return out[:count]
+    return out
 
 
 def replayed(mod: tvm.IRModule, trace: object, postprocs: list,
