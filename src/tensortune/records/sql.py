@@ -368,7 +368,8 @@ class SQLStore(RecordStore):
                 "AND trace_hash = ? AND worker = ?",
                 [(*key, h, worker) for h in sorted(measured)],
             )
-            return [h for h in held if h not in measured]
+            kept = set(held) - measured
+            return [h for h in dict.fromkeys(hashes) if h in kept]  # in the caller's order
 
         return self._write(take)
 

@@ -83,8 +83,8 @@ class RecordStore(abc.ABC):
     def claim(self, workload_id: int, hardware_id: str, target: str, hashes: Sequence[str], *,
               worker: str, seconds: float) -> list[str]:  # fmt: skip
         """Lease the candidates named by ``hashes`` (``schema.trace_hash``) to ``worker`` for
-        ``seconds``; returns those it now holds, leaving out the ones already measured and
-        the ones another worker holds."""
+        ``seconds``; returns those it now holds, in the order given, leaving out the ones
+        already measured and the ones another worker holds."""
 
     @abc.abstractmethod
     def release(self, worker: str) -> None:
