@@ -55,7 +55,8 @@ def _best_program(func: tvm.tirx.PrimFunc, platform: Platform) -> tvm.tirx.PrimF
 
     task = tvm.IRModule({"main": func})
     try:  # one design space for the seeds and the random programs
-        sampler = RandomSchedules(task, platform, SAMPLES, limit=SAMPLES)
+        # on one thread, so that compiling a model twice builds the same kernels
+        sampler = RandomSchedules(task, platform, SAMPLES, limit=SAMPLES, threads=1)
         postprocs = sampler.context.space_generator.postprocs
         candidates = [
             *seed_candidates(sampler.context.mod, sampler.design_spaces, postprocs, platform),

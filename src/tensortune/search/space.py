@@ -18,8 +18,10 @@ def tune_context(
     task_name: str = "main",
     strategy: object = None,
     logger: object = None,
+    threads: int | str = "physical",
 ) -> TuneContext:
-    """A TuneContext with the target's default schedule rules, postprocessors and mutators."""
+    """A TuneContext with the target's default schedule rules, postprocessors and mutators;
+    it samples on ``threads`` threads (one makes the draws a function of ``seed`` alone)."""
     return TuneContext(
         mod,
         target=platform.tvm_target,
@@ -27,18 +29,19 @@ def tune_context(
         search_strategy=strategy,
         task_name=task_name,
         rand_state=seed,
-        num_threads="physical",
+        num_threads=threads,
         logger=logger,
     )  # fmt: skip
 
 
 class RandomSchedules:
     """Random schedules of ``mod`` drawn from its design space (MetaSchedule's ``ReplayTrace``),
-    ``batch`` per ``draw``, up to ``limit`` in all; ``close`` when done."""
+    ``batch`` per ``draw``, up to ``limit`` in all; ``close`` when done.  On more than one
+    thread the draws depend on which thread takes which sample, not on ``seed`` alone."""
 
     def __init__(self, mod: tvm.IRModule, platform: Platform, batch: int, *, seed: int = 0,
-                 limit: int = 1 << 30) -> None:  # fmt: skip
-        self.context = tune_context(mod, platform, seed=seed,
+                 limit: int = 1 << 30, threads: int | str = "physical") -> None:  # fmt: skip
+        self.context = tune_context(mod, platform, seed=seed, threads=threads,
                                     strategy=ms.search_strategy.ReplayTrace())  # fmt: skip
         self._strategy = self.context.search_strategy
         self.design_spaces = self.context.space_generator.generate_design_space(self.context.mod)
@@ -69,8 +72,9 @@ class RandomSchedules:
 def sample_candidates(
     mod: tvm.IRModule, platform: Platform, count: int, *, seed: int = 0
 ) -> list[MeasureCandidate]:
-    """``count`` distinct random schedules of ``mod`` drawn from its design space."""
-    sampler = RandomSchedules(mod, platform, count, seed=seed, limit=count)
+    """``count`` distinct random schedules of ``mod`` drawn from its design space, the same
+    ones for the same ``seed`` (drawn on one thread)."""
+    sampler = RandomSchedules(mod, platform, count, seed=seed, limit=count, threads=1)
     out = sampler.take(count)
     sampler.close()
     return out
