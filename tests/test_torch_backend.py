@@ -71,15 +71,28 @@ def test_a_compiled_module_matches_eager_and_uses_the_tuned_records(tmp_path):
         assert untuned and f"{len(model.tasks) - tuned} of {len(model.tasks)}" in untuned[0]
 
 
-def test_without_a_store_the_build_is_untuned_and_says_so(tmp_path):
+def test_without_a_store_kernels_get_unmeasured_programs_and_it_says_so(tmp_path, monkeypatch):
+    from tensortune.deploy import unrecorded
+
+    seeded, real = [], unrecorded.seed_unrecorded
+
+    def spy(mod, platform):
+        seeded.append(mod)
+        return real(mod, platform)
+
+    monkeypatch.setattr(unrecorded, "seed_unrecorded", spy)
     module, x = Block().eval(), torch.randn(2, 3, 16, 16)
-    compiled = torch.compile(module, backend="tensortune",
-                             options={"records": f"sqlite:///{tmp_path / 'none.db'}",
-                                      "target": TARGET})  # fmt: skip
-    with pytest.warns(UserWarning, match="building untuned"), torch.no_grad():
+    url = f"sqlite:///{tmp_path / 'none.db'}"
+    compiled = torch.compile(module, backend="tensortune", options={"records": url,
+                                                                    "target": TARGET})  # fmt: skip
+    with pytest.warns(UserWarning) as caught, torch.no_grad():
         got = compiled(x)
+    said = [str(w.message) for w in caught]
+    assert any("none.db" in m and "no kernel has a tuned record" in m for m in said), said
+    assert seeded, "built by tvm.compile: every kernel from its bare loops"
     with torch.no_grad():
         torch.testing.assert_close(got, module(x), rtol=1e-4, atol=1e-5)
+    assert not (tmp_path / "none.db").exists()  # compiling writes no store
 
 
 @pytest.mark.parametrize("kept", [4, 1])

@@ -171,7 +171,7 @@ def _bound(gm: Any, state: dict[int, Any], n_inputs: int) -> Any:
 def _build(gm: Any, inputs: tuple, platform: Any, opts: dict) -> tuple[Any, int, int]:
     """A Relax VM of ``gm`` built with the store's best records; with how many of its tasks
     have none, of how many."""
-    from tensortune.compat import tvm
+    from tensortune.compat import ms, tvm
     from tensortune.deploy.compile import build_tuned
     from tensortune.records import open_records
     from tensortune.records.ms_database import StoreDatabase
@@ -182,9 +182,11 @@ def _build(gm: Any, inputs: tuple, platform: Any, opts: dict) -> tuple[Any, int,
     try:
         store = open_records(opts["records"], create=False)
     except RecordsError as e:
-        warnings.warn(f"tensortune: {e}; building untuned", stacklevel=3)
-        return tvm.relax.VirtualMachine(tvm.compile(m.mod, target=platform.tvm_target),
-                                        tvm.cpu()), len(m.tasks), len(m.tasks)  # fmt: skip
+        # Built as from an empty store, not by tvm.compile: its bare loops ran gpt2-block
+        # hundreds of times slower than eager (see deploy.unrecorded).
+        warnings.warn(f"tensortune: {e}; no kernel has a tuned record", stacklevel=3)
+        executable = build_tuned(ms.database.MemoryDatabase(), m.mod, platform)
+        return tvm.relax.VirtualMachine(executable, tvm.cpu()), len(m.tasks), len(m.tasks)
     with store:
         db = StoreDatabase(store, target=platform)
         untuned = sum(db.query_tuning_record(t.mod, platform.tvm_target, t.name) is None
