@@ -199,6 +199,8 @@ def test_draft_options_are_checked_and_a_clone_keeps_every_setting():
     strategy = DraftThenVerify(population=64, eps=0.3, per_round=4, blend=1)
     copy = strategy._inst.clone()  # MetaSchedule's clone() hands back the FFI object
     assert copy.settings() == strategy.settings() != DraftThenVerify().settings()
+    # per_round=None: as many as the tuner asks for each round
+    assert DraftThenVerify(per_round=None)._inst.clone().per_round is None
 
 
 def test_moa_moves_the_momentum_copy_by_one_minus_m(tmp_path):

@@ -178,7 +178,9 @@ class DraftThenVerify(PySearchStrategy):
         self.verifier_screens = verifier_screens
         # Settings out of range reach TVM as they are (eps=2 returned 83 candidates for a
         # round of 8): checked here, as the command line checks --draft-option.
-        for name, value in check_options(self.settings()).items():
+        # per_round=None (the tuner's count) is the one setting that is not a number
+        given = {k: v for k, v in self.settings().items() if k != "per_round" or v is not None}
+        for name, value in check_options(given).items():
             setattr(self, name, value)
 
     def settings(self) -> dict[str, object]:
