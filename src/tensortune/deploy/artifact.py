@@ -46,8 +46,10 @@ class TensorSpec:
 
 
 def save_artifact(executable: Any, path: str | os.PathLike, *, model: Model, target: dict,
-                  threads: int, extra: dict | None = None) -> Path:  # fmt: skip
-    """Write ``executable`` (``model``'s module, built) and its manifest to ``path``."""
+                  threads: int, extra: dict | None = None,
+                  library: str | os.PathLike | None = None) -> Path:  # fmt: skip
+    """Write ``executable`` (``model``'s module, built) and its manifest to ``path``;
+    ``library``: ``executable`` already exported there, not exported again."""
     from importlib.metadata import version
 
     from tensortune.compat import tvm
@@ -72,8 +74,9 @@ def save_artifact(executable: Any, path: str | os.PathLike, *, model: Model, tar
     }
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
-        lib = Path(tmp) / _LIBRARY
-        executable.export_library(str(lib))
+        lib = Path(library) if library is not None else Path(tmp) / _LIBRARY
+        if library is None:
+            executable.export_library(str(lib))
         partial = path.with_name(path.name + ".partial")  # a crash never leaves half a file
         try:
             with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as z:

@@ -150,7 +150,27 @@ def _build_and_time(m, store: RecordStore, platform: Platform, repeat: int, roun
 
     # Without an eager model to take turns with, one round says all there is.
     rounds = rounds if m.torch_module is not None else 1
-    timed = _time_in_worker(builds, m.inputs, repeat, threads, rounds, between_rounds)
+    with tempfile.TemporaryDirectory() as tmp:
+        timed = _time_in_worker(builds, m.inputs, repeat, threads, rounds, between_rounds, tmp)
+        report = _report(m, store, platform, statuses, timed, torch_rounds)
+        if out is not None:
+            from tensortune.deploy.artifact import save_artifact
+            from tensortune.records import redact
+
+            extra = {"records": redact(store.url), "tuned_seconds": report.tuned_seconds,
+                     "tasks_tuned": sum(s.tuned for s in statuses),
+                     "tasks": len(statuses)}  # fmt: skip
+            # the library just timed: LLVM writing a tuned build's object code again took
+            # resnet18 38 s
+            report.artifact = str(save_artifact(
+                builds["tuned"], out, model=m, target=platform.target, threads=threads,
+                extra=extra, library=Path(tmp) / "tuned.so"))  # fmt: skip
+    return report
+
+
+def _report(m, store: RecordStore, platform: Platform, statuses: list[TaskStatus],
+            timed: list, torch_rounds: list[float]) -> CompileReport:  # fmt: skip
+    threads = platform.threads
     (out_untuned, t_untuned, _), (out_tuned, _, tvm_threads) = timed[:2]
     if tvm_threads != threads:
         raise TensortuneError(f"TVM ran with {tvm_threads} threads instead of {threads}")
@@ -158,20 +178,11 @@ def _build_and_time(m, store: RecordStore, platform: Platform, repeat: int, roun
     error = float(np.max([np.abs(a - b).max() for a, b in zip(out_tuned, out_untuned,
                                                                 strict=True)]))  # fmt: skip
     tuned_rounds = [t for _, t, _ in timed[1:]]
-    report = CompileReport(
+    return CompileReport(
         m.name, platform.target, store.url, statistics.median(tuned_rounds), t_untuned,
         statistics.median(torch_rounds) if torch_rounds else None, error, statuses, tvm_threads,
         tuned_rounds if torch_rounds else [], torch_rounds,
     )  # fmt: skip
-    if out is not None:
-        from tensortune.deploy.artifact import save_artifact
-        from tensortune.records import redact
-
-        extra = {"records": redact(store.url), "tuned_seconds": report.tuned_seconds,
-                 "tasks_tuned": sum(s.tuned for s in statuses), "tasks": len(statuses)}  # fmt: skip
-        report.artifact = str(save_artifact(builds["tuned"], out, model=m, target=platform.target,
-                                            threads=threads, extra=extra))  # fmt: skip
-    return report
 
 
 def apply_tuned(database: object, mod: object, platform: Platform) -> object:
@@ -250,13 +261,12 @@ def _time_in_worker(
     threads: int,
     rounds: int,
     between_rounds: Callable[[], None],
+    tmp: str,
 ) -> list[tuple[list[np.ndarray], float, int]]:
     """(outputs, median seconds, TVM threads) of each build, in the order of ``builds``, then of
-    the last build again for each further round; ``between_rounds`` runs after each round."""
-    with (
-        tempfile.TemporaryDirectory() as tmp,
-        WorkerPool(1, {"TVM_NUM_THREADS": str(threads)}) as pool,
-    ):
+    the last build again for each further round; ``between_rounds`` runs after each round.
+    Each build's library is left in ``tmp`` as ``NAME.so``."""
+    with WorkerPool(1, {"TVM_NUM_THREADS": str(threads)}) as pool:
         pool.start()  # its TVM import overlaps the exports
         jobs = []
         for name, executable in builds.items():
