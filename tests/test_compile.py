@@ -8,7 +8,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from tensortune.compat import tvm  # noqa: E402
+from tensortune.compat import structural_equal, tvm  # noqa: E402
 from tensortune.deploy.compile import compile_model  # noqa: E402
 from tensortune.errors import TensortuneError  # noqa: E402
 from tensortune.measure.executable import timing_repeats  # noqa: E402
@@ -80,6 +80,8 @@ def test_kernels_without_a_record_get_an_unmeasured_program_not_their_bare_loops
         db = StoreDatabase(store, target=platform)
         applied = apply_tuned(db, model.mod, platform)
         built = build_tuned(db, model.mod, platform)
+        again = apply_tuned(db, model.mod, platform)
+    assert structural_equal(applied, again)  # the same picks, build after build
     kernels = {gv.name_hint: f for gv, f in applied.functions_items()
                if isinstance(f, tvm.tirx.PrimFunc)}  # fmt: skip
     products = [name for name in kernels if "matmul" in name]

@@ -16,13 +16,11 @@ one of gpt2-block's 128x768->3072 products above every seed, and it ran at 3 GFL
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from tensortune.compat import tvm
-from tensortune.hardware import usable_cores
 from tensortune.search.analyzer import Analyzer
 from tensortune.search.analyzer.machine import machine_for
 from tensortune.search.seeds import seed_candidates
@@ -45,10 +43,9 @@ def seed_unrecorded(mod: tvm.IRModule, platform: Platform) -> tvm.IRModule:
                if isinstance(func, tvm.tirx.PrimFunc) and not _scheduled(func)]  # fmt: skip
     if not kernels:
         return mod
-    # Kernels are independent and TVM releases the GIL: on 2 cores resnet18's 19 took 11 s
-    # instead of 20.  Each samples on one thread, so its draws do not depend on the pool.
-    with ThreadPoolExecutor(min(len(kernels), usable_cores())) as pool:
-        picks = list(pool.map(lambda kernel: _best_program(kernel[1], platform), kernels))
+    # One at a time: two threads generating design spaces at once got 1 sketch instead of 3
+    # for a gpt2-block product now and then (TVM's space generation is not thread-safe).
+    picks = [_best_program(func, platform) for _, func in kernels]
     functions = dict(mod.functions_items())
     for (gv, _), best in zip(kernels, picks, strict=True):
         if best is not None:
