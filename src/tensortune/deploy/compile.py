@@ -161,7 +161,7 @@ def _build_and_time(m, store: RecordStore, platform: Platform, repeat: int, roun
                      "tasks_tuned": sum(s.tuned for s in statuses),
                      "tasks": len(statuses)}  # fmt: skip
             # the library just timed: LLVM writing a tuned build's object code again took
-            # resnet18 38 s
+            # resnet18 35-40 s
             report.artifact = str(save_artifact(
                 builds["tuned"], out, model=m, target=platform.target, threads=threads,
                 extra=extra, library=Path(tmp) / "tuned.so"))  # fmt: skip
@@ -194,8 +194,8 @@ def apply_tuned(database: object, mod: object, platform: Platform) -> object:
     is split off (``SplitLayoutRewritePreproc``) and folded into the constant weight, so it
     runs once, now.  And on CPUs a kernel with no record is not left as its unscheduled TIR
     (one core, no vectors): it gets the program the analyzer ranks first among its
-    register-blocked seeds and a few random programs of its design space, unmeasured
-    (``deploy.unrecorded``).  On GPUs, which cannot run unscheduled TIR, such kernels get
+    register-blocked seeds (a few random programs of its design space where it has none),
+    unmeasured (``deploy.unrecorded``).  On GPUs, which cannot run unscheduled TIR, such kernels get
     DLight's default schedules.
     """
     from tensortune.compat import tvm

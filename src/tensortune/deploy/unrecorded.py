@@ -60,12 +60,14 @@ def _best_program(func: tvm.tirx.PrimFunc, platform: Platform) -> tvm.tirx.PrimF
     try:  # one design space for the seeds and the random programs
         # on one thread, so that compiling a model twice builds the same kernels
         sampler = RandomSchedules(task, platform, SAMPLES, limit=SAMPLES, threads=1)
-        postprocs = sampler.context.space_generator.postprocs
-        # random programs only where there are no seeds (see the module's docstring)
-        candidates = (seed_candidates(sampler.context.mod, sampler.design_spaces, postprocs,
-                                      platform)
-                      or sampler.take(SAMPLES))  # fmt: skip
-        sampler.close()
+        try:
+            postprocs = sampler.context.space_generator.postprocs
+            # random programs only where there are no seeds (see the module's docstring)
+            candidates = (seed_candidates(sampler.context.mod, sampler.design_spaces, postprocs,
+                                          platform)
+                          or sampler.take(SAMPLES))  # fmt: skip
+        finally:
+            sampler.close()
     except Exception:  # a kernel MetaSchedule's space generator cannot take stays as it is
         return None
     # the bare loops compete too: a tiny kernel may not pay for a parallel loop's wake-up
