@@ -1,6 +1,5 @@
 """compile_model: records applied through MetaScheduleApplyDatabase, unmeasured programs for
-tasks without one,
-outputs equal to the untuned build, latencies of all three builds reported."""
+tasks without one, outputs equal to the untuned build, latencies of all three builds reported."""
 
 from __future__ import annotations
 

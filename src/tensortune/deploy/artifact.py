@@ -74,9 +74,10 @@ def save_artifact(executable: Any, path: str | os.PathLike, *, model: Model, tar
     }
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
-        lib = Path(library) if library is not None else Path(tmp) / _LIBRARY
         if library is None:
-            executable.export_library(str(lib))
+            library = Path(tmp) / _LIBRARY
+            executable.export_library(str(library))
+        lib = Path(library)
         partial = path.with_name(path.name + ".partial")  # a crash never leaves half a file
         try:
             with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as z:

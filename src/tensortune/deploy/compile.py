@@ -80,10 +80,10 @@ def compile_model(
     Tasks with no successful record on this hardware get an unmeasured program, the one the
     analyzer ranks first (``apply_tuned``; TVM 0.27's CPU pipeline would run their bare
     loops).  The untuned build and PyTorch eager (for torch models) are timed too, all with
-    the target's ``num-cores`` threads.  TVM sizes its thread
-    pool once per process, from ``TVM_NUM_THREADS`` (and on x86 takes half the CPUs without it),
-    so the TVM builds are timed in a worker process started with that variable set.  The tuned
-    build and eager PyTorch take turns, ``rounds`` times, each timing ``repeat`` calls.
+    the target's ``num-cores`` threads.  TVM sizes its thread pool once per process, from
+    ``TVM_NUM_THREADS`` (and on x86 takes half the CPUs without it), so the TVM builds are
+    timed in a worker process started with that variable set.  The tuned build and eager
+    PyTorch take turns, ``rounds`` times, each timing ``repeat`` calls.
 
     ``retime`` > 1 times each task's ``retime`` best records again, side by side, and builds
     with the fastest of them (see ``tensortune.deploy.retime``) instead of the stored best.
@@ -151,7 +151,9 @@ def _build_and_time(m, store: RecordStore, platform: Platform, repeat: int, roun
     # Without an eager model to take turns with, one round says all there is.
     rounds = rounds if m.torch_module is not None else 1
     with tempfile.TemporaryDirectory() as tmp:
-        timed = _time_in_worker(builds, m.inputs, repeat, threads, rounds, between_rounds, tmp)
+        libraries = {name: Path(tmp) / f"{name}.so" for name in builds}
+        timed = _time_in_worker(builds, libraries, m.inputs, repeat, threads, rounds,
+                                between_rounds)  # fmt: skip
         report = _report(m, store, platform, statuses, timed, torch_rounds)
         if out is not None:
             from tensortune.deploy.artifact import save_artifact
@@ -164,7 +166,7 @@ def _build_and_time(m, store: RecordStore, platform: Platform, repeat: int, roun
             # resnet18 35-40 s
             report.artifact = str(save_artifact(
                 builds["tuned"], out, model=m, target=platform.target, threads=threads,
-                extra=extra, library=Path(tmp) / "tuned.so"))  # fmt: skip
+                extra=extra, library=libraries["tuned"]))  # fmt: skip
     return report
 
 
@@ -256,21 +258,21 @@ _WORKER_TIMEOUT_S = 3600.0  # an untuned BERT-base call alone takes 85 s here
 
 def _time_in_worker(
     builds: dict,
+    libraries: dict[str, Path],
     inputs: list[np.ndarray],
     repeat: int,
     threads: int,
     rounds: int,
     between_rounds: Callable[[], None],
-    tmp: str,
 ) -> list[tuple[list[np.ndarray], float, int]]:
     """(outputs, median seconds, TVM threads) of each build, in the order of ``builds``, then of
     the last build again for each further round; ``between_rounds`` runs after each round.
-    Each build's library is left in ``tmp`` as ``NAME.so``."""
+    Each build is exported to its path in ``libraries`` and timed from there."""
     with WorkerPool(1, {"TVM_NUM_THREADS": str(threads)}) as pool:
         pool.start()  # its TVM import overlaps the exports
         jobs = []
         for name, executable in builds.items():
-            path = str(Path(tmp) / f"{name}.so")
+            path = str(libraries[name])
             executable.export_library(path)
             jobs.append((name, (path, inputs, repeat)))
         results = []

@@ -39,18 +39,17 @@ def seed_unrecorded(mod: tvm.IRModule, platform: Platform) -> tvm.IRModule:
     scheduled as a tuned kernel is."""
     if platform.simd_bits == 0:  # not a CPU: the GPU pipeline schedules these itself
         return mod
-    kernels = [(gv, func) for gv, func in mod.functions_items()
-               if isinstance(func, tvm.tirx.PrimFunc) and not _scheduled(func)]  # fmt: skip
-    if not kernels:
-        return mod
-    # One at a time: two threads generating design spaces at once got 1 sketch instead of 3
-    # for a gpt2-block product now and then (TVM's space generation is not thread-safe).
-    picks = [_best_program(func, platform) for _, func in kernels]
     functions = dict(mod.functions_items())
-    for (gv, _), best in zip(kernels, picks, strict=True):
+    replaced = False
+    # One kernel at a time: two threads generating design spaces at once got 1 sketch instead
+    # of 3 for a gpt2-block product now and then (TVM's space generation is not thread-safe).
+    for gv, func in mod.functions_items():
+        if not isinstance(func, tvm.tirx.PrimFunc) or _scheduled(func):
+            continue
+        best = _best_program(func, platform)
         if best is not None:
-            functions[gv] = best
-    if all(best is None for best in picks):
+            functions[gv], replaced = best, True
+    if not replaced:
         return mod
     return tvm.IRModule(functions, attrs=mod.attrs, global_infos=mod.global_infos)
 
