@@ -76,24 +76,27 @@ def test_transfer_times_the_source_schedule_and_resumes(cli: Cli, source: str, t
     assert task["sources"] == 1 and task["refit"] + task["exact"] == 1 and task["invalid"] == 0
     assert task["untuned_seconds"] > 0
     assert task["measured"] == 1
+    assert task["fallback_seconds"] > 0
     assert task["chosen_seconds"] == min(s for s in (task["untuned_seconds"],
+                                                     task["fallback_seconds"],
                                                      task["best_seconds"]) if s)  # fmt: skip
     assert result["outcomes"]["invalid"] == 0 and result["model"] is None
 
     found = origins(out_url)
-    assert {"kind": "untuned"} in found
+    assert {"kind": "untuned"} in found and {"kind": "fallback"} in found
     transferred = [o for o in found if o.get("kind") == "transfer"]
-    assert len(transferred) == 1 and len(found) == 2
+    assert len(transferred) == 1 and len(found) == 3
     assert transferred[0]["from"] == source and transferred[0]["workload"] == SOURCE
     if task["best_seconds"] is not None:
         assert task["source"] == SOURCE and task["source_store"] == source
 
     code, out, err = cli(*args)  # again, as a table: everything is in the store already
     assert code == 0, err
-    assert len(origins(out_url)) == 2
+    assert len(origins(out_url)) == 3
     row = next(line for line in out.splitlines() if line.startswith(f"│ {TASK} "))
     assert class_of(TASK) in row and " 1 (" in row
-    taken = SOURCE if task["best_seconds"] < task["untuned_seconds"] else "untuned"
+    taken = {task["best_seconds"]: SOURCE, task["fallback_seconds"]: "fallback",
+             task["untuned_seconds"]: "untuned"}[task["chosen_seconds"]]  # fmt: skip
     assert f" {taken} " in row
     assert "transferred schedules: " in out and "search: " in out
     assert "[1] " + TASK in out  # the progress line of the kernel
@@ -166,8 +169,8 @@ def test_tune_warm_start_names_its_option(cli: Cli, tmp_path: Path):
 def test_the_table_says_where_each_kernel_comes_from(capfd: pytest.CaptureFixture,
                                                      monkeypatch: pytest.MonkeyPatch):  # fmt: skip
     """The table and summary of a model's result, made by hand (no TVM): the untuned program
-    is taken where it is faster, totals are weighted, the end-to-end line has the speedup, and a
-    narrow terminal shortens a class in its middle so its key stays."""
+    or the fallback is taken where it is faster, totals are weighted, the end-to-end line has
+    the speedup, and a narrow terminal shortens a class in its middle so its key stays."""
     from tensortune.cli.display import print_table
     from tensortune.cli.transfer import result_table, summary_lines
     from tensortune.transfer.run import KernelTransfer, TransferResult
@@ -177,9 +180,12 @@ def test_the_table_says_where_each_kernel_comes_from(capfd: pytest.CaptureFixtur
     slower = KernelTransfer("conv_b", 1, "pad_temp+conv2d_nchw+T_add+compute#8a3e7c", 1, 0, 1, 0,
                             1, 0, 1e-3, 2e-3, "resnet50_conv_y", "sqlite:///r50.db")  # fmt: skip
     alone = KernelTransfer("mean", 1, "lv_red+T_divide#8eed26", untuned_seconds=1e-5)
+    seeded = KernelTransfer("dense", 1, "T_matmul_NN#1c0ffe", untuned_seconds=2e-3,
+                            fallback_seconds=1e-4)  # fmt: skip
     reasons = {"does not apply: ScheduleError": 1}
-    result = TransferResult("sqlite:///r18.db", TARGET, "hw", 8, 12.5, [faster, slower, alone],
-                            reasons, "resnet18", 9e-3, 4.5e-3)  # fmt: skip
+    kernels = [faster, slower, alone, seeded]
+    result = TransferResult("sqlite:///r18.db", TARGET, "hw", 8, 12.5, kernels, reasons,
+                            "resnet18", 9e-3, 4.5e-3)  # fmt: skip
     monkeypatch.setenv("COLUMNS", "200")
     capfd.readouterr()
     print_table(result_table(result), keep_tail=("class",))
@@ -189,7 +195,8 @@ def test_the_table_says_where_each_kernel_comes_from(capfd: pytest.CaptureFixtur
     assert " resnet50_conv_x " in rows["conv_a"] and "4.00x" in rows["conv_a"]
     assert " untuned " in rows["conv_b"] and "1.00x" in rows["conv_b"]
     assert " untuned " in rows["mean"] and " 0 " in rows["mean"]
-    assert "9.01 ms" in rows["weighted total"] and "3.01 ms" in rows["weighted total"]
+    assert " fallback " in rows["dense"] and "20.00x" in rows["dense"]
+    assert "11.01 ms" in rows["weighted total"] and "3.11 ms" in rows["weighted total"]
     lines = summary_lines(result)
     assert lines[0] == ("transferred schedules: 1 exact, 2 refit, 1 invalid "
                         "(invalid: 1x does not apply: ScheduleError)")  # fmt: skip

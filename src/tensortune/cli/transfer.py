@@ -130,12 +130,12 @@ def _count(n: int, noun: str) -> str:
 
 def taken_from(k: KernelTransfer) -> str:
     """Where the program ``compile`` builds the kernel with comes from."""
-    transferred = k.best_seconds is not None and (
-        k.untuned_seconds is None or k.best_seconds < k.untuned_seconds
-    )
-    if transferred:
+    chosen = k.chosen_seconds
+    if chosen is None:
+        return "-"
+    if chosen == k.best_seconds:
         return k.source or "-"
-    return "untuned" if k.untuned_seconds is not None else "-"
+    return "fallback" if chosen == k.fallback_seconds else "untuned"
 
 
 def _speedup(x: float | None) -> str:

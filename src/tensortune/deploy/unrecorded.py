@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from tensortune.compat import tvm
+from tensortune.compat import MeasureCandidate, tvm
 from tensortune.search.analyzer import Analyzer
 from tensortune.search.analyzer.machine import machine_for
 from tensortune.search.seeds import seed_candidates
@@ -55,7 +55,21 @@ def seed_unrecorded(mod: tvm.IRModule, platform: Platform) -> tvm.IRModule:
 
 
 def _best_program(func: tvm.tirx.PrimFunc, platform: Platform) -> tvm.tirx.PrimFunc | None:
-    task = tvm.IRModule({"main": func})
+    picked = unrecorded_candidate(tvm.IRModule({"main": func}), platform)
+    if picked is None:
+        return None
+    best = picked.sch.mod["main"]
+    for key, value in (func.attrs or {}).items():
+        best = best.with_attr(key, value)  # the kernel's own attributes, as applied records keep
+    return best.with_attr("tirx.is_scheduled", True)
+
+
+def unrecorded_candidate(task: tvm.IRModule, platform: Platform) -> MeasureCandidate | None:
+    """The program a kernel with no record is built with, as a candidate to measure: the
+    analyzer's first among the seeds of ``task`` (random programs where it has none); ``None``
+    where the analyzer rates the bare loops first or the space generator cannot take ``task``.
+    Transfer-tuning measures it beside the transferred schedules, so that a kernel none of them
+    fits is not left with the bare loops."""
     try:  # one design space for the seeds and the random programs
         # on one thread, so that compiling a model twice builds the same kernels
         sampler = RandomSchedules(task, platform, SAMPLES, limit=SAMPLES, threads=1)
@@ -72,12 +86,10 @@ def _best_program(func: tvm.tirx.PrimFunc, platform: Platform) -> tvm.tirx.PrimF
     # the bare loops compete too: a tiny kernel may not pay for a parallel loop's wake-up
     programs = [task, *(c.sch.mod for c in candidates)]
     scores = Analyzer(machine_for(platform)).scores(programs)
-    if scores.max() <= 0 or int(np.argmax(scores)) == 0:  # nothing better it can estimate
+    first = int(np.argmax(scores))
+    if scores.max() <= 0 or first == 0:  # nothing better it can estimate
         return None
-    best = programs[int(np.argmax(scores))]["main"]
-    for key, value in (func.attrs or {}).items():
-        best = best.with_attr(key, value)  # the kernel's own attributes, as applied records keep
-    return best.with_attr("tirx.is_scheduled", True)
+    return candidates[first - 1]
 
 
 def _scheduled(func: tvm.tirx.PrimFunc) -> bool:

@@ -6,8 +6,10 @@ replayed on its own shapes (``transfer.apply``).  The candidates are ranked by t
 shipped for the target (the paper times every pair; a budget of ``per_kernel`` keeps the time
 bounded for kernels with many same-class sources), built and timed standalone with the
 project's measurement, and written to the records store with where each came from
-(``Record.origin``).  The untuned kernel is timed too: ``compile`` then takes each kernel's
-fastest record, so a kernel that no transferred schedule speeds up stays untuned.
+(``Record.origin``).  The untuned kernel is timed too, and the program ``compile`` would build
+a kernel with no record from (``deploy.unrecorded``, origin ``fallback``): ``compile`` then
+takes each kernel's fastest record, so a kernel that no transferred schedule fits or speeds up
+is built as without transfer, not from its bare loops.
 
 Resuming is the default: a candidate whose trace the store already holds for the kernel is not
 measured again, and the summary is read back from the store.
@@ -41,12 +43,13 @@ if TYPE_CHECKING:
 
 DEFAULT_PER_KERNEL = 8
 UNTUNED_ORIGIN = json.dumps({"kind": "untuned"})
+FALLBACK_ORIGIN = json.dumps({"kind": "fallback"})
 
 
 @dataclass
 class KernelTransfer:
     """What transfer did for one kernel: its class, how its same-class sources replayed, what
-    was measured, and the untuned and best transferred standalone latencies."""
+    was measured, and the untuned, fallback and best transferred standalone latencies."""
 
     name: str
     weight: int
@@ -64,11 +67,16 @@ class KernelTransfer:
     # Sources of the same core but a shorter epilogue, tried where same-class ones gave fewer
     # than ``per_kernel`` candidates (the target's extra epilogue blocks inlined first).
     relaxed: int = 0
+    # The program a kernel with no record is built from (deploy.unrecorded), where that is not
+    # the bare loops.
+    fallback_seconds: float | None = None
 
     @property
     def chosen_seconds(self) -> float | None:
-        """What ``compile`` builds with: the transferred schedule where it beats untuned."""
-        options = [s for s in (self.untuned_seconds, self.best_seconds) if s is not None]
+        """What ``compile`` builds with: the fastest of the untuned, fallback and best
+        transferred programs."""
+        options = [s for s in (self.untuned_seconds, self.fallback_seconds, self.best_seconds)
+                   if s is not None]  # fmt: skip
         return min(options) if options else None
 
     @property
@@ -191,9 +199,10 @@ def transfer_tasks(
     deadline: float | None = None,
 ) -> tuple[list[KernelTransfer], dict[str, int]]:
     """Replay, rank, time and record the transferred candidates of each task (and, with
-    ``untuned``, the task's untuned program).  Returns each task's summary and how often each
-    reason made a transfer invalid.  Past ``deadline`` (``time.monotonic()``) no further task
-    is started."""
+    ``untuned``, the task's untuned program and the fallback ``compile`` would build it from).
+    Returns each task's summary and how often each reason made a transfer invalid.  Past
+    ``deadline`` (``time.monotonic()``) no further task is started."""
+    from tensortune.deploy.unrecorded import unrecorded_candidate
     from tensortune.search.space import tune_context
 
     run_id = f"transfer-{uuid.uuid4().hex[:8]}"
@@ -233,6 +242,9 @@ def transfer_tasks(
             chosen = [chosen[i] for i in order]
         todo = chosen[:per_kernel]
         if untuned:
+            fallback = unrecorded_candidate(task.mod, platform)
+            if fallback is not None:
+                todo.insert(0, (fallback, FALLBACK_ORIGIN))
             todo.insert(0, (_untuned(task), UNTUNED_ORIGIN))
         _measure_new(store, session, todo, where, run_id)
         _summarize(store, where, summary)
@@ -327,9 +339,10 @@ def _summarize(store: RecordStore, where: dict, summary: KernelTransfer) -> None
     for rec in store.query(**where):
         origin = origin_of(rec)
         kind = origin.get("kind")
-        if kind == "untuned":
+        if kind in ("untuned", "fallback"):
+            attr = f"{kind}_seconds"
             if rec.ok:
-                summary.untuned_seconds = min(rec.cost, summary.untuned_seconds or rec.cost)
+                setattr(summary, attr, min(rec.cost, getattr(summary, attr) or rec.cost))
         elif kind == "transfer":
             summary.measured += 1
             if not rec.ok:
