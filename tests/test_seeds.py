@@ -10,7 +10,13 @@ import pytest
 from conftest import platform
 
 from tensortune.compat import ms, structural_hash, tvm
-from tensortune.search.seeds import TILE_ROWS, register_tiles, seed_candidates, vector_registers
+from tensortune.search.seeds import (
+    TILE_ROWS,
+    accumulator_bits,
+    register_tiles,
+    seed_candidates,
+    vector_registers,
+)
 from tensortune.search.space import tune_context
 from tensortune.workloads.ops import parse_spec
 
@@ -86,6 +92,23 @@ def test_seeds_are_the_spaces_sketches_with_those_tiles_and_compute_the_product(
     c = tvm.runtime.tensor(np.zeros((64, 64), np.float32), dev)
     lib(tvm.runtime.tensor(a, dev), tvm.runtime.tensor(b, dev), c)
     np.testing.assert_allclose(c.numpy(), a @ b, rtol=1e-5)
+
+
+@pytest.mark.parametrize(("inputs", "accumulates", "bits"),
+                         [("float32", "float32", 32), ("float16", "float16", 16),
+                          ("int8", "int32", 32), ("float64", "float64", 64)])  # fmt: skip
+def test_a_vector_holds_as_many_lanes_as_the_accumulator_fits(inputs, accumulates, bits):
+    from tvm import te
+
+    a = te.placeholder((32, 64), inputs, name="a")
+    b = te.placeholder((64, 48), inputs, name="b")
+    k = te.reduce_axis((0, 64), name="k")
+    c = te.compute((32, 48), lambda i, j: te.sum((a[i, k] * b[k, j]).astype(accumulates),
+                                                  axis=k), name="c")  # fmt: skip
+    mod = tvm.IRModule({"main": te.create_prim_func([a, b, c])})
+    assert accumulator_bits(mod) == bits
+    # an element-wise task has no accumulator: float32's lanes, as before
+    assert accumulator_bits(parse_spec("softmax:64,128").to_module()) == 32
 
 
 def test_element_wise_tasks_have_no_seeds(target):

@@ -26,8 +26,9 @@ order.  A seed is a design-space sketch with those decisions set:
 Seeds are made for every sketch (each consumer placement) and ``nv`` = 1, 2, 4 where they fit,
 two unroll steps each (18 for a task with one tiled block and MetaSchedule's three CPU
 sketches), and post-processed like any candidate; one that fails a postprocessor is dropped.
-The vectors are float32's (other types get the same tiles, as candidates like any other).  Sketches
-without a ``SSRSRS`` block (GPU spaces, element-wise tasks) give none.
+A vector holds as many lanes as the widest accumulator of the task's reducing blocks fits
+(16 float32 or 32 float16 with AVX-512; int8 products that accumulate in int32 get int32's).
+Sketches without a ``SSRSRS`` block (GPU spaces, element-wise tasks) give none.
 """
 
 from __future__ import annotations
@@ -108,13 +109,23 @@ def _largest_divisor(n: int, at_most: int) -> int:
 def seed_candidates(mod: tvm.IRModule, design_spaces: list, postprocs: list,
                     platform: Platform) -> list[MeasureCandidate]:  # fmt: skip
     """The register-blocked seeds of ``mod`` (see the module docstring), post-processed."""
-    lanes = platform.simd_bits // 32  # float32 lanes
+    lanes = platform.simd_bits // accumulator_bits(mod)
     if lanes < 1:
         return []
     registers = vector_registers(platform)
     out = (replayed(mod, trace, postprocs) for space in design_spaces
            for trace in _seed_traces(space.trace, lanes, registers))  # fmt: skip
     return [c for c in out if c is not None]
+
+
+def accumulator_bits(mod: tvm.IRModule) -> int:
+    """The widest type the reducing blocks of ``mod`` write, in bits: what the micro-kernel keeps
+    in registers (32 where no block reduces)."""
+    from tensortune.compat import sblocks, task_func
+
+    bits = [int(w.source.dtype.bits) for b in sblocks(task_func(mod).body)
+            if any(int(iv.iter_type) == 2 for iv in b.iter_vars) for w in b.writes]  # fmt: skip
+    return max(bits, default=32)
 
 
 def _seed_traces(trace, lanes: int, registers: int) -> list:
