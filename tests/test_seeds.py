@@ -111,6 +111,39 @@ def test_a_vector_holds_as_many_lanes_as_the_accumulator_fits(inputs, accumulate
     assert accumulator_bits(parse_spec("softmax:64,128").to_module()) == 32
 
 
+def test_a_seed_the_sketchs_other_draws_refuse_takes_other_draws_and_computes_the_same():
+    torch = pytest.importorskip("torch")
+    from tensortune.search.seeds import _seed_traces
+    from tensortune.search.space import replayed
+    from tensortune.workloads.models import load_model
+
+    # ResNet's first 3x3 convolution, F(4x4, 3x3): the sketch splits the input transform's 196
+    # tiles 4 x 49, which DisallowDynamicLoop refuses, so every seed needs other draws there.
+    torch.manual_seed(0)
+    x = torch.randn(1, 64, 56, 56)
+    model = load_model(torch.nn.Conv2d(64, 64, 3, padding=1).eval(), example_inputs=(x,),
+                       target=platform().tvm_target)  # fmt: skip
+    (task,) = [t for t in model.tasks if "winograd" in t.name]
+    context = tune_context(task.mod, platform())
+    spaces = context.space_generator.generate_design_space(context.mod)
+    postprocs = list(context.space_generator.postprocs)
+    lanes, registers = platform().simd_bits // 32, vector_registers(platform())
+    as_sketched = [replayed(context.mod, t, postprocs) for s in spaces
+                   for t in _seed_traces(s.trace, lanes, registers)]  # fmt: skip
+    assert as_sketched and not any(as_sketched)  # the case this test is about
+    seeds = seed_candidates(context.mod, spaces, postprocs, platform())
+    assert len(seeds) == len(as_sketched)
+    # the program builds, runs and computes the convolution (checked against the unscheduled
+    # task's output, as tuning checks candidates)
+    from tensortune.measure.session import MeasureSession
+
+    with MeasureSession(platform(), check_correctness=True) as session:
+        session.add_references([task])
+        built, ran = session.measure(seeds[:1])
+    assert built[0].error_msg is None and ran[0].error_msg is None, ran[0].error_msg
+    assert ran[0].run_secs
+
+
 def test_element_wise_tasks_have_no_seeds(target):
     assert _seeds("softmax:64,128", target)[2] == []
 

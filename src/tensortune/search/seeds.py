@@ -25,7 +25,8 @@ order.  A seed is a design-space sketch with those decisions set:
 
 Seeds are made for every sketch (each consumer placement) and ``nv`` = 1, 2, 4 where they fit,
 two unroll steps each (18 for a task with one tiled block and MetaSchedule's three CPU
-sketches), and post-processed like any candidate; one that fails a postprocessor is dropped.
+sketches), and post-processed like any candidate. Where a postprocessor refuses a seed, the
+other blocks' tiles are drawn anew a few times; a seed that still fails is dropped.
 A vector holds as many lanes as the widest accumulator of the task's reducing blocks fits
 (16 float32 or 32 float16 with AVX-512; int8 products that accumulate in int32 get int32's).
 Sketches without a ``SSRSRS`` block (GPU spaces, element-wise tasks) give none.
@@ -48,6 +49,8 @@ STRUCTURE = "SSRSRS"
 TILE_ROWS = 64
 UNROLL_STEPS = (16, 64)
 VECTORS = (1, 2, 4)
+# Draws of the other blocks' tiles tried for a seed a postprocessor refused as sketched.
+REDRAWS = 4
 
 
 def vector_registers(platform: Platform) -> int:
@@ -113,9 +116,33 @@ def seed_candidates(mod: tvm.IRModule, design_spaces: list, postprocs: list,
     if lanes < 1:
         return []
     registers = vector_registers(platform)
-    out = (replayed(mod, trace, postprocs) for space in design_spaces
+    out = (_replayed_or_redrawn(mod, trace, postprocs) for space in design_spaces
            for trace in _seed_traces(space.trace, lanes, registers))  # fmt: skip
     return [c for c in out if c is not None]
+
+
+def _replayed_or_redrawn(mod: tvm.IRModule, trace: object,
+                         postprocs: list) -> MeasureCandidate | None:  # fmt: skip
+    """``trace`` post-processed; where a postprocessor refuses it, the same with the tiles of
+    the blocks the seed does not set drawn anew (``REDRAWS`` fixed draws, the first accepted).
+    Why: a seed keeps the sketch's own draws for the other blocks, and those may not fit.
+    ResNet's 56×56 Winograd tasks split the input transform's 196 tiles 4 × 49, so each part
+    reads a varying number of image rows, and ``DisallowDynamicLoop`` refused every seed."""
+    found = replayed(mod, trace, postprocs)
+    if found is not None:
+        return found
+    ours = [inst for group in _tiled_blocks(trace) for inst in group]
+    free = trace
+    for inst in trace.insts:
+        if inst.kind.name == "SamplePerfectTile" and not any(inst.same_as(o) for o in ours):
+            free = free.with_decision(inst, None, remove_postproc=True)
+    if free is trace:
+        return None
+    for draw in range(1, REDRAWS + 1):  # TVM's schedule seeds start at 1
+        found = replayed(mod, free, postprocs, seed=draw)
+        if found is not None:
+            return found
+    return None
 
 
 def accumulator_bits(mod: tvm.IRModule) -> int:
