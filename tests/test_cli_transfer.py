@@ -196,6 +196,7 @@ def test_the_table_says_where_each_kernel_comes_from(capfd: pytest.CaptureFixtur
     assert " untuned " in rows["conv_b"] and "1.00x" in rows["conv_b"]
     assert " untuned " in rows["mean"] and " 0 " in rows["mean"]
     assert " fallback " in rows["dense"] and "20.00x" in rows["dense"]
+    assert [k.took_transferred for k in kernels] == [True, False, False, False]
     assert "11.01 ms" in rows["weighted total"] and "3.11 ms" in rows["weighted total"]
     lines = summary_lines(result)
     assert lines[0] == ("transferred schedules: 1 exact, 2 refit, 1 invalid "

@@ -67,9 +67,10 @@ def transfer(
     """Tune kernels with schedules tuned for other kernels of the same class, without a search.
 
     Each kernel's same-class schedules in the --from stores are replayed on its shapes (tiles
-    re-fitted), timed with its untuned program, and recorded with where they came from; a
-    kernel keeps its untuned program where nothing transferred beats it.  Running the same
-    command again measures only what is missing.
+    re-fitted), timed with its untuned program and with the program compile would build it from
+    without a record (its fallback), and recorded with where they came from; compile builds
+    each kernel with the fastest of them.  Running the same command again measures only what
+    is missing.
 
     Example: tensortune transfer --from sqlite:///resnet50.db --model resnet18 --records
     sqlite:///resnet18.db
@@ -114,6 +115,8 @@ class _Progress:
             self.reporter.line(self.intro)
             self.intro = None
         untuned = f"untuned {fmt_seconds(k.untuned_seconds)}"
+        if k.fallback_seconds is not None:
+            untuned += f", fallback {fmt_seconds(k.fallback_seconds)}"
         if k.sources:
             found = (f"{_count(k.sources, 'source')} ({k.exact} exact, {k.refit} refit, "
                      f"{k.invalid} invalid), {untuned}, best transferred "
@@ -130,12 +133,11 @@ def _count(n: int, noun: str) -> str:
 
 def taken_from(k: KernelTransfer) -> str:
     """Where the program ``compile`` builds the kernel with comes from."""
-    chosen = k.chosen_seconds
-    if chosen is None:
+    if k.chosen_seconds is None:
         return "-"
-    if chosen == k.best_seconds:
+    if k.took_transferred:
         return k.source or "-"
-    return "fallback" if chosen == k.fallback_seconds else "untuned"
+    return "fallback" if k.chosen_seconds == k.fallback_seconds else "untuned"
 
 
 def _speedup(x: float | None) -> str:
@@ -145,7 +147,7 @@ def _speedup(x: float | None) -> str:
 def result_table(result: TransferResult) -> Table:
     # One column for the sources and their outcomes, so nine columns fit 120 characters.
     columns = {"task": "left", "weight": "right", "class": "left", "sources e/r/i": "right",
-               "from": "left", "untuned": "right", "transferred": "right",
+               "from": "left", "untuned": "right", "chosen": "right",
                "speedup": "right"}  # fmt: skip
     caption = (f"sources e/r/i: same-class schedules found, replayed exactly / with re-fitted "
                f"tiles / invalid\ntarget {json.dumps(result.target)} · hardware "

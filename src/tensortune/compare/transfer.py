@@ -67,7 +67,7 @@ class PairResult:
     warm_time_to_full: float | None  # None: warm start never reached full's final estimate
     outcomes: dict[str, int] = field(default_factory=dict)
     invalid_reasons: dict[str, int] = field(default_factory=dict)
-    tasks_transferred: int = 0  # kernels whose transferred schedule beat untuned
+    tasks_transferred: int = 0  # kernels built with a transferred schedule (the fastest)
     curves: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
 
     @property
@@ -161,8 +161,7 @@ def bench_transfer(
             full.speedup_over_untuned, moved.search_seconds, full_s, warm_s, estimate,
             full_final, _first_below(full_curve, estimate), _first_below(warm_curve, full_final),
             moved.outcomes(), moved.invalid_reasons,
-            sum(1 for k in moved.tasks if k.best_seconds is not None
-                and k.untuned_seconds is not None and k.best_seconds < k.untuned_seconds),
+            sum(k.took_transferred for k in moved.tasks),
             {"full": full_curve, "warm": warm_curve},
         )  # fmt: skip
         (work / f"{tgt}-from-{src}.json").write_text(json.dumps(result.to_dict()))

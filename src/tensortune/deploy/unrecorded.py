@@ -69,7 +69,9 @@ def unrecorded_candidate(task: tvm.IRModule, platform: Platform) -> MeasureCandi
     analyzer's first among the seeds of ``task`` (random programs where it has none); ``None``
     where the analyzer rates the bare loops first or the space generator cannot take ``task``.
     Transfer-tuning measures it beside the transferred schedules, so that a kernel none of them
-    fits is not left with the bare loops."""
+    fits is not left with the bare loops.  None on GPUs, which build such kernels otherwise."""
+    if platform.simd_bits == 0:
+        return None
     try:  # one design space for the seeds and the random programs
         # on one thread, so that compiling a model twice builds the same kernels
         sampler = RandomSchedules(task, platform, SAMPLES, limit=SAMPLES, threads=1)

@@ -27,8 +27,9 @@ Seeds are made for every sketch (each consumer placement) and ``nv`` = 1, 2, 4 w
 two unroll steps each (18 for a task with one tiled block and MetaSchedule's three CPU
 sketches), and post-processed like any candidate. Where a postprocessor refuses a seed, the
 other blocks' tiles are drawn anew a few times; a seed that still fails is dropped.
-A vector holds as many lanes as the widest accumulator of the task's reducing blocks fits
-(16 float32 or 32 float16 with AVX-512; int8 products that accumulate in int32 get int32's).
+A vector holds as many lanes as the widest accumulator of the task's reducing blocks fits, but
+no narrower than float32's (8 float64 or 16 int32 with AVX-512): CPUs without native float16
+arithmetic compute half precision in float32 registers.
 Sketches without a ``SSRSRS`` block (GPU spaces, element-wise tasks) give none.
 """
 
@@ -146,13 +147,13 @@ def _replayed_or_redrawn(mod: tvm.IRModule, trace: object,
 
 
 def accumulator_bits(mod: tvm.IRModule) -> int:
-    """The widest type the reducing blocks of ``mod`` write, in bits: what the micro-kernel keeps
-    in registers (32 where no block reduces)."""
+    """The widest type the reducing blocks of ``mod`` write, in bits, 32 at least: what the
+    micro-kernel keeps in registers (see the module docstring)."""
     from tensortune.compat import sblocks, task_func
 
     bits = [int(w.source.dtype.bits) for b in sblocks(task_func(mod).body)
             if any(int(iv.iter_type) == 2 for iv in b.iter_vars) for w in b.writes]  # fmt: skip
-    return max(bits, default=32)
+    return max([32, *bits])
 
 
 def _seed_traces(trace, lanes: int, registers: int) -> list:

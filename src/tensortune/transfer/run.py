@@ -80,6 +80,11 @@ class KernelTransfer:
         return min(options) if options else None
 
     @property
+    def took_transferred(self) -> bool:
+        """Whether ``compile`` builds the kernel with a transferred schedule."""
+        return self.best_seconds is not None and self.chosen_seconds == self.best_seconds
+
+    @property
     def speedup(self) -> float | None:
         if self.untuned_seconds is None or self.chosen_seconds is None:
             return None

@@ -47,6 +47,7 @@ def machine_for(platform: Platform) -> Machine:
     )
 
 
+@cache  # one clock a process: the same programs rank the same way within a run
 def _ghz() -> float:
     try:
         return float(cpuinfo().get("cpu MHz", "")) / 1000.0
