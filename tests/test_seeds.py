@@ -95,9 +95,10 @@ def test_seeds_are_the_spaces_sketches_with_those_tiles_and_compute_the_product(
 
 
 @pytest.mark.parametrize(("inputs", "accumulates", "bits"),
-                         [("float32", "float32", 32), ("float16", "float16", 16),
+                         [("float32", "float32", 32), ("float16", "float16", 32),
                           ("int8", "int32", 32), ("float64", "float64", 64)])  # fmt: skip
 def test_a_vector_holds_as_many_lanes_as_the_accumulator_fits(inputs, accumulates, bits):
+    # float16 gets float32's lanes: CPUs without native half arithmetic compute it in float32
     from tvm import te
 
     a = te.placeholder((32, 64), inputs, name="a")
@@ -107,8 +108,22 @@ def test_a_vector_holds_as_many_lanes_as_the_accumulator_fits(inputs, accumulate
                                                   axis=k), name="c")  # fmt: skip
     mod = tvm.IRModule({"main": te.create_prim_func([a, b, c])})
     assert accumulator_bits(mod) == bits
-    # an element-wise task has no accumulator: float32's lanes, as before
-    assert accumulator_bits(parse_spec("softmax:64,128").to_module()) == 32
+    # the seeds' output columns end in whole vectors of that many lanes
+    lanes = platform().simd_bits // bits
+    context = tune_context(mod, platform())
+    spaces = context.space_generator.generate_design_space(context.mod)
+    seeds = seed_candidates(context.mod, spaces, list(context.space_generator.postprocs),
+                            platform())  # fmt: skip
+    assert seeds
+    for cand in seeds:
+        trace = cand.sch.trace
+        tiles = [[int(v) for v in trace.decisions[i]] for i in trace.insts
+                 if i.kind.name == "SamplePerfectTile"]  # fmt: skip
+        assert tiles[1][-1] in (lanes, 2 * lanes, 4 * lanes), tiles
+    # an element-wise task has no accumulator: float32's lanes
+    e = te.placeholder((32, 48), accumulates, name="e")
+    d = te.compute((32, 48), lambda i, j: e[i, j] + e[i, j], name="d")
+    assert accumulator_bits(tvm.IRModule({"main": te.create_prim_func([e, d])})) == 32
 
 
 def test_a_seed_the_sketchs_other_draws_refuse_takes_other_draws_and_computes_the_same():
@@ -197,6 +212,37 @@ def test_seeds_the_verifier_ranks_last_still_take_half_the_first_round(target):
     assert [structural_hash(c.sch.mod) in hashes for c in first].count(True) == 4
     # from then on, the verifier's order alone: the seeds it ranks last wait
     assert not any(structural_hash(c.sch.mod) in hashes for c in second)
+
+
+def test_the_seed_the_analyzer_ranks_first_is_measured_first_whatever_the_verifier_says(target):
+    from tensortune.compat import PyCostModel, derived_object
+    from tensortune.search.analyzer import Analyzer
+    from tensortune.search.analyzer.machine import machine_for
+    from tensortune.search.draft_verify import DraftThenVerify
+
+    context, spaces, seeds = _seeds("matmul:64,64,64", target)
+    scores = Analyzer(machine_for(platform(target))).scores([c.sch.mod for c in seeds])
+    favourite = structural_hash(seeds[int(np.argmax(scores))].sch.mod)
+
+    @derived_object
+    class FavouriteLast(PyCostModel):  # the seeds above everything else, the favourite last
+        def predict(self, context, candidates):
+            return np.array([(-1.0 if h == favourite else 10.0 + i) if h in hashes else 1.0
+                             for i, h in enumerate(structural_hash(c.sch.mod)
+                                                   for c in candidates)])  # fmt: skip
+
+        def update(self, context, candidates, results):
+            pass
+
+    hashes = {structural_hash(c.sch.mod) for c in seeds}
+    strategy = DraftThenVerify(population=32, draft_size=16, per_round=8, verify_mutants=0,
+                               eps=0.0)  # fmt: skip
+    strategy._initialize_with_tune_context(context)
+    strategy.pre_tuning(64, 8, spaces, ms.database.MemoryDatabase(), FavouriteLast())
+    first = [structural_hash(c.sch.mod) for c in strategy.generate_measure_candidates()]
+    strategy.post_tuning()
+    assert favourite in first
+    assert sum(h in hashes for h in first) == 8  # the verifier's other picks: seeds too
 
 
 def test_seeds_can_be_turned_off_by_name():

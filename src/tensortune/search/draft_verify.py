@@ -10,8 +10,11 @@ cache plus one generation of mutants of the cache's verified best, and the top o
 round instead of the thousands MetaSchedule's default scores.
 
 A task not measured before starts with register-blocked seeds (``search/seeds.py``): its
-sketches with their tiles set by rule join the first cache, and the verifier's best half-round
-of them is measured first (``seeds=0``: not).
+sketches with their tiles set by rule join the first cache, and half a round of them is
+measured first (``seeds=0``: not): the one the analyzer ranks first, as ``deploy/unrecorded.py``
+picks a program for a kernel without a record, then the verifier's best.  After five minutes of
+tuning (4-5 trials a task) resnet18 ran no faster than built from an empty store with those
+picks (benchmarks/RESULTS.md): a verifier's choice of seeds alone can miss the analyzer's.
 
 With ``blend`` on, the picks rank by both scorers: a weighted mean of the analyzer's and the
 verifier's rank orders, the verifier's weight following how well each has ordered the task's
@@ -264,6 +267,9 @@ class DraftThenVerify(PySearchStrategy):
         if self.alt is not None and callable(earlier):
             self.seen |= self.alt.warm_start(self.context, earlier(self.context.mod))
         self.seeded = self._seeds(design_spaces, database)  # after what ``seen`` knows
+        # the seed a kernel without a record is built from: measured in the first round
+        self.analyzer_seed = (self.seeded[int(np.argmax(self._analyze(self.seeded)))]
+                              if self.seeded else None)  # fmt: skip
         # The drafter never stops on its own: we count trials, it hands out drafts.
         if self.first_draft_generations != self.draft_generations:
             self.first_drafter = self._evolution(self.context, self.first_draft_generations)
@@ -358,7 +364,9 @@ class DraftThenVerify(PySearchStrategy):
         else:
             greedy = self._cheap_first(pool, order)[: n - round(n * self.eps)]
         if seeds:  # measured in the first round, the best-ranked of them if they are many
-            first = [i for i in order if seeds.get(id(pool[i])) is pool[i]][: max(n // 2, 1)]
+            ranked = [i for i in order if seeds.get(id(pool[i])) is pool[i]]
+            ranked.sort(key=lambda i: pool[i] is not self.analyzer_seed)  # stable: it goes first
+            first = ranked[: max(n // 2, 1)]
             chosen_first = set(first)
             greedy = (first + [i for i in greedy if i not in chosen_first])[
                 : max(len(greedy), len(first))
