@@ -13,7 +13,9 @@ of a block: four factors for a spatial loop, two for a reduction loop, in the bl
 order.  A seed is a design-space sketch with those decisions set:
 
 - the last spatial loop (the output's contiguous axis: a matrix's columns, a channels-last
-  convolution's output channels) ends in ``nv`` vectors of the target's lanes;
+  convolution's output channels) ends in ``nv`` vectors of the target's lanes, or, where
+  those do not divide it (1000 classes, 24 or 40 channels), in one narrower vector of a
+  power-of-two width (``vector_width``);
 - the nearest spatial loop before it with more than one iteration (rows, image width) ends in
   the most rows whose ``rows × nv`` accumulators, ``nv`` loaded vectors and one broadcast fit
   the vector registers;
@@ -75,9 +77,9 @@ def register_tiles(extents: list[int], spatial: list[bool], lanes: int, register
     r_idx = [i for i, s in enumerate(spatial) if not s]
     if not s_idx:
         return None
-    width = lanes * nv
     col = s_idx[-1]
-    if extents[col] % width or width > innermost:
+    width = vector_width(extents[col], lanes, nv, innermost)
+    if width is None:
         return None
     tiles = [[e, 1, 1, 1] if s else [e, 1] for e, s in zip(extents, spatial, strict=True)]
     tiles[col] = [extents[col] // width, 1, 1, width]
@@ -104,6 +106,21 @@ def register_tiles(extents: list[int], spatial: list[bool], lanes: int, register
         inner = _largest_divisor(extents[k], innermost)
         tiles[k] = [extents[k] // inner, inner]
     return tiles
+
+
+def vector_width(extent: int, lanes: int, nv: int, innermost: int) -> int | None:
+    """The innermost factor of an output axis of ``extent`` for ``nv`` vectors: ``nv`` whole
+    vectors where they divide it; where they do not and ``nv`` is 1, the widest power of two of
+    at least 4 lanes that divides it (a 1000-class product: 8 of 16 lanes); else None.  Why
+    powers of two: TVM vectorizes the loop as one LLVM vector of its extent, and LLVM splits a
+    24-wide one badly; seeds 24 wide ran MobileNetV2's 1x1 convolutions 14 times slower than
+    random programs (benchmarks/RESULTS.md)."""
+    if extent % (lanes * nv) == 0 and lanes * nv <= innermost:
+        return lanes * nv
+    if nv != 1:
+        return None
+    fits = [w for w in (lanes // 2, lanes // 4, lanes // 8) if w >= 4 and extent % w == 0]
+    return max([w for w in fits if w <= innermost], default=None)
 
 
 def _largest_divisor(n: int, at_most: int) -> int:
