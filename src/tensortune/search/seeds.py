@@ -40,7 +40,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from tensortune.compat import MeasureCandidate, tvm
+from tensortune.compat import MeasureCandidate, sblocks, task_func, tvm
 from tensortune.search.space import replayed
 
 if TYPE_CHECKING:
@@ -119,8 +119,8 @@ def vector_width(extent: int, lanes: int, nv: int, innermost: int) -> int | None
         return lanes * nv
     if nv != 1:
         return None
-    fits = [w for w in (lanes // 2, lanes // 4, lanes // 8) if w >= 4 and extent % w == 0]
-    return max([w for w in fits if w <= innermost], default=None)
+    narrower = (lanes // 2, lanes // 4, lanes // 8)
+    return max((w for w in narrower if 4 <= w <= innermost and extent % w == 0), default=None)
 
 
 def _largest_divisor(n: int, at_most: int) -> int:
@@ -166,8 +166,6 @@ def _replayed_or_redrawn(mod: tvm.IRModule, trace: object,
 def accumulator_bits(mod: tvm.IRModule) -> int:
     """The widest type the reducing blocks of ``mod`` write, in bits, 32 at least: what the
     micro-kernel keeps in registers (see the module docstring)."""
-    from tensortune.compat import sblocks, task_func
-
     bits = [int(w.source.dtype.bits) for b in sblocks(task_func(mod).body)
             if any(int(iv.iter_type) == 2 for iv in b.iter_vars) for w in b.writes]  # fmt: skip
     return max([32, *bits])
