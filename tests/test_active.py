@@ -287,6 +287,21 @@ def test_the_validity_filter_learns_which_programs_fail():
     assert removed >= 0.8 and wrongly < 0.05, (removed, wrongly)
 
 
+def test_the_validity_filter_learns_from_one_round_of_measurements():
+    """Online, the filter's first fits see a round or two of programs: each of ten draws of 24
+    must already teach it to drop at least half the failures (with the default leaf weight the
+    trees did not split at all on three of them)."""
+    from tensortune.active.validity import ValidityFilter
+
+    test_x, test_ok = _failing(300, seed=12)
+    for seed in range(20, 30):
+        x, ok = _failing(24, seed=seed)
+        keep = ValidityFilter().fit(x, ok).keep(test_x)
+        removed = (~keep & ~test_ok).sum() / (~test_ok).sum()
+        wrongly = (~keep & test_ok).sum() / test_ok.sum()
+        assert removed >= 0.5 and wrongly < 0.05, (seed, removed, wrongly)
+
+
 def test_the_validity_filter_keeps_everything_until_it_has_seen_failures():
     from tensortune.active.validity import ValidityFilter
 

@@ -17,10 +17,11 @@
   on three networks (benchmarks/RESULTS.md, "ALT's ping-pong in bench tune").
 
 ``stats`` (shared by every task's clone, like the strategy's timings) counts what the filter
-did: ``dropped`` (measurements saved), ``audited`` and ``audited_valid`` (dropped programs
-measured anyway, and how many of them ran), the measured programs that failed (and of those,
-``failed_unfiltered``: picked before the filter had seen enough of both kinds to judge), and
-``earlier``: the records store's measurements of earlier runs the filter and the ensemble
+did: ``dropped`` (candidates it turned away, each once per fit: many would never have been
+picked, so this overstates the measurements saved), ``audited`` and ``audited_valid`` (dropped
+programs measured anyway, and how many of them ran), the measured programs that failed (and of
+those, ``failed_unfiltered``: picked before the filter had seen enough of both kinds to judge),
+and ``earlier``: the records store's measurements of earlier runs the filter and the ensemble
 started from (``warm_start``; failures included, which MetaSchedule's database queries omit);
 ``explored``: the rounds the uncertainty ensemble picked.
 """
