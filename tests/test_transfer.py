@@ -183,7 +183,7 @@ def source_store(tmp_path_factory):
     return url
 
 
-def test_transfer_falls_back_to_the_unrecorded_pick_and_resumes(tmp_path, source_store):
+def test_transfer_falls_back_to_the_unrecorded_pick_and_resumes(tmp_path, source_store, platform):
     out = f"sqlite:///{tmp_path / 'out.db'}"
     specs = ["dense_bias_relu:128,64,64", "matmul:32,32,32"]
     result = transfer(source_store, specs, records=out, target=TARGET, per_kernel=2,
@@ -209,6 +209,23 @@ def test_transfer_falls_back_to_the_unrecorded_pick_and_resumes(tmp_path, source
     with open_records(out) as store:
         assert store.count() == before  # nothing measured twice
     assert [t.chosen_seconds for t in again.tasks] == [t.chosen_seconds for t in result.tasks]
+    # What compile builds each kernel from, and the origin its report shows.
+    from tensortune.cli.compile import _schedule_label
+    from tensortune.deploy.compile import TaskStatus
+    from tensortune.records.ms_database import StoreDatabase
+
+    with open_records(out) as store:
+        db = StoreDatabase(store, target=platform)
+        for spec, kernel in zip(specs, result.tasks, strict=True):
+            rec = db.chosen_record(_task(spec, platform).mod, platform.tvm_target)
+            assert rec.cost == kernel.chosen_seconds
+            kind = origin_of(rec)["kind"]
+            assert (kind == "transfer") == kernel.took_transferred
+            assert kind in ("transfer", "untuned", "fallback")
+            label = _schedule_label(TaskStatus(spec, 1, True, rec.cost, origin=kind))
+            expected = {"transfer": "transferred", "untuned": "untuned (timed)",
+                        "fallback": "fallback (timed)"}  # fmt: skip
+            assert label == expected[kind]  # none of them was tuned here
 
 
 def test_a_kernel_without_same_class_sources_takes_a_shorter_epilogues(tmp_path, source_store):

@@ -77,6 +77,19 @@ def compile_(
         console.print(f"wrote {report.artifact}: tensortune.load({report.artifact!r}) calls it")
 
 
+# What a task's schedule is, by its record's origin (``TaskStatus.origin``).  Transfer-tuning
+# also stores the untuned program and the one ``compile`` builds a kernel without records from,
+# each timed: when one of them is the fastest, the kernel was not tuned.
+_ORIGIN_LABELS = {"": "tuned", "transfer": "transferred", "untuned": "untuned (timed)",
+                  "fallback": "fallback (timed)"}  # fmt: skip
+
+
+def _schedule_label(s) -> str:
+    if not s.tuned:
+        return "fallback (no record)"
+    return _ORIGIN_LABELS.get(s.origin, s.origin)
+
+
 def print_report(r) -> None:
     """A compile report: latencies side by side, then each task's schedule."""
     t = table(f"{r.model}: end-to-end latency (median, {r.threads} threads)",
@@ -98,8 +111,7 @@ def print_report(r) -> None:
         columns["built with (re-timed)"] = "right"
     tasks = table("tasks", columns)
     for s in r.tasks:
-        row = [s.name, str(s.weight), "tuned" if s.tuned else "fallback (no record)",
-               fmt_seconds(s.best_seconds)]  # fmt: skip
+        row = [s.name, str(s.weight), _schedule_label(s), fmt_seconds(s.best_seconds)]
         if retimed:
             rank = "" if s.retime_rank is None else f" (#{s.retime_rank + 1})"
             row.append(fmt_seconds(s.retimed_seconds) + rank)

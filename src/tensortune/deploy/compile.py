@@ -17,17 +17,21 @@ from tensortune.hardware import Platform, resolve_platform
 from tensortune.measure.executable import MIN_REPEAT_S, timing_repeats
 from tensortune.measure.pool import WorkerPool
 from tensortune.records import DEFAULT_URL, RecordStore, records_from
+from tensortune.records.schema import origin_of
 
 
 @dataclass
 class TaskStatus:
     name: str
     weight: int
-    tuned: bool
+    tuned: bool  # a record was found (whatever its origin)
     best_seconds: float | None
     # With ``retime``: the chosen record re-timed, and its rank among the stored (0 = best).
     retimed_seconds: float | None = None
     retime_rank: int | None = None
+    # Where the best record's schedule came from (``Record.origin``'s kind): "" tuned here,
+    # "transfer", or the programs transfer-tuning times beside them, "untuned" and "fallback".
+    origin: str = ""
 
 
 @dataclass
@@ -127,9 +131,15 @@ def _build_and_time(m, store: RecordStore, platform: Platform, repeat: int, roun
         retimed = retime_best(store, m.tasks, platform, retime)
     statuses = []
     for task in m.tasks:
-        rec = db.query_tuning_record(task.mod, tvm_target, task.name)
+        rec = db.chosen_record(task.mod, tvm_target)
         best = statistics.median(float(s) for s in rec.run_secs) if rec is not None else None
-        status = TaskStatus(task.name, task.weight, rec is not None, best)
+        status = TaskStatus(
+            task.name,
+            task.weight,
+            rec is not None,
+            best,
+            origin="" if rec is None else str(origin_of(rec).get("kind", "")),
+        )
         again = retimed.get(store.workload_id(task.mod, create=False))
         if again is not None:
             status.retimed_seconds, status.retime_rank = again.seconds, again.rank

@@ -172,17 +172,25 @@ class StoreDatabase(PyDatabase):
                 out.append(to_tuning_record(r, workload))
         return out
 
-    @_kept
-    def query_tuning_record(self, mod, target, workload_name: str | None = None):
+    def chosen_record(self, mod, target) -> Record | None:
+        """The stored record a build of ``mod`` for ``target`` takes: the pinned one, else the
+        fastest; ``None`` when there is none.  Ours, not MetaSchedule's, so its ``origin``
+        says where the schedule came from."""
+        return self._chosen(mod, target)[1]
+
+    def _chosen(self, mod, target) -> tuple[int | None, Record | None]:
         tkey = target_key(target)
         wid = self.store.workload_id(mod, create=False)
         pinned = self.pinned.get(wid) if self.pinned else None
         if pinned is not None and pinned.target == tkey:
-            records = [pinned]
-        else:
-            records = self._records(wid, tkey, 1)
-        found = self._as_asked(records, wid, mod)
-        return found[0] if found else None
+            return wid, pinned
+        found = self._records(wid, tkey, 1)
+        return wid, found[0] if found else None
+
+    @_kept
+    def query_tuning_record(self, mod, target, workload_name: str | None = None):
+        wid, record = self._chosen(mod, target)
+        return None if record is None else self._as_asked([record], wid, mod)[0]
 
     def query_schedule(self, mod, target, workload_name: str | None = None):
         record = self.query_tuning_record(mod, target, workload_name)
