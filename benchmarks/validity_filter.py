@@ -9,8 +9,9 @@ draft-then-verify and an online XGBoost verifier, nothing else changed:
           so each decision is checked: of the failures, the share it would have removed; of the
           programs that ran, the share it would have dropped wrongly;
   filter  the filter drops what it rates a failure, measuring 10% of those to count wrong drops
-          (``audit=0.1``): the share of its measurements that failed (against plain's) and the
-          best latency found.
+          (``audit=0.1``): the share of its measurements that failed (against plain's), the
+          measurements it saved (``displaced``: of each round's best-scored, those it turned
+          away) and the best latency found.
 The shadow runs also log the filter's rating of every program it judged, and so give the
 shares removed and wrongly dropped at other thresholds than the filter's.
 Then ``warm``: the filter run again on the ``filter`` run's records store, so the earlier
@@ -87,8 +88,8 @@ def _summary(runs: list[dict]) -> dict:
             continue
         total = {k: sum(r[k] for r in rs) for k in ("trials", "ok", "failed")}
         st = {k: sum(r["stats"].get(k, 0) for r in rs) for k in
-              ("dropped", "audited", "audited_valid", "measured_failed", "failed_unfiltered",
-               "earlier")}  # fmt: skip
+              ("dropped", "displaced", "audited", "audited_valid", "measured_failed",
+               "failed_unfiltered", "earlier")}  # fmt: skip
         row: dict = {**total, **st, "failed_share": _share(total["failed"], total["trials"])}
         if mode in ("shadow", "warm-shadow"):
             would_remove = st["audited"] - st["audited_valid"]

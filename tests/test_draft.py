@@ -474,6 +474,15 @@ def test_alt_policy_filters_what_fails_audits_some_and_alternates_picks(matmul_c
     removed = (~allowed & fails[60:]).sum() / fails[60:].sum()
     assert removed > 0.5 and stats["dropped"] > 0
     assert (allowed & ~fails[60:]).sum() >= 0.9 * (~fails[60:]).sum()
+    # Saved measurements: of a round's 16 best-scored, those turned away; here the failures
+    # score best, so every one of the 16 the filter turned away counts.
+    scores = fails[60:].astype(float) + np.linspace(0, 0.5, 60)
+    policy.count_displaced(scores, allowed, 16)
+    best = np.argsort(-scores, kind="stable")[:16]
+    first_count = stats["displaced"]
+    assert first_count == (~allowed[best]).sum() > 0
+    policy.count_displaced(-scores, allowed, 16)  # now programs that run score best
+    assert stats["displaced"] - first_count < first_count
     audited = [rest[i] for i in np.flatnonzero(allowed & fails[60:])]
     policy.observe(ctx, [cands[i] for i in audited], results(audited))
     assert stats["audited"] >= stats["audited_valid"] >= 0

@@ -18,12 +18,14 @@
 
 ``stats`` (shared by every task's clone, like the strategy's timings) counts what the filter
 did: ``dropped`` (candidates it turned away, each once per fit: many would never have been
-picked, so this overstates the measurements saved), ``audited`` and ``audited_valid`` (dropped
-programs measured anyway, and how many of them ran), the measured programs that failed (and of
-those, ``failed_unfiltered``: picked before the filter had seen enough of both kinds to judge),
-and ``earlier``: the records store's measurements of earlier runs the filter and the ensemble
-started from (``warm_start``; failures included, which MetaSchedule's database queries omit);
-``explored``: the rounds the uncertainty ensemble picked.
+picked, so this overstates the measurements saved), ``displaced`` (the measurements saved: of
+each round's ``n`` best-scored candidates, those it turned away, which the round then replaced
+with others), ``audited`` and ``audited_valid`` (dropped programs measured anyway, and how many
+of them ran), the measured programs that failed (and of those, ``failed_unfiltered``: picked
+before the filter had seen enough of both kinds to judge), and ``earlier``: the records store's
+measurements of earlier runs the filter and the ensemble started from (``warm_start``; failures
+included, which MetaSchedule's database queries omit); ``explored``: the rounds the uncertainty
+ensemble picked.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from tensortune.compat import MeasureCandidate, ms, structural_hash, tvm
 from tensortune.costmodel.data import ProgramSet, concat_programs
 from tensortune.measure.status import run_seconds
 
-STAT_KEYS = ("dropped", "audited", "audited_valid", "measured", "measured_failed",
+STAT_KEYS = ("dropped", "displaced", "audited", "audited_valid", "measured", "measured_failed",
              "failed_unfiltered", "earlier", "explored")  # fmt: skip
 # Programs whose features are kept (a few KB each); the cache holds a few hundred at a time.
 MEMO_SIZE = 5000
@@ -103,6 +105,12 @@ class AltPolicy:
                     self._audited.add(keys[i])
             self.stats["dropped"] += int((~keep & ~audit).sum())
         return np.array([self._decided[k] for k in keys], dtype=bool)
+
+    def count_displaced(self, scores: np.ndarray, allowed: np.ndarray, n: int) -> None:
+        """Count the round's ``n`` best-scored candidates the filter turned away: what it saved
+        from measurement (``dropped`` counts every candidate it rated, picked or not)."""
+        best = np.argsort(-scores, kind="stable")[:n]
+        self.stats["displaced"] += int((~allowed[best]).sum())
 
     def likeliest(self, context, pool: list, n: int) -> np.ndarray:
         """When the filter rejects a whole round: the ``n`` programs it rates likeliest to

@@ -347,6 +347,8 @@ class DraftThenVerify(PySearchStrategy):
                 break
             with self._clock("alt"):
                 allowed = self.alt.allowed(self.context, pool, self.rng)
+                if refill == 0:  # refills' pools hold what replaced the turned-away ones
+                    self.alt.count_displaced(scores, allowed, n)
                 dropped = {id(pool[i]) for i in np.flatnonzero(~allowed)}
                 self.cache = [c for c in self.cache if id(c) not in dropped]
             if allowed.sum() >= n:
