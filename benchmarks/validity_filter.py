@@ -10,8 +10,8 @@ draft-then-verify and an online XGBoost verifier, nothing else changed:
           programs that ran, the share it would have dropped wrongly;
   filter  the filter drops what it rates a failure, measuring 10% of those to count wrong drops
           (``audit=0.1``): the share of its measurements that failed (against plain's), the
-          measurements it saved (``displaced``: of each round's best-scored, those it turned
-          away) and the best latency found.
+          measurements it saved, bounded below by ``displaced`` (of each round's best-scored,
+          those it turned away) and above by ``dropped``, and the best latency found.
 The shadow runs also log the filter's rating of every program it judged, and so give the
 shares removed and wrongly dropped at other thresholds than the filter's.
 Then ``warm``: the filter run again on the ``filter`` run's records store, so the earlier

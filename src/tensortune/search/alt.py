@@ -17,15 +17,15 @@
   on three networks (benchmarks/RESULTS.md, "ALT's ping-pong in bench tune").
 
 ``stats`` (shared by every task's clone, like the strategy's timings) counts what the filter
-did: ``dropped`` (candidates it turned away, each once per fit: many would never have been
-picked, so this overstates the measurements saved), ``displaced`` (the measurements saved: of
-each round's ``n`` best-scored candidates, those it turned away, which the round then replaced
-with others), ``audited`` and ``audited_valid`` (dropped programs measured anyway, and how many
-of them ran), the measured programs that failed (and of those, ``failed_unfiltered``: picked
-before the filter had seen enough of both kinds to judge), and ``earlier``: the records store's
-measurements of earlier runs the filter and the ensemble started from (``warm_start``; failures
-included, which MetaSchedule's database queries omit); ``explored``: the rounds the uncertainty
-ensemble picked.
+did: ``dropped`` (candidates it turned away, each once per fit: an upper bound of the
+measurements it saved, since many would never have been picked) and ``displaced`` (of each
+round's ``n`` best-scored candidates, those it turned away: a lower bound, since a candidate
+turned away while ranked lower might have been picked in a later round), ``audited`` and
+``audited_valid`` (dropped programs measured anyway, and how many of them ran), the measured
+programs that failed (and of those, ``failed_unfiltered``: picked before the filter had seen
+enough of both kinds to judge), and ``earlier``: the records store's measurements of earlier
+runs the filter and the ensemble started from (``warm_start``; failures included, which
+MetaSchedule's database queries omit); ``explored``: the rounds the uncertainty ensemble picked.
 """
 
 from __future__ import annotations
@@ -107,8 +107,8 @@ class AltPolicy:
         return np.array([self._decided[k] for k in keys], dtype=bool)
 
     def count_displaced(self, scores: np.ndarray, allowed: np.ndarray, n: int) -> None:
-        """Count the round's ``n`` best-scored candidates the filter turned away: what it saved
-        from measurement (``dropped`` counts every candidate it rated, picked or not)."""
+        """Count the round's ``n`` best-scored candidates the filter turned away: measurements
+        it certainly saved (``dropped`` counts every candidate it turned away, picked or not)."""
         best = np.argsort(-scores, kind="stable")[:n]
         self.stats["displaced"] += int((~allowed[best]).sum())
 
