@@ -10,8 +10,9 @@ draft-then-verify and an online XGBoost verifier, nothing else changed:
           programs that ran, the share it would have dropped wrongly;
   filter  the filter drops what it rates a failure, measuring 10% of those to count wrong drops
           (``audit=0.1``): the share of its measurements that failed (against plain's), the
-          measurements it saved, bounded below by ``displaced`` (of each round's best-scored,
-          those it turned away) and above by ``dropped``, and the best latency found.
+          measurements it saved (``displaced``, an estimate: of each round's best-scored, those
+          it turned away; ``dropped``, all it turned away, bounds it above) and the best
+          latency found.
 The shadow runs also log the filter's rating of every program it judged, and so give the
 shares removed and wrongly dropped at other thresholds than the filter's.
 Then ``warm``: the filter run again on the ``filter`` run's records store, so the earlier
@@ -136,6 +137,8 @@ def main() -> None:
     )
     ap.add_argument("--mode", action="append", choices=[*MODES, *WARM], default=None)
     args = ap.parse_args()
+    if args.seeds < 1:
+        ap.error("--seeds must be at least 1")
     workloads = args.workload or WORKLOADS
     args.work.mkdir(parents=True, exist_ok=True)
     saved = args.work / "runs.json"
@@ -166,14 +169,15 @@ def main() -> None:
     for mode, row in summary.items():
         print(f"{mode:6s} " + "  ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}"
                                         for k, v in row.items()))  # fmt: skip
-    best = {}
-    for r in runs:
-        best.setdefault(r["mode"], []).append(r["best_s"] or float("inf"))
+    # Best latencies paired by task and seed; the shadow runs measure what plain ones do.
+    best = {(r["mode"], r["workload"], r["seed"]): r["best_s"] or float("inf") for r in runs}
     for mode in ("filter", "warm"):
-        if mode in best and len(best[mode]) == len(best.get("plain", ())):
-            ratios = [b / p for b, p in zip(best[mode], best["plain"], strict=True)]
-            print(f"{mode} best latency / plain's: median {statistics.median(ratios):.3f} over "
-                  f"{len(ratios)} runs")  # fmt: skip
+        for base in ("plain", "shadow"):
+            ratios = [b / best[base, w, seed] for (m, w, seed), b in best.items()
+                      if m == mode and (base, w, seed) in best]  # fmt: skip
+            if ratios:
+                print(f"{mode} best latency / {base}'s, same task and seed: median "
+                      f"{statistics.median(ratios):.3f} over {len(ratios)} runs")  # fmt: skip
     for mode in ("shadow", "warm-shadow"):
         curve = _thresholds(runs, mode)
         for row in curve:

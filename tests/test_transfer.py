@@ -3,6 +3,7 @@ on real schedules built and timed with the project's measurement."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -210,8 +211,8 @@ def test_transfer_falls_back_to_the_unrecorded_pick_and_resumes(tmp_path, source
         assert store.count() == before  # nothing measured twice
     assert [t.chosen_seconds for t in again.tasks] == [t.chosen_seconds for t in result.tasks]
     # What compile builds each kernel from, and the origin its report shows.
-    from tensortune.cli.compile import _schedule_label
-    from tensortune.deploy.compile import TaskStatus
+    from tensortune.cli.compile import schedule_label
+    from tensortune.deploy.compile import TaskStatus, record_origin
     from tensortune.records.ms_database import StoreDatabase
 
     with open_records(out) as store:
@@ -219,13 +220,16 @@ def test_transfer_falls_back_to_the_unrecorded_pick_and_resumes(tmp_path, source
         for spec, kernel in zip(specs, result.tasks, strict=True):
             rec = db.chosen_record(_task(spec, platform).mod, platform.tvm_target)
             assert rec.cost == kernel.chosen_seconds
-            kind = origin_of(rec)["kind"]
+            kind = record_origin(rec)
             assert (kind == "transfer") == kernel.took_transferred
-            assert kind in ("transfer", "untuned", "fallback")
-            label = _schedule_label(TaskStatus(spec, 1, True, rec.cost, origin=kind))
+            label = schedule_label(TaskStatus(spec, 1, True, rec.cost, origin=kind))
             expected = {"transfer": "transferred", "untuned": "untuned (timed)",
                         "fallback": "fallback (timed)"}  # fmt: skip
             assert label == expected[kind]  # none of them was tuned here
+    assert schedule_label(TaskStatus("t", 1, True, 1.0)) == "tuned"  # a record of no origin
+    for malformed in ('{"kind": null}', "not json", "[1]"):
+        assert record_origin(dataclasses.replace(rec, origin=malformed)) == ""
+    assert schedule_label(TaskStatus("t", 1, False, None)) == "fallback (no record)"
 
 
 def test_a_kernel_without_same_class_sources_takes_a_shorter_epilogues(tmp_path, source_store):

@@ -13,8 +13,8 @@ with the default a leaf of a logistic tree needs at least four examples the mode
 of, so early fits barely split.  Replayed on six plain runs' measurements (the benchmark's
 three tasks, seeds 2 and 3; every batch judged by a filter fitted on the batches before it),
 this setting removed 66% of the failures at 2.2% of the programs that ran wrongly dropped,
-against 52% at 0.7% for depth 4, rate 0.3, 40 rounds and the default leaf weight; at equal
-wrong drops (0.7–1.1%) it still removed more (56% at a threshold of 0.05).
+against 52% at 0.7% for depth 4, rate 0.3, 40 rounds and the default leaf weight
+(benchmarks/RESULTS.md, stop 64).
 
 Until it has seen ``min_each`` programs of each kind it keeps everything: a filter that has
 never seen a failure cannot know what one looks like.

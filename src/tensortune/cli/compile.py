@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -18,6 +19,9 @@ from tensortune.cli.options import (
     rename_options,
 )
 from tensortune.records import DEFAULT_URL
+
+if TYPE_CHECKING:  # the deploy layer loads TVM: imported where a command runs
+    from tensortune.deploy.compile import TaskStatus
 
 
 def compile_(
@@ -77,17 +81,15 @@ def compile_(
         console.print(f"wrote {report.artifact}: tensortune.load({report.artifact!r}) calls it")
 
 
-# What a task's schedule is, by its record's origin (``TaskStatus.origin``).  Transfer-tuning
+# What a task's schedule is, by its record's origin (``TaskStatus.kind``).  Transfer-tuning
 # also stores the untuned program and the one ``compile`` builds a kernel without records from,
 # each timed: when one of them is the fastest, the kernel was not tuned.
-_ORIGIN_LABELS = {"": "tuned", "transfer": "transferred", "untuned": "untuned (timed)",
-                  "fallback": "fallback (timed)"}  # fmt: skip
+SCHEDULE_LABELS = {"tuned": "tuned", "transfer": "transferred", "untuned": "untuned (timed)",
+                   "fallback": "fallback (timed)", "none": "fallback (no record)"}  # fmt: skip
 
 
-def _schedule_label(s) -> str:
-    if not s.tuned:
-        return "fallback (no record)"
-    return _ORIGIN_LABELS.get(s.origin, s.origin)
+def schedule_label(s: TaskStatus) -> str:
+    return SCHEDULE_LABELS.get(s.kind, s.kind)
 
 
 def print_report(r) -> None:
@@ -111,12 +113,16 @@ def print_report(r) -> None:
         columns["built with (re-timed)"] = "right"
     tasks = table("tasks", columns)
     for s in r.tasks:
-        row = [s.name, str(s.weight), _schedule_label(s), fmt_seconds(s.best_seconds)]
+        row = [s.name, str(s.weight), schedule_label(s), fmt_seconds(s.best_seconds)]
         if retimed:
             rank = "" if s.retime_rank is None else f" (#{s.retime_rank + 1})"
             row.append(fmt_seconds(s.retimed_seconds) + rank)
         tasks.add_row(*row)
     print_table(tasks)
-    n_tuned = sum(s.tuned for s in r.tasks)
-    console.print(f"{n_tuned}/{len(r.tasks)} tasks tuned; tuned vs untuned outputs differ by at "
-                  f"most {r.max_abs_error:.2e}; records {r.records_url}")  # fmt: skip
+    kinds = Counter(s.kind for s in r.tasks)
+    words = {**SCHEDULE_LABELS, "none": "without a record"}
+    others = "".join(f", {n} {words.get(k, k)}" for k, n in sorted(kinds.items())
+                     if k != "tuned")  # fmt: skip
+    console.print(f"{kinds['tuned']}/{len(r.tasks)} tasks tuned{others}; tuned vs untuned "
+                  f"outputs differ by at most {r.max_abs_error:.2e}; "
+                  f"records {r.records_url}")  # fmt: skip

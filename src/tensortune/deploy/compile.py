@@ -17,7 +17,7 @@ from tensortune.hardware import Platform, resolve_platform
 from tensortune.measure.executable import MIN_REPEAT_S, timing_repeats
 from tensortune.measure.pool import WorkerPool
 from tensortune.records import DEFAULT_URL, RecordStore, records_from
-from tensortune.records.schema import origin_of
+from tensortune.records.schema import Record, origin_of
 
 
 @dataclass
@@ -29,9 +29,22 @@ class TaskStatus:
     # With ``retime``: the chosen record re-timed, and its rank among the stored (0 = best).
     retimed_seconds: float | None = None
     retime_rank: int | None = None
-    # Where the best record's schedule came from (``Record.origin``'s kind): "" tuned here,
-    # "transfer", or the programs transfer-tuning times beside them, "untuned" and "fallback".
+    # Where the schedule built came from (``Record.origin``'s kind, ``record_origin``): ""
+    # tuned, "transfer", or what transfer-tuning times beside them, "untuned" and "fallback".
     origin: str = ""
+
+    @property
+    def kind(self) -> str:
+        """ "none" (no record), "tuned", or the record's origin kind."""
+        if not self.tuned:
+            return "none"
+        return self.origin or "tuned"
+
+
+def record_origin(record: Record | None) -> str:
+    """The kind in a record's ``origin`` ("" for none, or for a malformed one)."""
+    kind = origin_of(record).get("kind", "") if record is not None else ""
+    return kind if isinstance(kind, str) else ""
 
 
 @dataclass
@@ -133,14 +146,11 @@ def _build_and_time(m, store: RecordStore, platform: Platform, repeat: int, roun
     for task in m.tasks:
         rec = db.chosen_record(task.mod, tvm_target)
         best = statistics.median(float(s) for s in rec.run_secs) if rec is not None else None
-        status = TaskStatus(
-            task.name,
-            task.weight,
-            rec is not None,
-            best,
-            origin="" if rec is None else str(origin_of(rec).get("kind", "")),
-        )
         again = retimed.get(store.workload_id(task.mod, create=False))
+        # the origin of what the build takes: the re-timed pick where there is one
+        built = again.chosen if again is not None else rec
+        status = TaskStatus(task.name, task.weight, rec is not None, best,
+                            origin=record_origin(built))  # fmt: skip
         if again is not None:
             status.retimed_seconds, status.retime_rank = again.seconds, again.rank
         statuses.append(status)
@@ -170,7 +180,7 @@ def _build_and_time(m, store: RecordStore, platform: Platform, repeat: int, roun
             from tensortune.records import redact
 
             extra = {"records": redact(store.url), "tuned_seconds": report.tuned_seconds,
-                     "tasks_tuned": sum(s.tuned for s in statuses),
+                     "tasks_tuned": sum(s.kind in ("tuned", "transfer") for s in statuses),
                      "tasks": len(statuses)}  # fmt: skip
             # the library just timed: LLVM writing a tuned build's object code again took
             # resnet18 35-40 s

@@ -18,10 +18,11 @@
 
 ``stats`` (shared by every task's clone, like the strategy's timings) counts what the filter
 did: ``dropped`` (candidates it turned away, each once per fit: an upper bound of the
-measurements it saved, since many would never have been picked) and ``displaced`` (of each
-round's ``n`` best-scored candidates, those it turned away: a lower bound, since a candidate
-turned away while ranked lower might have been picked in a later round), ``audited`` and
-``audited_valid`` (dropped programs measured anyway, and how many of them ran), the measured
+measurements it saved, since most would never have been picked), ``displaced`` (of each round's
+``n`` best-scored candidates, those it turned away: an estimate of the measurements saved,
+neither bound, since a round also picks some at random or by uncertainty, a candidate turned
+away while ranked lower might have been picked later, and a wrong drop counts too), ``audited``
+and ``audited_valid`` (dropped programs measured anyway, and how many of them ran), the measured
 programs that failed (and of those, ``failed_unfiltered``: picked before the filter had seen
 enough of both kinds to judge), and ``earlier``: the records store's measurements of earlier
 runs the filter and the ensemble started from (``warm_start``; failures included, which
@@ -107,8 +108,8 @@ class AltPolicy:
         return np.array([self._decided[k] for k in keys], dtype=bool)
 
     def count_displaced(self, scores: np.ndarray, allowed: np.ndarray, n: int) -> None:
-        """Count the round's ``n`` best-scored candidates the filter turned away: measurements
-        it certainly saved (``dropped`` counts every candidate it turned away, picked or not)."""
+        """Count the round's ``n`` best-scored candidates the filter turned away: an estimate of
+        the measurements it saved (``dropped`` counts every candidate it turned away)."""
         best = np.argsort(-scores, kind="stable")[:n]
         self.stats["displaced"] += int((~allowed[best]).sum())
 
