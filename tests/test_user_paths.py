@@ -123,6 +123,20 @@ def test_draft_verify_with_each_cost_model(workspace: Path, cli: Cli, options: l
     assert result["trials_total"] == 4 and result["tasks"][0]["ok"] == 4
 
 
+def test_tune_with_alt_says_what_its_validity_filter_did(cli: Cli) -> None:
+    import re
+
+    code, out, err = cli("tune", "-w", MM, "--trials", "4", "--strategy", "alt",
+                         "--cost-model", "xgb", "--records", "sqlite:///r.db")  # fmt: skip
+    assert code == 0, err
+    assert re.search(r"validity filter: \d+ of 4 measurements failed; about \d+ measurements "
+                     r"saved", " ".join(out.split())), out  # fmt: skip
+    # Resumed: four more, the filter started from the first run's outcomes.
+    result = _json(cli("tune", "-w", MM, "--trials", "8", "--strategy", "alt", "--cost-model",
+                       "xgb", "--records", "sqlite:///r.db", "--json"))  # fmt: skip
+    assert result["validity"]["measured"] == 4 and result["validity"]["earlier"] == 4
+
+
 def test_tune_a_zoo_network_then_compile_it(cli: Cli) -> None:
     # gpt2-block, not resnet18: the same path in half the time (LLVM takes ~35 s to emit a
     # ResNet-18 build whose kernels are scheduled; test_zoo builds every network)

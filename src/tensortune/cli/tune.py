@@ -235,6 +235,12 @@ def tune(
                       f"{fmt_duration(result.seconds)}; run again to go on")  # fmt: skip
     console.print(f"search: {result.strategy} with {result.cost_model}; "
                   f"logs per task: {work_dir / 'logs'}")  # fmt: skip
+    if result.validity and result.validity["measured"]:
+        v = result.validity
+        console.print(f"validity filter: {v['measured_failed']} of {v['measured']} measurements "
+                      f"failed; about {v['displaced']} measurements saved (best-scored candidates "
+                      f"it turned away; {v['dropped']} turned away in all); "
+                      f"{v['audited_valid']} of {v['audited']} audited drops ran")  # fmt: skip
 
 
 def _farm_platform(runner: str, target: str | None):

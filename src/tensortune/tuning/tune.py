@@ -81,6 +81,9 @@ class TuneResult:
     seconds: float = 0.0
     max_seconds: float | None = None
     out_of_time: bool = False
+    # ALT's validity filter, where the strategy ran one: what it did this run (``search/alt.py``
+    # says what each count means).
+    validity: dict[str, int] | None = None
 
     @property
     def trials_total(self) -> int:
@@ -407,6 +410,8 @@ def _search(store: RecordStore, plan: TunePlan, session: Callable[[], MeasureSes
         finally:
             budget.close()
         failed, expired = budget.failed, budget.expired
+        if getattr(plan.strategy, "validity", 0):  # its tasks' clones share these counts
+            result.validity = dict(plan.strategy.alt_stats)
     result.tasks = [_task_result(store, t, w) for t, w in zip(tasks, where, strict=True)]
     # Time ran out only where trials were left: a last round that crossed the deadline may
     # have spent the trial budget.
