@@ -14,6 +14,8 @@ shadow runs measured (69% of the failures removed, 2.9% of the programs that ran
 
 Run:  .venv/bin/python benchmarks/validity_replay.py --work vf [--mode plain] [--batch 16]
       [--first 96] [--setting 'max_depth=4,eta=0.3,rounds=40,min_child_weight=1' ...]
+(``--first``: the benchmark's ``--trials``, so that a warm run's records, which it adds to the
+same store, are left out.)
 """
 
 from __future__ import annotations
@@ -42,14 +44,28 @@ def _programs(store_path: Path, first: int) -> tuple[list[np.ndarray], np.ndarra
         mod = workload.mod()
     feats = per_store_features(mod, resolve_platform(None), [r.trace_json() for r in records])
     kept = [i for i, f in enumerate(feats) if f is not None]
-    return [feats[i] for i in kept], np.array([records[i].ok for i in kept])
+    if len(kept) < len(records):  # the batches then no longer line up with the live run's
+        print(f"{store_path}: {len(records) - len(kept)} of {len(records)} traces no longer "
+              f"replay and are left out")  # fmt: skip
+    return [feats[i] for i in kept], np.array([records[i].ok for i in kept], dtype=bool)
 
 
-def _parse(setting: str) -> dict[str, float]:
-    out = {}
+def _parse(setting: str) -> dict[str, int | float]:
+    """``k=v,...`` as ``ValidityFilter`` settings, each of its default's type."""
+    import inspect
+
+    from tensortune.active.validity import ValidityFilter
+
+    defaults = {k: p.default for k, p in inspect.signature(ValidityFilter).parameters.items()}
+    out: dict[str, int | float] = {}
     for item in filter(None, setting.split(",")):
-        key, _, value = item.partition("=")
-        out[key.strip()] = int(value) if key.strip() in ("max_depth", "rounds") else float(value)
+        key, _, value = (part.strip() for part in item.partition("="))
+        if key == "threshold":
+            raise ValueError("the thresholds are the script's own (THRESHOLDS)")
+        if key not in defaults:
+            raise ValueError(f"unknown setting {key!r}; ValidityFilter takes "
+                             f"{', '.join(k for k in defaults if k != 'threshold')}")  # fmt: skip
+        out[key] = type(defaults[key])(value)
     return out
 
 
@@ -82,7 +98,12 @@ def replay(runs: list[tuple[list[np.ndarray], np.ndarray]], setting: dict, batch
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--work", type=Path, required=True)
-    ap.add_argument("--mode", default="shadow", help="whose stores: plain or shadow runs")
+    ap.add_argument(
+        "--mode",
+        default="shadow",
+        choices=["plain", "shadow"],
+        help="whose stores (a filter run's lack the programs it dropped)",
+    )
     ap.add_argument("--batch", type=int, default=16, help="programs a round (the benchmark's)")
     ap.add_argument("--first", type=int, default=96, help="records of each store to replay")
     ap.add_argument(
@@ -92,6 +113,10 @@ def main() -> None:
         help=f"ValidityFilter settings, k=v,...; default: today's and '{BEFORE}'",
     )
     args = ap.parse_args()
+    try:
+        settings = {s or "today's": _parse(s) for s in args.setting or ["", BEFORE]}
+    except ValueError as e:
+        ap.error(f"--setting: {e}")
     stores = sorted(args.work.glob(f"s*-t*-{args.mode}/records.db"))
     if not stores:
         ap.error(f"no {args.mode} runs' stores under {args.work}")
@@ -100,11 +125,11 @@ def main() -> None:
           f"{sum(len(ok) for _, ok in runs)} programs, "
           f"{sum(int((~ok).sum()) for _, ok in runs)} failed; batches of {args.batch}")  # fmt: skip
     out = {}
-    for setting in args.setting or ["", BEFORE]:
-        counts = replay(runs, _parse(setting), args.batch)
-        out[setting or "today's"] = counts
+    for name, setting in settings.items():
+        counts = replay(runs, setting, args.batch)
+        out[name] = counts
         for th, c in counts.items():
-            print(f"{setting or 'today':48s} threshold {th:.2f}: removes "
+            print(f"{name:48s} threshold {th:.2f}: removes "
                   f"{c['removed'] / max(c['failed'], 1):.3f} of all failures "
                   f"({c['removed'] / max(c['failed_judged'], 1):.3f} of those judged), drops "
                   f"{c['dropped'] / max(c['ran'], 1):.3f} of the programs that ran")  # fmt: skip

@@ -535,10 +535,17 @@ def test_draft_then_verify_tunes_with_alts_filter_and_ping_pong(tmp_path, target
     # A second run on the same store starts from the first's outcomes (resuming: 8 more).
     again = DraftThenVerify(population=32, draft_size=16, per_round=4, verify_mutants=4,
                             validity=1, pingpong=1)  # fmt: skip
-    tune(["matmul:64,64,64"], trials=32, records=f"sqlite:///{tmp_path / 'r.db'}",
-         work_dir=tmp_path / "w", target=target, strategy=again, cost_model="xgb",
-         check_correctness=False)  # fmt: skip
+    second = tune(["matmul:64,64,64"], trials=32, records=f"sqlite:///{tmp_path / 'r.db'}",
+                  work_dir=tmp_path / "w", target=target, strategy=again, cost_model="xgb",
+                  check_correctness=False)  # fmt: skip
     assert again.alt_stats["earlier"] == 24 and again.alt_stats["measured"] == 8
+    assert second.validity["measured"] == 8
+    # The same strategy object again: its counts go on, each result reports its own run's.
+    third = tune(["matmul:64,64,64"], trials=36, records=f"sqlite:///{tmp_path / 'r.db'}",
+                 work_dir=tmp_path / "w", target=target, strategy=again, cost_model="xgb",
+                 check_correctness=False)  # fmt: skip
+    assert again.alt_stats["measured"] == 12 and third.validity["measured"] == 4
+    assert third.validity["earlier"] == 32
 
 
 def test_a_filter_that_drops_most_candidates_still_spends_the_budget(tmp_path, target,

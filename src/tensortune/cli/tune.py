@@ -239,8 +239,8 @@ def tune(
         v = result.validity
         console.print(f"validity filter: {v['measured_failed']} of {v['measured']} measurements "
                       f"failed; about {v['displaced']} measurements saved (best-scored candidates "
-                      f"it turned away; {v['dropped']} turned away in all); "
-                      f"{v['audited_valid']} of {v['audited']} audited drops ran")  # fmt: skip
+                      f"it turned away); {v['audited_valid']} of {v['audited']} audited drops "
+                      f"ran")  # fmt: skip
 
 
 def _farm_platform(runner: str, target: str | None):

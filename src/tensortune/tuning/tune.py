@@ -82,7 +82,7 @@ class TuneResult:
     max_seconds: float | None = None
     out_of_time: bool = False
     # ALT's validity filter, where the strategy ran one: what it did this run (``search/alt.py``
-    # says what each count means).
+    # says what each count means); None when nothing was left to measure.
     validity: dict[str, int] | None = None
 
     @property
@@ -397,6 +397,9 @@ def _search(store: RecordStore, plan: TunePlan, session: Callable[[], MeasureSes
 
         # Other processes may tune the same tasks into the same store: the budget is theirs too.
         budget = SharedBudget(store, wids, hw_id, platform.key, trials, cap, deadline=deadline)
+        # ALT's validity filter counts into the strategy's dict, which outlives this call
+        filter_counts = getattr(plan.strategy, "alt_stats", None)
+        counts_before = dict(filter_counts or {})
         try:
             with session() as measure:
                 measure.add_references([tasks[i] for i in todo])
@@ -410,8 +413,8 @@ def _search(store: RecordStore, plan: TunePlan, session: Callable[[], MeasureSes
         finally:
             budget.close()
         failed, expired = budget.failed, budget.expired
-        if getattr(plan.strategy, "validity", 0):  # its tasks' clones share these counts
-            result.validity = dict(plan.strategy.alt_stats)
+        if getattr(plan.strategy, "validity", 0) and filter_counts is not None:
+            result.validity = {k: v - counts_before.get(k, 0) for k, v in filter_counts.items()}
     result.tasks = [_task_result(store, t, w) for t, w in zip(tasks, where, strict=True)]
     # Time ran out only where trials were left: a last round that crossed the deadline may
     # have spent the trial budget.
