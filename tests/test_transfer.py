@@ -14,7 +14,7 @@ from tensortune.compat import tvm
 from tensortune.hardware import resolve_platform
 from tensortune.records import open_records
 from tensortune.records.convert import trace_text
-from tensortune.records.schema import origin_of
+from tensortune.records.schema import origin_kind, origin_of
 from tensortune.search.space import sample_candidates, tune_context
 from tensortune.transfer.apply import EXACT, INVALID, REFIT, refit_tiles, transfer_trace
 from tensortune.transfer.classes import kernel_class
@@ -212,7 +212,7 @@ def test_transfer_falls_back_to_the_unrecorded_pick_and_resumes(tmp_path, source
     assert [t.chosen_seconds for t in again.tasks] == [t.chosen_seconds for t in result.tasks]
     # What compile builds each kernel from, and the origin its report shows.
     from tensortune.cli.compile import schedule_label
-    from tensortune.deploy.compile import TaskStatus, record_origin
+    from tensortune.deploy.compile import TaskStatus
     from tensortune.records.ms_database import StoreDatabase
 
     with open_records(out) as store:
@@ -220,7 +220,7 @@ def test_transfer_falls_back_to_the_unrecorded_pick_and_resumes(tmp_path, source
         for spec, kernel in zip(specs, result.tasks, strict=True):
             rec = db.chosen_record(_task(spec, platform).mod, platform.tvm_target)
             assert rec.cost == kernel.chosen_seconds
-            kind = record_origin(rec)
+            kind = origin_kind(rec)
             assert (kind == "transfer") == kernel.took_transferred
             label = schedule_label(TaskStatus(spec, 1, True, rec.cost, origin=kind))
             expected = {"transfer": "transferred", "untuned": "untuned (timed)",
@@ -228,7 +228,7 @@ def test_transfer_falls_back_to_the_unrecorded_pick_and_resumes(tmp_path, source
             assert label == expected[kind]  # none of them was tuned here
     assert schedule_label(TaskStatus("t", 1, True, 1.0)) == "tuned"  # a record of no origin
     for malformed in ('{"kind": null}', "not json", "[1]"):
-        assert record_origin(dataclasses.replace(rec, origin=malformed)) == ""
+        assert origin_kind(dataclasses.replace(rec, origin=malformed)) == ""
     assert schedule_label(TaskStatus("t", 1, False, None)) == "fallback (no record)"
 
 

@@ -34,7 +34,7 @@ from pathlib import Path
 from tensortune.errors import TensortuneError
 from tensortune.hardware import Platform, resolve_platform
 from tensortune.records import open_records
-from tensortune.records.schema import origin_of
+from tensortune.records.schema import origin_kind
 
 # (target, source): the pairs of the issue, one per kind of transfer.
 DEFAULT_PAIRS = (
@@ -196,7 +196,7 @@ def latency_curve(store_path: Path, tasks: list, platform: Platform, untuned: di
                 continue
             for rec in store.query(workload_id=wid, hardware_id=hw, target=platform.key,
                                    ok_only=True):  # fmt: skip
-                if origin_of(rec).get("kind") != "untuned":
+                if origin_kind(rec) != "untuned":
                     events.append((rec.created_at, task.name, rec.cost))
     best = {t.name: untuned.get(t.name) or float("inf") for t in tasks}
     weight = {t.name: t.weight for t in tasks}

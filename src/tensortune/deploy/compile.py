@@ -17,7 +17,7 @@ from tensortune.hardware import Platform, resolve_platform
 from tensortune.measure.executable import MIN_REPEAT_S, timing_repeats
 from tensortune.measure.pool import WorkerPool
 from tensortune.records import DEFAULT_URL, RecordStore, records_from
-from tensortune.records.schema import Record, origin_of
+from tensortune.records.schema import origin_kind
 
 
 @dataclass
@@ -29,7 +29,7 @@ class TaskStatus:
     # With ``retime``: the chosen record re-timed, and its rank among the stored (0 = best).
     retimed_seconds: float | None = None
     retime_rank: int | None = None
-    # Where the schedule built came from (``Record.origin``'s kind, ``record_origin``): ""
+    # Where the schedule built came from (``Record.origin``'s kind, ``origin_kind``): ""
     # tuned, "transfer", or what transfer-tuning times beside them, "untuned" and "fallback".
     origin: str = ""
 
@@ -39,12 +39,6 @@ class TaskStatus:
         if not self.tuned:
             return "none"
         return self.origin or "tuned"
-
-
-def record_origin(record: Record | None) -> str:
-    """The kind in a record's ``origin`` ("" for none, or for a malformed one)."""
-    kind = origin_of(record).get("kind", "") if record is not None else ""
-    return kind if isinstance(kind, str) else ""
 
 
 @dataclass
@@ -150,7 +144,7 @@ def _build_and_time(m, store: RecordStore, platform: Platform, repeat: int, roun
         # the origin of what the build takes: the re-timed pick where there is one
         built = again.chosen if again is not None else rec
         status = TaskStatus(task.name, task.weight, rec is not None, best,
-                            origin=record_origin(built))  # fmt: skip
+                            origin=origin_kind(built))  # fmt: skip
         if again is not None:
             status.retimed_seconds, status.retime_rank = again.seconds, again.rank
         statuses.append(status)

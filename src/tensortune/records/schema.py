@@ -79,6 +79,13 @@ def origin_of(record: Record) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+def origin_kind(record: Record | None) -> str:
+    """The ``kind`` of a record's origin ("transfer", "untuned", ...): "" for no record, no
+    origin, or a malformed one."""
+    kind = origin_of(record).get("kind", "") if record is not None else ""
+    return kind if isinstance(kind, str) else ""
+
+
 @dataclass(frozen=True, slots=True)
 class TaskSource:
     """Workload ``workload_id`` is task ``task_name`` of ``network``, occurring ``weight`` times."""
