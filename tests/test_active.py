@@ -234,6 +234,19 @@ def test_a_selection_is_a_dataset_that_train_reads(tmp_path):
     for t, y in zip(table["task_id"], table["label"], strict=True):
         best[t] = max(y, best.get(t, 0.0))
     assert all(y in (0.0, 1.0) or y == pytest.approx(1.0) for y in best.values())
+    # the picks the study scores at 2% (it grows through 1% first)
+    from tensortune.active import study_sizes
+    from tensortune.compare.active_learning import load_study_data
+    from tensortune.costmodel.registry import new_model
+    from tensortune.train.trainer import dataset_columns
+
+    data = load_study_data("default", ["gpt2-block"], hardware=HW)
+    at: dict[int, np.ndarray] = {}
+    grow("balto", data.pool, study_sizes([0.01, 0.02, 0.05], len(data.pool)), seed=4,
+         acquisition=lambda: new_model("xgb", 4, None),
+         on_size=lambda i, lab: at.setdefault(i, lab.copy()))  # fmt: skip
+    ids = np.asarray(dataset_columns("default")[0]["program_id"])
+    assert sorted(table["program_id"]) == sorted(ids[data.pool_rows[at[1]]].tolist())
     result = train(tmp_path / "picks", cost_model="xgb", params=FAST_XGB, split="by-task")
     assert 0 < result.metrics["pca"] <= 1
     cli = [sys.executable, "-m", "tensortune.cli.app"]

@@ -487,6 +487,35 @@ def test_alt_policy_filters_what_fails_audits_some_and_alternates_picks(matmul_c
     assert len(picks) == 5 == len(set(picks)) and all(allowed[i] for i in picks)
 
 
+def test_an_audit_counts_only_under_the_fit_that_dropped_it(matmul_candidates):
+    """A program the filter dropped (kept as an audit) and a later fit keeps is no audit: were
+    it counted when measured, the audits would overstate the filter's wrong drops."""
+    from tensortune.compat import ms
+    from tensortune.search.alt import STAT_KEYS, AltPolicy
+
+    ctx, cands = matmul_candidates
+    stats = dict.fromkeys(STAT_KEYS, 0)
+    policy = AltPolicy(validity=True, pingpong=False, audit=1.0, stats=stats, seed=0)
+    fails = _failing_half(policy.features(ctx, cands))
+
+    def results(idx):
+        return [ms.runner.RunnerResult(None, "timeout") if fails[i] else
+                ms.runner.RunnerResult([1e-3], None) for i in idx]  # fmt: skip
+
+    policy.observe(ctx, cands[:60], results(range(60)))
+    rest = list(range(60, 120))
+    assert policy.allowed(ctx, [cands[i] for i in rest], np.random.default_rng(0)).all()
+    p = policy.filter.p_valid(policy.features(ctx, [cands[i] for i in rest]))
+    drops = [i for i, p_i in zip(rest, p, strict=True) if p_i < policy.filter.threshold]
+    kept = [i for i in rest if i not in drops]
+    assert drops and kept
+    policy.observe(ctx, [cands[kept[0]]], results(kept[:1]))  # the round picked none of them
+    policy.filter.p_valid = lambda feats: np.ones(len(feats))  # the next fit keeps them all
+    assert policy.allowed(ctx, [cands[i] for i in drops], np.random.default_rng(1)).all()
+    policy.observe(ctx, [cands[i] for i in drops], results(drops))
+    assert stats["audited"] == 0
+
+
 def test_adaptive_ping_pong_explores_only_after_a_round_that_bought_nothing(matmul_candidates):
     from tensortune.compat import ms
     from tensortune.search.alt import STAT_KEYS, AltPolicy

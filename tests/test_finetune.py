@@ -33,6 +33,22 @@ def test_first_k_are_the_first_measured_successful_programs():
     assert rows.tolist() == ok[:5]
     assert (cols["label"][sample_rows(cols, 5, hardware="avx2-1c")] > 0).all()
     assert set(cols["hardware"][sample_rows(cols, 6, hardware="avx2-1c")]) == {"avx2-1c@aa"}
+    cols["label"][:] = 0.0
+    cols["label"][1] = 0.5  # one program ran: nothing to rank, however many are asked for
+    with pytest.raises(TensortuneError, match="hold 1 successful program; fine-tuning needs"):
+        sample_rows(cols, 64)
+
+
+def test_a_configuration_name_that_several_machines_share_is_refused():
+    from tensortune.train.finetune import same_cpu
+
+    cols = _columns(4, 10)
+    cols["hardware"] = np.where(np.arange(40) % 2, "avx512-2c@aa", "avx512-2c@bb")
+    with pytest.raises(TensortuneError, match="'avx512-2c' names a configuration of 2 machines"):
+        sample_rows(cols, 5, hardware="avx512-2c")
+    assert set(cols["hardware"][sample_rows(cols, 5, hardware="avx512-2c@aa")]) == {"avx512-2c@aa"}
+    cols["hardware"][:4] = "avx2-1c@aa"
+    assert same_cpu(cols, np.array([1])).tolist() == [h.endswith("@aa") for h in cols["hardware"]]
 
 
 def test_a_seeded_sample_takes_whole_tasks_and_is_reproducible():
@@ -151,10 +167,12 @@ def test_the_hardware_study_runs_every_arm_on_unseen_hardware_and_networks():
 
     tiny = {"epochs": 1, "hidden": 16, "hardware_hidden": 8, "heads": 2}
     result = hardware_study("default", hardware="avx512-1c", folds=[["gpt2-block"]],
-                            models=["hwattn"], ks=[16], seeds=[0],
+                            models=["hwattn"], ks=[16, 32], seeds=[0],
                             params={"hwattn": tiny})  # fmt: skip
     arms = [r["arm"] for r in result.rows]
-    assert arms == ["full", "zero-shot", "finetune-16", "scratch-16", "moa-16"]
+    # no moa-16: from one batch of 16, MoA's gate keeps the zero-shot model as it is
+    assert arms == ["full", "zero-shot", "finetune-16", "scratch-16", "finetune-32",
+                    "scratch-32", "moa-32"]  # fmt: skip
     assert all(0 <= r["pca"] <= 1 for r in result.rows)
     assert {e["arm"] for e in result.summary()} == set(arms)
     with pytest.raises(TensortuneError, match="no row of the dataset was measured on 'sve'"):
@@ -181,6 +199,30 @@ def test_finetune_reads_a_metaschedule_database_as_this_machines(tmp_path):
     # The database's records count as measured here: this machine's hardware, and vector.
     columns, _ = records_columns(tmp_path / "db", measured_here=True)
     assert {h.split("@")[1] for h in columns["hardware"]} == {current_hardware().id[:8]}
+
+
+def test_the_first_k_of_a_metaschedule_database_are_the_first_measured(tmp_path):
+    """TVM's reader returns a database's records fastest first; the first K a user asks for
+    are the first K lines of its record file, the order they were measured in."""
+    import json
+
+    from conftest import fill
+
+    from tensortune.records import open_records
+    from tensortune.records.interop import export_records
+    from tensortune.train.trainer import records_columns
+
+    with open_records(f"sqlite:///{tmp_path / 'r.db'}") as store:
+        fill(store, "matmul:16,16,16", [1e-5, 2e-5, 3e-5, 4e-5, 5e-5])
+        export_records(store, tmp_path / "db")
+    path = tmp_path / "db" / "database_tuning_record.json"
+    lines = path.read_text().splitlines()
+    # measured slowest first: the file's order is the reverse of the fastest-first one
+    lines.sort(key=lambda line: -sum(json.loads(line)[1][1]))
+    path.write_text("\n".join(lines) + "\n")
+    columns, _ = records_columns(tmp_path / "db", measured_here=True)
+    first = sample_rows(columns, 2)
+    assert sorted(np.asarray(columns["cost"], float)[first]) == pytest.approx([4e-5, 5e-5])
 
 
 def test_a_model_reading_lowered_features_gets_them_from_a_metaschedule_database(tmp_path):
@@ -235,3 +277,54 @@ def test_moa_predicts_with_the_adapted_network_only_once_it_ranks_new_batches_be
         assert np.array_equal(moa.predict(probe), moa.pretrained_.predict(probe))
     ungated = MomentumAdapted(pretrained, every=1, gate=False)
     assert ungated.pretrained_ is None and ungated.trusted is ungated.model
+
+
+def test_the_hardware_study_holds_out_a_whole_cpu(monkeypatch):
+    """A machine held out is every configuration of its CPU: none of them trains the arms
+    said to come from other machines.  Arguments are checked before anything is fitted."""
+    from tensortune.compare import hardware
+    from tensortune.train.trainer import dataset_columns
+
+    seen = []
+    monkeypatch.setattr(hardware._Run, "arms", lambda self, target, other, *_: seen.append(
+        (target, other)))  # fmt: skip
+    columns, _ = dataset_columns("default")
+    names = np.asarray(columns["hardware"]).astype(str)
+    same = next(h for h in set(names) if h.startswith("avx2-1c@"))
+    cpu = same.split("@")[1]
+    assert len({h for h in names if h.endswith("@" + cpu)}) > 1  # other configurations
+    hardware.hardware_study("default", hardware=same, folds=[["gpt2-block"]], models=["xgb"],
+                            ks=[16], seeds=[0])  # fmt: skip
+    target, other = seen[0]
+    assert set(names[target]) == {same}
+    assert other.any() and not any(h.endswith("@" + cpu) for h in names[other])
+    with pytest.raises(TensortuneError, match="names a configuration of"):
+        hardware.hardware_study("default", hardware="avx512-2c", folds=[["gpt2-block"]])
+    for bad in ({"seeds": []}, {"ks": [1]}, {"folds": []}):
+        args = {"hardware": same, "folds": [["gpt2-block"]], "models": ["xgb"]} | bad
+        with pytest.raises(TensortuneError):
+            hardware.hardware_study("default", **args)
+    assert len(seen) == 1
+
+
+def test_a_model_that_can_only_be_refitted_is_not_fine_tuned():
+    """MetaSchedule's XGBoost has no refinement: "fine-tuned" it would be a new model of the
+    sample alone, which the validation could pick without saying so."""
+    model = model_class("ms-xgb")().fit(_machine(40, 0, sign=1.0))
+    with pytest.raises(TensortuneError, match="ms-xgb model cannot be fine-tuned"):
+        adapt(model, _machine(20, 1, sign=-1.0))
+
+
+def test_a_metaschedule_database_without_records_is_named_in_the_error(tmp_path):
+    from conftest import fill
+
+    from tensortune.records import open_records
+    from tensortune.records.interop import export_records
+    from tensortune.train.trainer import records_columns
+
+    with open_records(f"sqlite:///{tmp_path / 'r.db'}") as store:
+        fill(store, "matmul:16,16,16", [1e-5, 2e-5])
+        export_records(store, tmp_path / "db")
+    (tmp_path / "db" / "database_tuning_record.json").write_text("")
+    with pytest.raises(TensortuneError, match=f"{tmp_path / 'db'} holds no tuning records"):
+        records_columns(tmp_path / "db")

@@ -186,6 +186,26 @@ def test_a_pruned_dataset_is_one_that_train_reads(tmp_path, cli):
         assert len(err.strip().splitlines()) == 1
 
 
+def test_pruning_the_pool_keeps_its_test_networks_whole_and_named(tmp_path):
+    """The pool's card holds out networks to score on: a pruned pool keeps their rows as they
+    were (labels too) and still names them, so ``dataset select`` of it keeps away from them."""
+    from tensortune.datasets.build import load_table, read_card
+    from tensortune.datasets.shipped import dataset_path
+
+    held = read_card(dataset_path("pool")).data["held_out"]
+    card = prune_dataset("pool", "random", 0.1, tmp_path / "p", seed=0)
+    assert card["held_out"] == held
+    before, after = (load_table(d).to_pydict() for d in (dataset_path("pool"), tmp_path / "p"))
+
+    def scored(t):
+        return {pid: y for pid, y, nets in zip(t["program_id"], t["label"], t["networks"],
+                                               strict=True) if set(nets) & set(held)}  # fmt: skip
+
+    assert scored(after) == scored(before) and scored(before)
+    others = len(after["program_id"]) - len(scored(after))
+    assert abs(others - 0.1 * card["pruning"]["of"]) < 0.02 * card["pruning"]["of"]
+
+
 def test_bench_prune_prints_json_and_draws_its_plot(tmp_path):
     out = subprocess.run([*CLI, "bench", "prune", "--held-out", "gpt2-block", "--hardware", HW,
                           "--keep", "0.5,1", "--seeds", "1", "--method", "cluster",

@@ -56,3 +56,15 @@ def test_a_split_study_reports_the_ceiling_of_its_dataset():
                          params={"xgb": {"n_rounds": 5}})  # fmt: skip
     ceiling = result.setup["measurement_ceiling"]
     assert ceiling["programs"] > 0 and 0.5 < ceiling["pca"] <= 1
+
+
+def test_a_study_runs_each_seed_and_name_once():
+    """A seed or name given twice would run twice and be counted as two seeds."""
+    from tensortune.compare.summary import study_args
+    from tensortune.errors import TensortuneError
+
+    assert study_args([0, 1, 0], models=["xgb", "xgb", "mlp"]) == ([0, 1], ["xgb", "mlp"])
+    with pytest.raises(TensortuneError, match="seeds"):
+        study_args([], models=["xgb"])
+    with pytest.raises(TensortuneError, match="at least one of models"):
+        study_args([0], models=[])

@@ -206,3 +206,38 @@ def test_moa_starts_from_the_shipped_model_of_the_most_other_configurations():
     held = model.provenance_["split"].removeprefix("by-hardware:").split(",")
     # it never saw the target's configuration, on any machine of the dataset
     assert sorted(held) == sorted(h for h in card["hardware"] if h.startswith("avx512-2c@"))
+
+
+def test_a_network_held_out_is_the_one_its_top_k_scores_are_of():
+    """bert-base shares kernels with gpt2-block: holding bert-base out, gpt2-block is not a
+    network of the test rows, only of some of their kernels, and is not scored."""
+    import numpy as np
+
+    from tensortune.costmodel.data import ProgramSet
+    from tensortune.costmodel.registry import new_model
+    from tensortune.train import metrics
+    from tensortune.train.trainer import (
+        card_networks,
+        dataset_columns,
+        held_out_networks,
+        score_model,
+        scored_rows,
+        split_masks,
+    )
+
+    columns, card = dataset_columns("default")
+    train_rows, test = split_masks(columns, "by-network:bert-base")
+    weights = card_networks(card)
+    present = set(np.asarray(columns["task_id"])[test].tolist())
+    assert present & set(weights["gpt2-block"])  # a shared kernel: the case under test
+    some = np.flatnonzero(train_rows)[:400]
+    model = new_model("xgb", 0, {"n_rounds": 20, "threads": 1})
+    model.fit(ProgramSet.from_columns(columns, some))
+    scores, _ = score_model(model, columns, test, card, held_out=["bert-base"])
+    pred = model.predict(ProgramSet.from_columns(columns, test))
+    alone = metrics.score_predictions(scored_rows(columns, test), pred,
+                                      networks={"bert-base": weights["bert-base"]})  # fmt: skip
+    assert scores["top1_score"] == alone["top1_score"]
+    assert scores["top5_score"] == alone["top5_score"]
+    assert held_out_networks("by-network:bert-base") == ["bert-base"]
+    assert held_out_networks("by-task:1") is None

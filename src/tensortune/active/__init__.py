@@ -14,10 +14,11 @@ Built on them: the offline study (``tensortune.compare.active_learning.study``, 
 
 from __future__ import annotations
 
-from tensortune.active.loop import ROUNDS_PER_STEP, grow
+from tensortune.active.loop import FRACTIONS, ROUNDS_PER_STEP, grow, study_sizes
 from tensortune.active.pool import Pool, pool_from_programs, pooled, program_vectors
 from tensortune.active.selectors import SELECTORS, Selector, make_selector
 from tensortune.active.validity import ValidityFilter
 
-__all__ = ["ROUNDS_PER_STEP", "SELECTORS", "Pool", "Selector", "ValidityFilter", "grow",
-           "make_selector", "pool_from_programs", "pooled", "program_vectors"]  # fmt: skip
+__all__ = ["FRACTIONS", "ROUNDS_PER_STEP", "SELECTORS", "Pool", "Selector", "ValidityFilter",
+           "grow", "make_selector", "pool_from_programs", "pooled", "program_vectors",
+           "study_sizes"]  # fmt: skip

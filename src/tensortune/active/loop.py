@@ -1,7 +1,8 @@
 """The active-learning loop on a labelled pool: grow a "measured" set round by round, the
 selector choosing with an acquisition model refitted on what it has measured so far.  The
 offline study (``compare/active_learning.py``) and ``dataset select`` (``train/selection.py``)
-both run it, so a selection written as a dataset is the one the study scored."""
+both run it through the same sizes (``study_sizes``), so a selection written as a dataset is
+the one the study scored at that fraction (with the study's default fractions)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,15 @@ from tensortune.costmodel.base import CostModel
 
 # Refits of the acquisition model between two sizes (the batch is split this many ways).
 ROUNDS_PER_STEP = 2
+# The fractions of the pool the offline study scores by default (``bench al --fractions``).
+FRACTIONS = (0.01, 0.02, 0.03, 0.05, 0.1, 0.2, 1.0)
+
+
+def study_sizes(fractions: Sequence[float], n: int) -> list[int]:
+    """The labelled-set sizes ``grow`` passes through to reach each of ``fractions`` below 1
+    of a pool of ``n`` (the whole pool is no selection).  The picks at a size depend on every
+    size before it (each is a step of ``ROUNDS_PER_STEP`` rounds)."""
+    return [max(1, round(f * n)) for f in sorted(set(fractions)) if f < 1]
 
 
 def grow(selector_name: str, pool: Pool, sizes: Sequence[int], *, seed: int,

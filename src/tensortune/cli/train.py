@@ -229,6 +229,9 @@ def finetune(
                               out=out)  # fmt: skip
     summary: dict = {"samples": result.samples, "tasks": result.tasks, "steps": result.steps,
                      "out": str(out)}  # fmt: skip
+    if result.samples < samples and not as_json:
+        console.print(f"[yellow]the records hold {result.samples} successful programs to sample, "
+                      f"not the {samples} asked for: fine-tuned on those[/yellow]")  # fmt: skip
     if test_records is not None:
         after = run_evaluate(load_cost_model(out), test_records=test_records)
         summary |= {f"{k}_before": before[k] for k in RANK_METRICS}

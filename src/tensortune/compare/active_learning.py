@@ -28,8 +28,16 @@ from pathlib import Path
 
 import numpy as np
 
-from tensortune.active import ROUNDS_PER_STEP, Pool, grow, make_selector, pool_from_programs
-from tensortune.compare.summary import mean_and_sd
+from tensortune.active import (
+    FRACTIONS,
+    ROUNDS_PER_STEP,
+    Pool,
+    grow,
+    make_selector,
+    pool_from_programs,
+    study_sizes,
+)
+from tensortune.compare.summary import mean_and_sd, study_args
 from tensortune.costmodel.base import CostModel
 from tensortune.costmodel.data import ProgramSet, concat_programs
 from tensortune.costmodel.registry import model_class, new_model
@@ -37,7 +45,6 @@ from tensortune.errors import TensortuneError, about
 from tensortune.train import metrics
 from tensortune.train.selection import pool_mask
 
-FRACTIONS = (0.01, 0.02, 0.03, 0.05, 0.1, 0.2, 1.0)
 SELECTOR_NAMES = ("random", "diversity", "balto", "balto-weighted", "uncertainty", "alt")
 OVERESTIMATION_K = 5
 Progress = Callable[[str], None]
@@ -218,6 +225,7 @@ def study(
     seed (see the module docstring).  ``params`` maps a model kind to its settings (the
     acquisition model's too)."""
     tell = progress or (lambda _: None)
+    seeds, selectors, models = study_args(seeds, selectors=selectors, models=models)
     with about("selectors"):
         for s in selectors:
             make_selector(s)
@@ -228,11 +236,6 @@ def study(
         fracs = sorted({float(f) for f in fractions})
         if not fracs or not all(0 < f <= 1 for f in fracs):  # NaN fails too
             raise TensortuneError(f"fractions must lie in (0, 1], not {list(fractions)}")
-    if not models:
-        raise TensortuneError("name at least one model to train", param="models")
-    if not seeds or min(seeds) < 0:
-        raise TensortuneError(f"give one or more seeds, none negative, not {list(seeds)}",
-                              param="seeds")  # fmt: skip
     params = params or {}
     data = data or load_study_data(dataset, held_out, test_dataset=test_dataset,
                                    hardware=hardware, prior=prior)  # fmt: skip
@@ -255,7 +258,7 @@ def study(
                         seed=seed, models=models, params=params, tell=tell)  # fmt: skip
 
     partial = [f for f in fracs if f < 1]
-    sizes = [max(1, round(f * len(pool))) for f in partial]
+    sizes = study_sizes(fracs, len(pool))
     for seed in seeds:
         if data.prior is not None:
             score("prior", seed, np.zeros(0, dtype=int), 0.0)

@@ -12,7 +12,9 @@ any machine (so every figure is on unseen networks too).  Per fold and seed, the
   (``train/finetune.py``: whole tasks in a seeded order, up to 16 programs each);
 - ``scratch-k``: a new model trained on the same ``k`` rows alone;
 - ``moa-k``: the zero-shot model adapted by MoA (``costmodel/moa.py``), the ``k`` rows arriving
-  16 at a time as they would while tuning, a retrain after each.
+  16 at a time as they would while tuning, a retrain after each; only for ``k`` above 16: MoA's
+  gate judges an adaptation on the batch after it, so from one batch it keeps the zero-shot
+  model, and the arm would be that model under another name.
 
 Scored with TenSet's metrics on the test rows; ``summary`` gives each arm's mean and standard
 deviation over folds and seeds.
@@ -27,12 +29,19 @@ from pathlib import Path
 
 import numpy as np
 
-from tensortune.compare.summary import mean_and_sd
+from tensortune.compare.summary import mean_and_sd, study_args
 from tensortune.costmodel.base import CostModel
 from tensortune.costmodel.data import ProgramSet
 from tensortune.costmodel.registry import new_model
 from tensortune.errors import TensortuneError
-from tensortune.train.finetune import PER_TASK, adapt, on_hardware, sample_rows, sample_set
+from tensortune.train.finetune import (
+    PER_TASK,
+    adapt,
+    on_hardware,
+    same_cpu,
+    sample_rows,
+    sample_set,
+)
 from tensortune.train.metrics import RANK_METRICS as METRICS
 
 KS = (16, 64, 256)
@@ -55,9 +64,9 @@ def _held_out_rows(columns: dict, held_out: str) -> np.ndarray:
         known = ", ".join(sorted(set(columns["hardware"])))
         raise TensortuneError(f"no row of the dataset was measured on '{held_out}'; it has: "
                               f"{known}", param="hardware")  # fmt: skip
-    if on.all():
-        raise TensortuneError(f"every row was measured on '{held_out}': no other hardware to "
-                              "transfer from", param="hardware")  # fmt: skip
+    if same_cpu(columns, on).all():
+        raise TensortuneError(f"every row was measured on the CPU of '{held_out}': no other "
+                              "hardware to transfer from", param="hardware")  # fmt: skip
     return on
 
 
@@ -77,8 +86,17 @@ def hardware_study(
     from tensortune.train.trainer import dataset_columns
 
     tell = progress or (lambda _: None)
+    seeds, models, ks = study_args(seeds, models=models, ks=ks)
+    if min(ks) < 2:
+        raise TensortuneError(f"fine-tuning needs at least 2 programs, not {min(ks)}",
+                              param="ks")  # fmt: skip
+    if not folds:
+        raise TensortuneError("name at least one fold of held-out networks", param="folds")
     columns, card = dataset_columns(dataset)
     on_h = _held_out_rows(columns, hardware)
+    # The machine's other configurations are the same CPU: no arm counts them as another
+    # machine's, nor as its own (another thread count or ISA is not this configuration).
+    elsewhere = ~same_cpu(columns, on_h)
     task = np.asarray(columns["task"])
     result = HardwareStudy(setup={"dataset": card.get("name"), "hardware": hardware,
                                   "folds": [list(f) for f in folds], "models": list(models),
@@ -95,10 +113,11 @@ def hardware_study(
         test = on_h & held
         if not test.any():
             raise TensortuneError(f"fold {list(fold)} has no row on {hardware}", param="folds")
-        target_train, other_train = on_h & ~held, ~on_h & ~held
+        target_train, other_train = on_h & ~held, elsewhere & ~held
         for kind in models:
             for seed in seeds:
-                run = _Run(columns, card, test, "+".join(fold), kind, seed, result, tell)
+                run = _Run(columns, card, test, "+".join(fold), kind, seed, result, tell,
+                           list(fold))  # fmt: skip
                 run.arms(target_train, other_train, ks, (params or {}).get(kind, {}))
     return result
 
@@ -115,11 +134,13 @@ class _Run:
     seed: int
     result: HardwareStudy
     tell: Progress
+    networks: Sequence[str] = ()  # the fold's held-out networks, scored
 
     def scored(self, arm: str, model: CostModel, k: int | None = None) -> None:
         from tensortune.train.trainer import score_model
 
-        scores, _ = score_model(model, self.columns, self.test, self.card)
+        scores, _ = score_model(model, self.columns, self.test, self.card,
+                                held_out=self.networks)  # fmt: skip
         row = {"fold": self.fold, "model": self.kind, "seed": self.seed, "arm": arm, "k": k}
         self.result.rows.append(row | {m: scores[m] for m in METRICS})
         self.tell(f"{self.fold} {self.kind} seed {self.seed}: {arm} PCA {scores['pca']:.3f} "
@@ -139,7 +160,7 @@ class _Run:
             sample = sample_set(columns, rows)
             self.scored(f"finetune-{k}", adapt(copy.deepcopy(zero), sample), k)
             self.scored(f"scratch-{k}", new_model(kind, seed, settings).fit(sample), k)
-            if can_adapt(zero):
+            if can_adapt(zero) and len(rows) > PER_TASK:
                 moa = MomentumAdapted(copy.deepcopy(zero), every=1)
                 for start in range(0, len(rows), PER_TASK):
                     moa.update(sample.subset(np.arange(start, min(start + PER_TASK, len(rows)))))

@@ -25,6 +25,7 @@ from tensortune.compare.active_learning import (
     load_study_data,
     score_selection,
 )
+from tensortune.compare.summary import study_args
 from tensortune.costmodel.registry import model_class
 from tensortune.errors import TensortuneError, about
 from tensortune.train.pruning import METHODS, prune, resolve_method, task_family
@@ -47,8 +48,9 @@ def prune_study(
     """Each method's pruned pool at each share kept, each model fitted on it and scored on the
     held-out networks, for each seed (module docstring)."""
     tell = progress or (lambda _: None)
+    seeds, models = study_args(seeds, models=models)
     with about("methods"):
-        names = [resolve_method(m) for m in methods]
+        names = list(dict.fromkeys(resolve_method(m) for m in methods))
     with about("models"):
         for kind in models:
             model_class(kind)
@@ -56,11 +58,8 @@ def prune_study(
         shares = sorted({float(k) for k in keeps})
         if not shares or not all(0 < k <= 1 for k in shares):  # NaN fails too
             raise TensortuneError(f"shares kept must lie in (0, 1], not {list(keeps)}")
-    if not models or not names:
-        raise TensortuneError("name at least one model and one method")
-    if not seeds or min(seeds) < 0:
-        raise TensortuneError(f"give one or more seeds, none negative, not {list(seeds)}",
-                              param="seeds")  # fmt: skip
+    if not names:
+        raise TensortuneError("name at least one method", param="methods")
     data = load_study_data(dataset, held_out, hardware=hardware)
     families = [f"{task_family(n)}|{data.hardware}" for n in data.task_names]
     pool = data.pool

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tensortune.compare.summary import mean_and_sd
+from tensortune.compare.summary import mean_and_sd, study_args
 from tensortune.costmodel.data import ProgramSet
 from tensortune.costmodel.registry import model_class, new_model
 from tensortune.errors import about
@@ -100,9 +100,15 @@ def split_study(
 ) -> SplitStudy:
     """Each model under each split kind's folds, for each seed (module docstring)."""
     from tensortune.errors import TensortuneError
-    from tensortune.train.trainer import dataset_columns, score_model, split_masks
+    from tensortune.train.trainer import (
+        dataset_columns,
+        held_out_networks,
+        score_model,
+        split_masks,
+    )
 
     tell = progress or (lambda _: None)
+    seeds, splits, models = study_args(seeds, splits=splits, models=models)
     with about("splits"):
         unknown = [s for s in splits if s not in SPLIT_KINDS]
         if unknown or not splits:
@@ -124,7 +130,8 @@ def split_study(
                     train, test = split_masks(columns, spec)
                     model = new_model(kind, seed, (params or {}).get(kind, {}))
                     model.fit(ProgramSet.from_columns(columns, train))
-                    scores, _ = score_model(model, columns, test, card)
+                    scores, _ = score_model(model, columns, test, card,
+                                            held_out=held_out_networks(spec))  # fmt: skip
                     result.rows.append({"model": kind, "split": split, "fold": fold, "seed": seed,
                                         **{m: scores[m] for m in METRICS}})  # fmt: skip
                     tell(f"{kind} {split} {fold} seed {seed}: PCA {scores['pca']:.3f} "

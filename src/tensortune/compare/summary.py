@@ -8,6 +8,25 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from tensortune.errors import TensortuneError
+
+
+def study_args(seeds: Sequence[int], **names: Sequence[str]) -> tuple[list[int], ...]:
+    """A study's seeds and lists of names, checked before anything is fitted, each without
+    repeats (a name given twice would run twice and count as two seeds): one or more seeds,
+    none negative; at least one of each list (the keyword is the parameter it came from)."""
+    seeds = list(dict.fromkeys(seeds))
+    if not seeds or min(seeds) < 0:
+        raise TensortuneError(f"give one or more seeds, none negative, not {seeds}",
+                              param="seeds")  # fmt: skip
+    out: list[list] = [seeds]
+    for param, given in names.items():
+        unique = list(dict.fromkeys(given))
+        if not unique:
+            raise TensortuneError(f"name at least one of {param}", param=param)
+        out.append(unique)
+    return tuple(out)
+
 
 def mean_and_sd(rows: Sequence[dict], by: Sequence[str], metrics: Sequence[str]) -> list[dict]:
     """One entry per distinct value of the ``by`` keys, in order of first appearance: those

@@ -28,7 +28,8 @@ def write_subset(dataset: str | Path, rows: np.ndarray, out_dir: str | Path, *,
     """A dataset of some rows of ``dataset``.  Labels are recomputed against the best program
     kept of each task: what a learner that measured only these would know.  ``costs`` gives
     some rows new timing repeats (row index -> seconds), their cost the median.  The kept
-    programs' lowered-loop features come along when ``dataset`` has them."""
+    programs' lowered-loop features come along when ``dataset`` has them, and the card's
+    held-out networks (``extra`` may name others)."""
     import pyarrow as pa
 
     directory = Path(dataset)
@@ -55,8 +56,11 @@ def write_subset(dataset: str | Path, rows: np.ndarray, out_dir: str | Path, *,
     modules = load_table(directory, table=WORKLOADS).to_pydict()
     keep_mod = [i for i, t in enumerate(modules["task_id"]) if t in tasks]
     modules = {k: [v[i] for i in keep_mod] for k, v in modules.items()}
+    # The networks a dataset is scored on stay named: a study or selection of the subset
+    # must keep away from them as it would from the source's.
+    carried = ({"held_out": card["held_out"]} if card.get("held_out") else {}) | (extra or {})
     written = write_dataset(out_dir, kept, modules, description=description,
                             task_weights=card.get("task_weights") or {},
-                            hardware=card["hardware"], extra=extra)  # fmt: skip
+                            hardware=card["hardware"], extra=carried or None)  # fmt: skip
     copy_lowered(directory, out_dir, kept["program_id"])
     return written

@@ -21,7 +21,7 @@ from tensortune.errors import RecordsError, last_line
 from tensortune.hardware import Hardware, current_hardware, target_key
 from tensortune.measure.status import FAILED_COST
 from tensortune.records.convert import args_info_text, to_tuning_record, trace_text
-from tensortune.records.ms_json import check_database
+from tensortune.records.ms_json import check_database, read_in_order
 from tensortune.records.schema import Record
 from tensortune.records.storage import RecordStore
 from tensortune.workloads.sources import NAMES_FILE, workload_names
@@ -135,18 +135,18 @@ def import_records(
     they are kept and exported but never taken as this machine's measurements.  Workloads keep
     the names an export wrote beside the database (else ``DIRNAME.w``).
     """
-    from tensortune.compat import TVM_VERSION, ms, structural_hash
+    from tensortune.compat import TVM_VERSION, structural_hash
 
     src = Path(directory)
     check_database(src)  # TVM's reader trusts the files: a malformed line could crash it
     names = workload_names(src)
     try:
-        db = ms.database.JSONDatabase(work_dir=str(src), allow_missing=False)
         # Everything TVM may refuse is read before the store is touched: a refused database
-        # leaves the store as it was.
+        # leaves the store as it was.  In the file's order: the store's program ids then
+        # follow the order of measurement (``finetune`` takes the first K).
         read = [(tr.workload.mod, trace_text(tr.trace), target_key(tr.target),
                  args_info_text(tr.args_info), tuple(float(s) for s in tr.run_secs or []))
-                for tr in db.get_all_tuning_records()]  # fmt: skip
+                for tr in read_in_order(src)]  # fmt: skip
         named = [names.get(structural_hash(mod), f"{src.name}.w") for mod, *_ in read]
     except Exception as e:
         raise RecordsError(f"cannot read MetaSchedule database {src}: {last_line(e)}") from None

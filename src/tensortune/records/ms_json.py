@@ -41,17 +41,37 @@ def check_database(directory: str | Path) -> None:
         raise RecordsError(f"cannot read MetaSchedule database {src}: {e}") from None
 
 
+def file_lines(path: Path) -> list[str]:
+    """The lines of a database file as TVM reads them: split at "\\n" only, every one kept (an
+    empty line too: it reads as null, and a null record crashes TVM)."""
+    lines = path.read_text().split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    return lines
+
+
+def read_in_order(directory: str | Path) -> list:
+    """A checked database's tuning records in the order of its record file, which is the order
+    they were measured in.  TVM's ``JSONDatabase`` returns them sorted fastest first, which a
+    reader of "the first K measured" must not see."""
+    from tensortune.compat import ms
+
+    src = Path(directory)
+    workloads = [ms.database.Workload.from_json(json.loads(line))
+                 for line in file_lines(src / WORKLOADS)]  # fmt: skip
+    records = []
+    for line in file_lines(src / RECORDS):
+        index, record = json.loads(line)
+        records.append(ms.database.TuningRecord.from_json(record, workloads[index]))
+    return records
+
+
 def _check_lines(path: Path, check, workloads: int | None) -> int:
     """Check each line of ``path``; returns how many there are."""
     try:
-        text = path.read_text()
+        lines = file_lines(path)
     except (OSError, UnicodeDecodeError) as e:
         raise _Malformed(f"{path.name}: {e}") from None
-    # Lines as TVM reads them: split at "\n" only, and every one parsed (an empty line too: it
-    # reads as null, and a null record crashes TVM).
-    lines = text.split("\n")
-    if lines[-1] == "":
-        lines.pop()
     for lineno, line in enumerate(lines, 1):
         try:
             try:

@@ -2,8 +2,11 @@
 
 - **Validity** (``validity=1``): after the verifier has scored a round's pool, the candidates
   that ``ValidityFilter`` rates likely to fail (build errors, crashes, timeouts) are dropped
-  from the round and from the cache.  An ``audit`` share of them is measured anyway: the
-  dropped programs are never measured, so only these say how many the filter drops wrongly.
+  from the round and from the cache.  An ``audit`` share of them, drawn at random, stays
+  eligible: the dropped programs are never measured, so the audits a round picks are what
+  says how many the filter drops wrongly (a rough count: a round picks by score, so they
+  lean toward the verifier's favourites).  An audit is one fit's verdict; the next fit
+  judges the program anew.
   The filter is refitted after every measured batch on everything the task has measured,
   earlier runs' records in the store included.
 - **Ping-pong** (``pingpong=1``): rounds alternate.  Even rounds pick as draft-then-verify
@@ -22,7 +25,8 @@ measurements it saved, since most would never have been picked), ``displaced`` (
 ``n`` best-scored candidates, those it turned away: an estimate of the measurements saved,
 neither bound, since a round also picks some at random or by uncertainty, a candidate turned
 away while ranked lower might have been picked later, and a wrong drop counts too), ``audited``
-and ``audited_valid`` (dropped programs measured anyway, and how many of them ran), the measured
+and ``audited_valid`` (audits measured while the fit that dropped them held, and how many
+of them ran), the measured
 programs that failed (and of those, ``failed_unfiltered``: picked before the filter had seen
 enough of both kinds to judge), and ``earlier``: the records store's measurements of earlier
 runs the filter and the ensemble started from (``warm_start``; failures included, which
@@ -215,8 +219,10 @@ class AltPolicy:
             ran = np.isfinite(np.array(self._costs))
             self._fewest = int(min(ran.sum(), (~ran).sum()))
             self.filter.fit(self._measured, ran)
-            self._decided.clear()  # new verdicts from the new fit
+            # New verdicts from the new fit: an audit is one fit's drop, re-judged by the next.
+            self._decided.clear()
             self._p_valid.clear()
+            self._audited.clear()
 
 
 def _key(cand) -> str:

@@ -69,9 +69,27 @@ class FinetuneResult:
 
 def on_hardware(columns: dict, hardware: str) -> np.ndarray:
     """Which rows were measured on ``hardware``: a dataset's hardware name
-    (``avx512-1c@37ba0302``) or its configuration, the part before ``@``."""
+    (``avx512-1c@37ba0302``) or its configuration, the part before ``@``, when one machine
+    alone has that configuration (a name that several CPUs share would mix them)."""
     names = np.asarray(columns["hardware"]).astype(str)
-    return (names == hardware) | (np.char.partition(names, "@")[:, 0] == hardware)
+    exact = names == hardware
+    if exact.any():
+        return exact
+    by_config = np.char.partition(names, "@")[:, 0] == hardware
+    machines = sorted(set(names[by_config].tolist()))
+    if len(machines) > 1:
+        raise TensortuneError(f"'{hardware}' names a configuration of {len(machines)} machines "
+                              f"here ({', '.join(machines)}): give one of them",
+                              param="hardware")  # fmt: skip
+    return by_config
+
+
+def same_cpu(columns: dict, rows: np.ndarray) -> np.ndarray:
+    """Rows measured on the CPU (the fingerprint after ``@``) of any row under ``rows``, in
+    whatever configuration: what a model said never to have seen that machine must not
+    learn from."""
+    cpus = np.char.partition(np.asarray(columns["hardware"]).astype(str), "@")[:, 2]
+    return np.isin(cpus, np.unique(cpus[rows]))
 
 
 def sample_rows(columns: dict, k: int, seed: int | None = None, hardware: str | None = None,
@@ -93,8 +111,11 @@ def sample_rows(columns: dict, k: int, seed: int | None = None, hardware: str | 
                                   f"records hold: {known}", param="hardware")  # fmt: skip
     rows = np.flatnonzero(ok)
     rows = rows[np.argsort(np.asarray(columns["program_id"])[rows], kind="stable")]
-    if len(rows) == 0:
-        raise TensortuneError("the records hold no successful program to fine-tune on")
+    if len(rows) < 2:
+        raise TensortuneError(f"the records hold {len(rows)} successful program"
+                              f"{'' if len(rows) == 1 else 's'}"
+                              f"{f' on {hardware}' if hardware else ''}; fine-tuning needs at "
+                              "least 2")  # fmt: skip
     if seed is None:
         return rows[:k]
     rng = np.random.default_rng(seed)
@@ -127,6 +148,9 @@ def adapt(model: CostModel, data: ProgramSet, steps: int = STEPS, *,
     module's docstring); the choice is kept in ``model.finetune_``."""
     if not model.fitted:
         raise TensortuneError("fine-tuning starts from a trained model; this one is not fitted")
+    if type(model)._refine is CostModel._refine:  # it would refit on the sample alone
+        raise TensortuneError(f"a {model.kind} model cannot be fine-tuned, only trained anew; "
+                              "fine-tune a neural model or xgb/lgbm")  # fmt: skip
     data.require_labels()
     scores: dict[int, float] = {}
     if validate:

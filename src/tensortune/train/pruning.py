@@ -180,7 +180,10 @@ def prune_dataset(dataset: str | Path, method: str, keep: float, out: str | Path
                   seed: int = 0) -> dict:  # fmt: skip
     """Write the programs ``method`` keeps of every group of ``dataset`` (all its hardware) to
     ``out`` as a dataset ``train`` reads; returns its card.  Rows without features (failed
-    builds) are kept out, as training leaves them out."""
+    builds) are kept out, as training leaves them out.  The rows of the networks the card
+    holds out (the pool's test networks) are kept whole, labels and all: they are what a model
+    of the pruned dataset is scored on, not what it learns from; ``keep`` is a share of the
+    others."""
     from tensortune.datasets.shipped import dataset_path
     from tensortune.datasets.subset import write_subset
     from tensortune.train.trainer import dataset_columns
@@ -192,15 +195,23 @@ def prune_dataset(dataset: str | Path, method: str, keep: float, out: str | Path
         raise TensortuneError("pruning would overwrite its own dataset: give another directory",
                               param="out")  # fmt: skip
     columns, card = dataset_columns(dataset)
-    rows = np.array([i for i, p in enumerate(columns["per_store"]) if p is not None], dtype=int)
+    held = set(card.get("held_out") or [])
+    scored = np.array([bool(held & set(n)) for n in columns["networks"]], dtype=bool)
+    rows = np.array([i for i, p in enumerate(columns["per_store"]) if p is not None and
+                     not scored[i]], dtype=int)  # fmt: skip
     if not len(rows):
         raise TensortuneError(f"{card.get('name')} has no programs with features to prune")
     pool = pool_from_programs(ProgramSet.from_columns(columns, rows))
     families = [task_family(columns["task_name"][i]) + "|" + columns["hardware"][i] for i in rows]
     chosen = rows[prune(pool, method, keep, seed=seed, families=families)]
     provenance = {"pruning": {"source": card.get("name"), "method": method, "keep": keep,
-                              "seed": seed, "programs": len(chosen), "of": len(rows)}}  # fmt: skip
+                              "seed": seed, "programs": len(chosen), "of": len(rows),
+                              "held_out_kept": int(scored.sum())}}  # fmt: skip
     note = (f"{len(chosen)} of the {len(rows)} programs of {card.get('name')}, kept by "
             f"`tensortune dataset prune --method {method} --keep {keep:g} --seed {seed}`; "
             "labels are against the best program kept of each task.")  # fmt: skip
+    if scored.any():
+        note += (f" The {int(scored.sum())} rows of its held-out networks "
+                 f"({', '.join(sorted(held))}) are kept whole.")  # fmt: skip
+    chosen = np.sort(np.concatenate([chosen, np.flatnonzero(scored)]))
     return write_subset(source, chosen, out, description=note, extra=provenance).data

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tensortune.active import grow, make_selector, pool_from_programs
+from tensortune.active import FRACTIONS, grow, make_selector, pool_from_programs, study_sizes
 from tensortune.costmodel.data import ProgramSet
 from tensortune.costmodel.registry import new_model
 from tensortune.errors import TensortuneError, about
@@ -57,11 +57,14 @@ def pool_mask(columns: dict, held_out: Sequence[str],
 
 def select_dataset(dataset: str | Path, selector: str, fraction: float, out: str | Path, *,
                    seed: int = 0, hardware: str | None = None, held_out: tuple[str, ...] = (),
-                   acquisition: str = "xgb", params: dict | None = None) -> dict:  # fmt: skip
+                   acquisition: str = "xgb", params: dict | None = None,
+                   steps: Sequence[float] = FRACTIONS) -> dict:  # fmt: skip
     """Write ``selector``'s picks of ``fraction`` of ``dataset``'s programs on one hardware
     (less the tasks of ``held_out`` networks) to ``out`` as a dataset that ``train`` reads.
-    The picks are the study's for the same seed (``grow``, an ``acquisition`` model with
-    ``params``, seeded with ``seed``).  Returns the new card."""
+    The selection grows through the fractions of ``steps`` below ``fraction`` first, as the
+    offline study does, so the picks are the study's at that fraction for the same seed and
+    fractions (``grow``, an ``acquisition`` model with ``params``, seeded with ``seed``; by
+    default ``bench al``'s fractions).  Returns the new card."""
     from tensortune.datasets.shipped import dataset_path
     from tensortune.datasets.subset import write_subset
     from tensortune.train.trainer import dataset_columns
@@ -85,9 +88,10 @@ def select_dataset(dataset: str | Path, selector: str, fraction: float, out: str
                               f"{', '.join(card['networks'])}", param="held_out")  # fmt: skip
     rows, hardware = pool_mask(columns, held_out, hardware)
     pool = pool_from_programs(ProgramSet.from_columns(columns, rows))
-    size = max(1, round(fraction * len(pool)))
-    picked = grow(selector, pool, [size], seed=seed,
-                  acquisition=lambda: new_model(acquisition, seed, params))  # fmt: skip
+    sizes = study_sizes([*(f for f in steps if f < fraction), fraction], len(pool))
+    picked = np.arange(len(pool)) if fraction == 1 else grow(
+        selector, pool, sizes, seed=seed,
+        acquisition=lambda: new_model(acquisition, seed, params))  # fmt: skip
     chosen = np.sort(rows[picked])
     provenance = {"selection": {"source": card.get("name"), "selector": selector,
                                 "fraction": fraction, "seed": seed, "hardware": hardware,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -88,8 +88,21 @@ def scored_rows(columns: dict, mask: np.ndarray) -> dict[str, np.ndarray]:
     }
 
 
+def held_out_networks(split: str) -> list[str] | None:
+    """The networks a ``by-network`` split spec holds out (``None`` for other splits)."""
+    name, _, arg = split.partition(":")
+    if name != "by-network":
+        return None
+    return [a for a in arg.split(",") if a] or None
+
+
 def score_model(model: CostModel, columns: dict, test: np.ndarray, card: dict,
-           plot: str | Path | None = None) -> tuple[dict, float]:  # fmt: skip
+                plot: str | Path | None = None, *,
+                held_out: Sequence[str] | None = None) -> tuple[dict, float]:  # fmt: skip
+    """TenSet's metrics of ``model`` on the rows under ``test``, and its predictions a second.
+    The top-k scores are over the networks with a task there, or over ``held_out`` alone
+    when the test rows are held-out networks' (a network that shares one kernel with them
+    would otherwise count as a network of one kernel)."""
     data = ProgramSet.from_columns(columns, test)
     start = time.perf_counter()
     pred = model.predict(data)
@@ -101,7 +114,8 @@ def score_model(model: CostModel, columns: dict, test: np.ndarray, card: dict,
     networks = card_networks(card)
     if networks is not None:
         present = set(rows["task_id"].tolist())
-        networks = {n: w for n, w in networks.items() if present & set(w)} or None
+        networks = {n: w for n, w in networks.items() if present & set(w)
+                    and (held_out is None or n in held_out)} or None  # fmt: skip
     if plot is not None:
         from tensortune.train.plots import plot_predictions
 
@@ -149,7 +163,8 @@ def train(
     estimator.provenance_ = {"dataset": card.get("name"), "split": split,
                              "train_programs": len(train_set)}  # fmt: skip
     tell("score", 0, 1)
-    scores, per_second = score_model(estimator, columns, test_mask, card)
+    scores, per_second = score_model(estimator, columns, test_mask, card,
+                                     held_out=held_out_networks(split))  # fmt: skip
     if out is not None:
         estimator.save(out)
     return TrainResult(estimator, scores, len(train_set), int(test_mask.sum()), fit_seconds,
@@ -223,7 +238,8 @@ def records_columns(directory: str | Path, *, measured_here: bool = False,
     with tempfile.TemporaryDirectory() as tmp:
         url = f"sqlite:///{Path(tmp) / 'records.db'}"
         with open_records(url) as store:
-            import_records(store, directory, measured_here=measured_here)
+            if not import_records(store, directory, measured_here=measured_here).records:
+                raise TensortuneError(f"{directory} holds no tuning records")
             card = build_dataset(store, Path(tmp) / "dataset").data
         if lowered:
             lower_dataset(Path(tmp) / "dataset", workers=usable_cores())
