@@ -451,20 +451,28 @@ def _failing_half(feats: list[np.ndarray]) -> np.ndarray:
     return np.array([f[:, column].max() > cut for f in feats])
 
 
-def test_alt_policy_filters_what_fails_audits_some_and_alternates_picks(matmul_candidates):
-    """Real candidates of a matmul; failures decided by a feature (as a deep unroll would)."""
+def _policy_on(matmul_candidates, **options):
+    """An ALT policy with a validity filter on the matmul's candidates, its stats, which of
+    the candidates "fail" (``_failing_half``) and their runner results by index."""
     from tensortune.compat import ms
     from tensortune.search.alt import STAT_KEYS, AltPolicy
 
     ctx, cands = matmul_candidates
     stats = dict.fromkeys(STAT_KEYS, 0)
-    policy = AltPolicy(validity=True, pingpong=True, audit=0.2, stats=stats, seed=0)
+    policy = AltPolicy(validity=True, stats=stats, seed=0, **options)
     fails = _failing_half(policy.features(ctx, cands))
 
     def results(idx):
         return [ms.runner.RunnerResult(None, "timeout") if fails[i] else
                 ms.runner.RunnerResult([1e-3 * (1 + i % 7)], None) for i in idx]  # fmt: skip
 
+    return ctx, cands, policy, stats, fails, results
+
+
+def test_alt_policy_filters_what_fails_audits_some_and_alternates_picks(matmul_candidates):
+    """Real candidates of a matmul; failures decided by a feature (as a deep unroll would)."""
+    ctx, cands, policy, stats, fails, results = _policy_on(matmul_candidates, pingpong=True,
+                                                           audit=0.2)  # fmt: skip
     first = list(range(60))
     assert policy.allowed(ctx, cands, np.random.default_rng(0)).all()  # nothing learned yet
     policy.observe(ctx, [cands[i] for i in first], results(first))
@@ -490,18 +498,8 @@ def test_alt_policy_filters_what_fails_audits_some_and_alternates_picks(matmul_c
 def test_an_audit_counts_only_under_the_fit_that_dropped_it(matmul_candidates):
     """A program the filter dropped (kept as an audit) and a later fit keeps is no audit: were
     it counted when measured, the audits would overstate the filter's wrong drops."""
-    from tensortune.compat import ms
-    from tensortune.search.alt import STAT_KEYS, AltPolicy
-
-    ctx, cands = matmul_candidates
-    stats = dict.fromkeys(STAT_KEYS, 0)
-    policy = AltPolicy(validity=True, pingpong=False, audit=1.0, stats=stats, seed=0)
-    fails = _failing_half(policy.features(ctx, cands))
-
-    def results(idx):
-        return [ms.runner.RunnerResult(None, "timeout") if fails[i] else
-                ms.runner.RunnerResult([1e-3], None) for i in idx]  # fmt: skip
-
+    ctx, cands, policy, stats, _, results = _policy_on(matmul_candidates, pingpong=False,
+                                                       audit=1.0)  # fmt: skip
     policy.observe(ctx, cands[:60], results(range(60)))
     rest = list(range(60, 120))
     assert policy.allowed(ctx, [cands[i] for i in rest], np.random.default_rng(0)).all()
