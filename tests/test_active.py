@@ -227,6 +227,7 @@ def test_a_selection_is_a_dataset_that_train_reads(tmp_path):
     sel = card["selection"]
     assert sel["programs"] == round(0.02 * sel["of"]) == card["programs"]
     assert "gpt2-block" not in card["networks"] and list(card["hardware"]) == [HW]
+    assert card["held_out"] == ["gpt2-block"]
     from tensortune.datasets.build import load_table
 
     table = load_table(tmp_path / "picks").to_pydict()

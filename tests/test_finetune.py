@@ -300,7 +300,7 @@ def test_the_hardware_study_holds_out_a_whole_cpu(monkeypatch):
     assert other.any() and not any(h.endswith("@" + cpu) for h in names[other])
     with pytest.raises(TensortuneError, match="names a configuration of"):
         hardware.hardware_study("default", hardware="avx512-2c", folds=[["gpt2-block"]])
-    for bad in ({"seeds": []}, {"ks": [1]}, {"folds": []}):
+    for bad in ({"seeds": []}, {"ks": [1]}, {"folds": []}, {"models": ["ms-xgb"]}):
         args = {"hardware": same, "folds": [["gpt2-block"]], "models": ["xgb"]} | bad
         with pytest.raises(TensortuneError):
             hardware.hardware_study("default", **args)

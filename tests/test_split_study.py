@@ -14,8 +14,9 @@ def test_every_split_kind_has_its_folds_and_by_network_is_the_reference():
     result = split_study("default", models=["xgb"], seeds=[0], params={"xgb": {"n_rounds": 2}})
     columns, card = dataset_columns("default")
     folds = {e["split"]: e["folds"] for e in result.summary()}
+    machines = {h.split("@")[1] for h in columns["hardware"]}  # a fold per machine
     assert folds == {"within-task": 1, "by-task": 1, "by-network": len(card["networks"]),
-                     "by-hardware": len(set(columns["hardware"]))}  # fmt: skip
+                     "by-hardware": len(machines)}  # fmt: skip
     for e in result.summary():
         assert 0 <= e["pca"] <= 1 and 0 <= e["top1_score"] <= 1
     by_network = next(e for e in result.summary() if e["split"] == "by-network")
@@ -68,3 +69,22 @@ def test_a_study_runs_each_seed_and_name_once():
         study_args([], models=["xgb"])
     with pytest.raises(TensortuneError, match="at least one of models"):
         study_args([0], models=[])
+
+
+def test_the_by_hardware_folds_hold_out_a_machine_with_all_its_configurations():
+    """Two configurations of one CPU (``config@fingerprint``) are one machine: a fold holds
+    out both, so no model is scored on a machine it trained on."""
+    from tensortune.compare.splits import split_specs
+    from tensortune.train.trainer import split_masks
+
+    hw = ["avx2-1c@aa", "avx512-2c@aa", "avx512-2c@bb", "avx512-2c@aa", "x86"]
+    columns = {"hardware": hw}
+    specs = split_specs(columns, {}, "by-hardware", 0)
+    assert specs == [
+        ("avx2-1c@aa+avx512-2c@aa", "by-hardware:avx2-1c@aa,avx512-2c@aa"),
+        ("avx512-2c@bb", "by-hardware:avx512-2c@bb"),
+        ("x86", "by-hardware:x86"),
+    ]
+    train, test = split_masks(columns, specs[0][1])
+    assert test.tolist() == [True, True, False, True, False]
+    assert train.tolist() == [False, False, True, False, True]

@@ -240,4 +240,9 @@ def test_a_network_held_out_is_the_one_its_top_k_scores_are_of():
     assert scores["top1_score"] == alone["top1_score"]
     assert scores["top5_score"] == alone["top5_score"]
     assert held_out_networks("by-network:bert-base") == ["bert-base"]
+    # evaluate scores a model on its split as train did
+    from tensortune.train.trainer import evaluate
+
+    scored = evaluate(model, dataset="default", split="by-network:bert-base")
+    assert scored["top1_score"] == alone["top1_score"]
     assert held_out_networks("by-task:1") is None

@@ -3,7 +3,9 @@
 Maintainers run this after the default dataset changes (``python data/collect/ship_models.py``,
 about 3 minutes on 2 cores).  Each shipped file is a ``pacm`` model fitted on the rows of the
 hardware configurations its name lists; the rows of every other configuration are its test
-split, so its card entry says how well it ranks programs on hardware it never saw.  The card
+split, so its card entry says how well it ranks programs on configurations it was not trained
+on (some measured on a machine it was trained on in another configuration: ``by-hardware``
+holds out names, not machines).  The card
 keeps each file's sha256, which ``costmodel/shipped.py`` checks before loading it.
 """
 

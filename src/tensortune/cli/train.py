@@ -215,6 +215,7 @@ def finetune(
     Example: tensortune finetune --model hwattn.ttm --records my_db --samples 64 --out tuned.ttm
     """
     from tensortune.costmodel.registry import load_cost_model
+    from tensortune.train.finetune import PER_TASK
     from tensortune.train.finetune import finetune as run_finetune
     from tensortune.train.metrics import RANK_METRICS
     from tensortune.train.trainer import evaluate as run_evaluate
@@ -230,8 +231,10 @@ def finetune(
     summary: dict = {"samples": result.samples, "tasks": result.tasks, "steps": result.steps,
                      "out": str(out)}  # fmt: skip
     if result.samples < samples and not as_json:
-        console.print(f"[yellow]the records hold {result.samples} successful programs to sample, "
-                      f"not the {samples} asked for: fine-tuned on those[/yellow]")  # fmt: skip
+        console.print(f"[yellow]fine-tuned on {result.samples} programs, not the {samples} asked "
+                      "for: the records have no more successful ones"
+                      f"{f' (at most {PER_TASK} a task with --seed)' if seed is not None else ''}"
+                      "[/yellow]")  # fmt: skip
     if test_records is not None:
         after = run_evaluate(load_cost_model(out), test_records=test_records)
         summary |= {f"{k}_before": before[k] for k in RANK_METRICS}

@@ -41,6 +41,7 @@ from tensortune.compare.summary import mean_and_sd, study_args
 from tensortune.costmodel.base import CostModel
 from tensortune.costmodel.data import ProgramSet, concat_programs
 from tensortune.costmodel.registry import model_class, new_model
+from tensortune.datasets.build import cpu_of
 from tensortune.errors import TensortuneError, about
 from tensortune.train import metrics
 from tensortune.train.selection import pool_mask
@@ -151,11 +152,11 @@ def prior_rows(columns: dict, hardware: str, held_out: Sequence[str],
     """The rows with features on CPUs other than ``hardware``'s (its fingerprint, after ``@``:
     the configurations derived from one CPU share it) whose task is in no held-out network and
     not among ``banned_tasks``."""
-    cpu, held = hardware.split("@")[-1], set(held_out)
+    cpu, held = cpu_of(hardware), set(held_out)
     return np.array([
         i for i, (hw, task, nets) in enumerate(zip(columns["hardware"], columns["task"],
                                                    columns["networks"], strict=True))
-        if hw.split("@")[-1] != cpu and task not in banned_tasks and not held & set(nets)
+        if cpu_of(hw) != cpu and task not in banned_tasks and not held & set(nets)
         and columns["per_store"][i] is not None
     ], dtype=int)  # fmt: skip
 

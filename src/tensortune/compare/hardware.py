@@ -32,11 +32,12 @@ import numpy as np
 from tensortune.compare.summary import mean_and_sd, study_args
 from tensortune.costmodel.base import CostModel
 from tensortune.costmodel.data import ProgramSet
-from tensortune.costmodel.registry import new_model
-from tensortune.errors import TensortuneError
+from tensortune.costmodel.registry import model_class, new_model
+from tensortune.errors import TensortuneError, about
 from tensortune.train.finetune import (
     PER_TASK,
     adapt,
+    check_refinable,
     on_hardware,
     same_cpu,
     sample_rows,
@@ -87,6 +88,9 @@ def hardware_study(
 
     tell = progress or (lambda _: None)
     seeds, models, ks = study_args(seeds, models=models, ks=ks)
+    with about("models"):
+        for kind in models:  # every arm but two fine-tunes: refused before any fit
+            check_refinable(model_class(kind))
     if min(ks) < 2:
         raise TensortuneError(f"fine-tuning needs at least 2 programs, not {min(ks)}",
                               param="ks")  # fmt: skip
@@ -134,7 +138,7 @@ class _Run:
     seed: int
     result: HardwareStudy
     tell: Progress
-    networks: Sequence[str] = ()  # the fold's held-out networks, scored
+    networks: Sequence[str]  # the fold's held-out networks, scored
 
     def scored(self, arm: str, model: CostModel, k: int | None = None) -> None:
         from tensortune.train.trainer import score_model

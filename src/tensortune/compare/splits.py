@@ -6,7 +6,8 @@ about networks and machines it has never seen (Verma et al.; ``algorithms.md`` Â
   sides (one fold; seeds vary only the model);
 - ``by-task``: whole tasks, seeded, 90% of the rows train (one fold per seed);
 - ``by-network``: each network in turn is held out with every task it has (one fold each);
-- ``by-hardware``: each hardware in turn is held out (one fold each).
+- ``by-hardware``: each machine in turn is held out, every configuration of its CPU (one fold
+  each: a model trained on another configuration of a machine has seen it).
 
 Every fold is scored with TenSet's metrics on its test rows; ``summary`` gives each split's
 mean and standard deviation over folds and seeds, and how far its PCA lies above by-network's.
@@ -25,6 +26,7 @@ import numpy as np
 from tensortune.compare.summary import mean_and_sd, study_args
 from tensortune.costmodel.data import ProgramSet
 from tensortune.costmodel.registry import model_class, new_model
+from tensortune.datasets.build import cpu_of
 from tensortune.errors import about
 from tensortune.train.metrics import RANK_METRICS as METRICS
 
@@ -86,7 +88,12 @@ def split_specs(columns: dict, card: dict, kind: str, seed: int) -> list[tuple[s
         return [(f"seed {seed}", f"by-task:{seed}")]
     if kind == "by-network":
         return [(n, f"by-network:{n}") for n in card["networks"]]
-    return [(h, f"by-hardware:{h}") for h in sorted(set(columns["hardware"]))]
+    # One fold per machine, all of its configurations held out together: a model that trained
+    # on another configuration of the same CPU has seen that machine.
+    machines: dict[str, list[str]] = {}
+    for h in sorted(set(columns["hardware"])):
+        machines.setdefault(cpu_of(h), []).append(h)
+    return [("+".join(names), "by-hardware:" + ",".join(names)) for names in machines.values()]
 
 
 def split_study(

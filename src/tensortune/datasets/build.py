@@ -48,6 +48,14 @@ def hardware_label(target: str, hardware_id: str) -> str:
     return f"{t.get('mcpu', t.get('kind'))}-{t.get('num-cores', '?')}c@{hardware_id[:8]}"
 
 
+def cpu_of(hardware: str) -> str:
+    """The machine a ``hardware_label`` was measured on: its fingerprint, after ``@``
+    (``avx2-1c@eab22ab1`` and ``avx512-2c@eab22ab1`` are one CPU); a name without one is a
+    machine of its own."""
+    config, at, cpu = hardware.partition("@")
+    return cpu if at else config
+
+
 def build_dataset(
     records: str | RecordStore,
     out_dir: str | Path,

@@ -43,6 +43,7 @@ import numpy as np
 from tensortune.costmodel.base import CostModel
 from tensortune.costmodel.data import ProgramSet
 from tensortune.costmodel.nn import _RankModel
+from tensortune.datasets.build import cpu_of
 from tensortune.errors import TensortuneError, check_seed, check_writable
 
 PER_TASK = 16
@@ -85,10 +86,9 @@ def on_hardware(columns: dict, hardware: str) -> np.ndarray:
 
 
 def same_cpu(columns: dict, rows: np.ndarray) -> np.ndarray:
-    """Rows measured on the CPU (the fingerprint after ``@``) of any row under ``rows``, in
-    whatever configuration: what a model said never to have seen that machine must not
-    learn from."""
-    cpus = np.char.partition(np.asarray(columns["hardware"]).astype(str), "@")[:, 2]
+    """Rows measured on the CPU of any row under ``rows``, in whatever configuration: what a
+    model said never to have seen that machine must not learn from."""
+    cpus = np.array([cpu_of(h) for h in np.asarray(columns["hardware"]).astype(str)])
     return np.isin(cpus, np.unique(cpus[rows]))
 
 
@@ -140,6 +140,14 @@ def sample_set(columns: dict, rows: np.ndarray) -> ProgramSet:
     return data
 
 
+def check_refinable(kind: type[CostModel]) -> None:
+    """Refuse a model kind without its own refinement: "fine-tuned", it would be a new model
+    of the sample alone (``CostModel._refine`` refits from scratch)."""
+    if kind._refine is CostModel._refine:
+        raise TensortuneError(f"a {kind.kind} model cannot be fine-tuned, only trained anew; "
+                              "fine-tune a neural model or xgb/lgbm")  # fmt: skip
+
+
 def adapt(model: CostModel, data: ProgramSet, steps: int = STEPS, *,
           validate: bool = True) -> CostModel:  # fmt: skip
     """Train a fitted ``model`` further on ``data`` (in place; returned): a neural model for
@@ -148,9 +156,7 @@ def adapt(model: CostModel, data: ProgramSet, steps: int = STEPS, *,
     module's docstring); the choice is kept in ``model.finetune_``."""
     if not model.fitted:
         raise TensortuneError("fine-tuning starts from a trained model; this one is not fitted")
-    if type(model)._refine is CostModel._refine:  # it would refit on the sample alone
-        raise TensortuneError(f"a {model.kind} model cannot be fine-tuned, only trained anew; "
-                              "fine-tune a neural model or xgb/lgbm")  # fmt: skip
+    check_refinable(type(model))
     data.require_labels()
     scores: dict[int, float] = {}
     if validate:
@@ -258,6 +264,7 @@ def finetune(
     with about("model"):
         # A model object is the caller's: fine-tuned as a copy (to compare before and after).
         estimator = copy.deepcopy(model) if isinstance(model, CostModel) else load_cost_model(model)
+        check_refinable(type(estimator))  # before the records are read (and lowered)
     with about("records"):
         if _is_metaschedule_database(records):
             columns, _ = records_columns(records, measured_here=True,

@@ -101,4 +101,6 @@ def select_dataset(dataset: str | Path, selector: str, fraction: float, out: str
             f"{' less the tasks of ' + ', '.join(held_out) if held_out else ''}, chosen by "
             f"`tensortune dataset select --selector {selector} --fraction {fraction:g} "
             f"--seed {seed}`; labels are against the best program kept of each task.")  # fmt: skip
-    return write_subset(source, chosen, out, description=note, extra=provenance).data
+    # The networks this selection held out, not the source's: the picks may hold those.
+    return write_subset(source, chosen, out, description=note,
+                        extra={"held_out": list(held_out), **provenance}).data  # fmt: skip

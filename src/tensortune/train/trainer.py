@@ -204,7 +204,8 @@ def evaluate(
                               param="split")  # fmt: skip
     with about("split"):
         _, test = split_masks(columns, split)
-    scores, _ = score_model(estimator, columns, test, card, plot)
+    scores, _ = score_model(estimator, columns, test, card, plot,
+                            held_out=held_out_networks(split))  # fmt: skip
     return scores
 
 
