@@ -296,3 +296,16 @@ def test_a_copy_keeps_each_records_origin(store, fresh) -> None:
     assert sorted((r.uid, r.cost, r.origin) for r in fresh.query()) == want
     assert copy_records(store, fresh).records == 0  # copied again: nothing new, origins kept
     assert sorted((r.uid, r.cost, r.origin) for r in fresh.query()) == want
+
+
+def test_an_export_lists_records_in_the_order_they_were_measured(tmp_path):
+    from conftest import fill
+
+    with open_records(f"sqlite:///{tmp_path / 'r.db'}") as store:
+        fill(store, "matmul:16,16,16", [3e-5, 1e-5, 2e-5])
+        export_records(store, tmp_path / "db")
+        export_records(store, tmp_path / "top", top_k=2)
+    for where, costs in (("db", [3e-5, 1e-5, 2e-5]), ("top", [1e-5, 2e-5])):
+        lines = (tmp_path / where / "database_tuning_record.json").read_text().splitlines()
+        medians = [sorted(json.loads(line)[1][1])[1] for line in lines]  # 3 repeats each
+        assert medians == pytest.approx(costs)

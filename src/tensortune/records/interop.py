@@ -102,6 +102,9 @@ def _export(store: RecordStore, out: Path, top_k: int | None, hw: str,
                 if per_target[r.target] <= top_k:
                     kept.append(r)
             records = kept
+        # Written in the order they were measured, as MetaSchedule writes its own: a reader
+        # that takes "the first K" (``finetune``) gets the first measured, not the best.
+        records.sort(key=lambda r: r.id or 0)
         workload = Workload(w.mod())
         converted = []
         for r in records:
