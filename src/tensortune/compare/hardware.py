@@ -7,7 +7,8 @@ held-out networks are the test set, on ``H`` only, and no arm trains on any of t
 any machine (so every figure is on unseen networks too).  Per fold and seed, the same model kind:
 
 - ``full``: trained on all of ``H``'s other rows: the reference a transferred model is held to;
-- ``zero-shot``: trained on the other machines' rows, never a row of ``H``;
+- ``zero-shot``: trained on the other machines' rows, never a row of ``H``'s machine in any
+  configuration (the fingerprint after ``@`` names the machine);
 - ``finetune-k``: the zero-shot model fine-tuned on ``k`` of ``H``'s training rows
   (``train/finetune.py``: whole tasks in a seeded order, up to 16 programs each);
 - ``scratch-k``: a new model trained on the same ``k`` rows alone;
