@@ -219,10 +219,10 @@ def test_a_network_held_out_is_the_one_its_top_k_scores_are_of():
     from tensortune.train.trainer import (
         card_networks,
         dataset_columns,
-        held_out_networks,
         score_model,
         scored_rows,
         split_masks,
+        split_networks,
     )
 
     columns, card = dataset_columns("default")
@@ -239,10 +239,10 @@ def test_a_network_held_out_is_the_one_its_top_k_scores_are_of():
                                       networks={"bert-base": weights["bert-base"]})  # fmt: skip
     assert scores["top1_score"] == alone["top1_score"]
     assert scores["top5_score"] == alone["top5_score"]
-    assert held_out_networks("by-network:bert-base") == ["bert-base"]
+    assert split_networks("by-network:bert-base") == ["bert-base"]
     # evaluate scores a model on its split as train did
     from tensortune.train.trainer import evaluate
 
     scored = evaluate(model, dataset="default", split="by-network:bert-base")
     assert scored["top1_score"] == alone["top1_score"]
-    assert held_out_networks("by-task:1") is None
+    assert split_networks("by-task:1") is None

@@ -60,16 +60,20 @@ class HardwareStudy:
         return mean_and_sd(self.rows, ("model", "arm"), METRICS)
 
 
-def _held_out_rows(columns: dict, held_out: str) -> np.ndarray:
+def _held_out_rows(columns: dict, held_out: str) -> tuple[np.ndarray, np.ndarray]:
+    """The rows of ``held_out``, and those of every other machine: its other configurations
+    are the same CPU, so no arm counts them as another machine's, nor as its own (another
+    thread count or ISA is not this configuration)."""
     on = on_hardware(columns, held_out)
     if not on.any():
         known = ", ".join(sorted(set(columns["hardware"])))
         raise TensortuneError(f"no row of the dataset was measured on '{held_out}'; it has: "
                               f"{known}", param="hardware")  # fmt: skip
-    if same_cpu(columns, on).all():
+    elsewhere = ~same_cpu(columns, on)
+    if not elsewhere.any():
         raise TensortuneError(f"every row was measured on the CPU of '{held_out}': no other "
                               "hardware to transfer from", param="hardware")  # fmt: skip
-    return on
+    return on, elsewhere
 
 
 def hardware_study(
@@ -98,10 +102,7 @@ def hardware_study(
     if not folds:
         raise TensortuneError("name at least one fold of held-out networks", param="folds")
     columns, card = dataset_columns(dataset)
-    on_h = _held_out_rows(columns, hardware)
-    # The machine's other configurations are the same CPU: no arm counts them as another
-    # machine's, nor as its own (another thread count or ISA is not this configuration).
-    elsewhere = ~same_cpu(columns, on_h)
+    on_h, elsewhere = _held_out_rows(columns, hardware)
     task = np.asarray(columns["task"])
     result = HardwareStudy(setup={"dataset": card.get("name"), "hardware": hardware,
                                   "folds": [list(f) for f in folds], "models": list(models),

@@ -109,9 +109,9 @@ def split_study(
     from tensortune.errors import TensortuneError
     from tensortune.train.trainer import (
         dataset_columns,
-        held_out_networks,
         score_model,
         split_masks,
+        split_networks,
     )
 
     tell = progress or (lambda _: None)
@@ -138,7 +138,7 @@ def split_study(
                     model = new_model(kind, seed, (params or {}).get(kind, {}))
                     model.fit(ProgramSet.from_columns(columns, train))
                     scores, _ = score_model(model, columns, test, card,
-                                            held_out=held_out_networks(spec))  # fmt: skip
+                                            held_out=split_networks(spec))  # fmt: skip
                     result.rows.append({"model": kind, "split": split, "fold": fold, "seed": seed,
                                         **{m: scores[m] for m in METRICS}})  # fmt: skip
                     tell(f"{kind} {split} {fold} seed {seed}: PCA {scores['pca']:.3f} "

@@ -92,8 +92,11 @@ def _export(store: RecordStore, out: Path, top_k: int | None, hw: str,
     n_workloads = n_records = skipped = 0
     names: dict[str, str] = {}
     for w in store.workloads():
+        # Written in the order they were measured (the store's order), as MetaSchedule writes
+        # its own: a reader that takes "the first K" (``finetune``) gets the first measured.
         records = list(store.query(workload_id=w.id, hardware_id=hw, target=target,
-                                   ok_only=top_k is not None, best_first=True))  # fmt: skip
+                                   ok_only=top_k is not None,
+                                   best_first=top_k is not None))  # fmt: skip
         if top_k is not None:
             per_target: dict[str, int] = {}
             kept = []
@@ -101,10 +104,7 @@ def _export(store: RecordStore, out: Path, top_k: int | None, hw: str,
                 per_target[r.target] = per_target.get(r.target, 0) + 1
                 if per_target[r.target] <= top_k:
                     kept.append(r)
-            records = kept
-        # Written in the order they were measured, as MetaSchedule writes its own: a reader
-        # that takes "the first K" (``finetune``) gets the first measured, not the best.
-        records.sort(key=lambda r: r.id or 0)
+            records = sorted(kept, key=lambda r: r.id or 0)  # the best k, in measured order
         workload = Workload(w.mod())
         converted = []
         for r in records:

@@ -88,7 +88,7 @@ def scored_rows(columns: dict, mask: np.ndarray) -> dict[str, np.ndarray]:
     }
 
 
-def held_out_networks(split: str) -> list[str] | None:
+def split_networks(split: str) -> list[str] | None:
     """The networks a ``by-network`` split spec holds out (``None`` for other splits)."""
     name, _, arg = split.partition(":")
     if name != "by-network":
@@ -164,7 +164,7 @@ def train(
                              "train_programs": len(train_set)}  # fmt: skip
     tell("score", 0, 1)
     scores, per_second = score_model(estimator, columns, test_mask, card,
-                                     held_out=held_out_networks(split))  # fmt: skip
+                                     held_out=split_networks(split))  # fmt: skip
     if out is not None:
         estimator.save(out)
     return TrainResult(estimator, scores, len(train_set), int(test_mask.sum()), fit_seconds,
@@ -205,7 +205,7 @@ def evaluate(
     with about("split"):
         _, test = split_masks(columns, split)
     scores, _ = score_model(estimator, columns, test, card, plot,
-                            held_out=held_out_networks(split))  # fmt: skip
+                            held_out=split_networks(split))  # fmt: skip
     return scores
 
 
