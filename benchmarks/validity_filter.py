@@ -5,9 +5,10 @@ candidate, TVM's time evaluator included) turns every slow program into a timeou
 shapes (prime sizes) make slow programs common.  Each seed tunes every task three times with
 draft-then-verify and an online XGBoost verifier, nothing else changed:
   plain   no filter: how many measurements fail;
-  shadow  the filter decides, but every program it would drop is measured anyway (``audit=1``),
-          so each decision is checked: of the failures, the share it would have removed; of the
-          programs that ran, the share it would have dropped wrongly;
+  shadow  the filter judges but drops nothing (``audit=1``), so the search measures what a plain
+          run measures and the verdict on every program measured is checked: of the failures,
+          the share it would have removed; of the programs that ran, the share it would have
+          dropped wrongly (candidates it judged that no round picked are never measured);
   filter  the filter drops what it rates a failure, measuring 10% of those to count wrong drops
           (``audit=0.1``): the share of its measurements that failed (against plain's), the
           measurements it saved (``displaced``, an estimate: of each round's best-scored, those

@@ -117,6 +117,14 @@ def test_a_selector_collects_its_budget_in_rounds_and_resumes(tiny, tmp_path):
     again = collect_active([tiny], config=SMALL[0], selector="balto", budget=6, rounds=2,
                            records=url, work_dir=tmp_path / "w")  # fmt: skip
     assert more.measured > 0 and again.measured == 0
+    # Another selector on the same store would find its budget met by balto's picks.
+    with open_records(url) as store:
+        before = store.count()
+    with pytest.raises(TensortuneError, match="not chosen by sampler uncertainty"):
+        collect_active([tiny], config=SMALL[0], selector="uncertainty", budget=6, rounds=2,
+                       records=url, work_dir=tmp_path / "w")  # fmt: skip
+    with open_records(url) as store:
+        assert store.count() == before
     with pytest.raises(TensortuneError, match="unknown selector"):
         collect_active([tiny], config=SMALL[0], selector="nosuch", records=url)
 

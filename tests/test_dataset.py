@@ -155,6 +155,23 @@ def test_a_modified_table_fails_its_checksum(dataset, tmp_path):
         load_table(copy)
 
 
+def test_a_dataset_is_written_over_a_dataset_but_never_over_other_files(dataset, store_url,
+                                                                       tmp_path, cli):  # fmt: skip
+    mine = tmp_path / "project"
+    mine.mkdir()
+    (mine / "README.md").write_text("my project")
+    with pytest.raises(TensortuneError, match=r"is not a dataset but holds README\.md"):
+        build_dataset(store_url, mine)
+    code, _, err = cli("dataset", "build", str(mine), "--records", store_url)
+    assert code == 2 and err.startswith("error: ") and "README.md" in err, err
+    assert len(err.strip().splitlines()) == 1
+    assert sorted(p.name for p in mine.iterdir()) == ["README.md"]
+    assert (mine / "README.md").read_text() == "my project"
+    again = tmp_path / "again"
+    shutil.copytree(dataset[0], again)
+    assert build_dataset(store_url, again).data["programs"] == 13  # a rerun replaces it
+
+
 def test_an_empty_store_gives_a_clear_error(tmp_path):
     url = f"sqlite:///{tmp_path / 'empty.db'}"
     open_records(url).close()

@@ -160,6 +160,11 @@ def test_finetune_writes_a_model_that_remembers_its_sample(tmp_path, cli):
                        str(tmp_path / "nosuchdir"), "--samples", "16",
                        "--out", str(tmp_path / "e.ttm"))  # fmt: skip
     assert code == 2 and len(err.strip().splitlines()) == 1 and "--records" in err, err
+    # The shipped dataset holds five machines: a sample of all of them adapts to none.
+    code, _, err = cli("finetune", "--model", str(tmp_path / "m.ttm"), "--records", "default",
+                       "--samples", "16", "--out", str(tmp_path / "f.ttm"))  # fmt: skip
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "--hardware" in err, err
+    assert not (tmp_path / "f.ttm").exists()
 
 
 def test_the_hardware_study_runs_every_arm_on_unseen_hardware_and_networks():
@@ -199,6 +204,42 @@ def test_finetune_reads_a_metaschedule_database_as_this_machines(tmp_path):
     # The database's records count as measured here: this machine's hardware, and vector.
     columns, _ = records_columns(tmp_path / "db", measured_here=True)
     assert {h.split("@")[1] for h in columns["hardware"]} == {current_hardware().id[:8]}
+
+
+def test_finetune_scores_its_test_records_as_this_machines_before_and_after(tmp_path, cli,
+                                                                          monkeypatch):  # fmt: skip
+    """The sample is read as measured here; the before/after scores must read the test
+    database the same way, or a hardware-aware model is scored on another machine's vector."""
+    import importlib
+
+    from conftest import fill
+
+    from tensortune.records import open_records
+    from tensortune.records.interop import export_records
+
+    for name, costs in (("db", [3e-5, 1e-5, 2e-5, 4e-5]), ("test", [2e-5, 5e-5, 1e-5])):
+        with open_records(f"sqlite:///{tmp_path / name}.db") as store:
+            fill(store, "matmul:16,16,16", costs)
+            export_records(store, tmp_path / name)
+    model_class("hwattn")(epochs=1, hidden=16, hardware_hidden=8, heads=2).fit(
+        _machine(40, 0, sign=-1.0)).save(tmp_path / "m.ttm")  # fmt: skip
+    # by module name: ``tensortune.train`` the attribute is the API's train()
+    trainer = importlib.import_module("tensortune.train.trainer")
+    seen: list[bool] = []
+    real = trainer.records_columns
+
+    def spy(directory, **kw):
+        seen.append(kw.get("measured_here", False))
+        return real(directory, **kw)
+
+    monkeypatch.setattr(trainer, "records_columns", spy)
+    code, out, err = cli("finetune", "--model", str(tmp_path / "m.ttm"), "--records",
+                         str(tmp_path / "db"), "--samples", "4", "--steps", "2", "--out",
+                         str(tmp_path / "t.ttm"), "--test-records", str(tmp_path / "test"),
+                         "--json")  # fmt: skip
+    assert code == 0, err
+    assert {"pca_before", "pca_after"} <= set(json.loads(out))
+    assert seen == [True, True, True]  # before, the sample, after
 
 
 def test_the_first_k_of_a_metaschedule_database_are_the_first_measured(tmp_path):

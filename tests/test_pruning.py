@@ -207,7 +207,8 @@ def test_pruning_the_pool_keeps_its_test_networks_whole_and_named(tmp_path):
 
 
 def test_bench_prune_prints_json_and_draws_its_plot(tmp_path):
-    out = subprocess.run([*CLI, "bench", "prune", "--held-out", "gpt2-block", "--hardware", HW,
+    out = subprocess.run([*CLI, "bench", "prune", "--dataset", "default", "--held-out",
+                          "gpt2-block", "--hardware", HW,
                           "--keep", "0.5,1", "--seeds", "1", "--method", "cluster",
                           "--param", "xgb.n_rounds=30", "--json", "--plot",
                           str(tmp_path / "p.png")], capture_output=True, text=True,

@@ -99,6 +99,43 @@ def test_recheck_remeasures_what_was_measured_here_and_drops_the_rest(ticked, tm
         assert here["median_old_over_new"] > 50
 
 
+def test_a_killed_recheck_resumes_without_measuring_again(ticked, tmp_path, monkeypatch):
+    import tensortune.datasets.recheck as recheck
+    import tensortune.measure.batch as batch
+
+    monkeypatch.setattr(recheck, "BATCH", 4)  # the 8 rows measured here: two batches
+    real, measured = batch.measure_batch, []
+
+    def killed_at_the_second(builder, runner, cands, platform):
+        measured.append(len(cands))
+        if len(measured) == 2:
+            raise KeyboardInterrupt
+        return real(builder, runner, cands, platform)
+
+    monkeypatch.setattr(batch, "measure_batch", killed_at_the_second)
+    with pytest.raises(KeyboardInterrupt):
+        recheck_dataset(ticked, tmp_path / "out")
+    journal = tmp_path / "out" / recheck.JOURNAL
+    assert len(journal.read_text().splitlines()) == 1 + 4  # its header and the first batch
+    assert not (tmp_path / "out" / "card.json").exists()
+    measured.clear()
+    monkeypatch.setattr(batch, "measure_batch", lambda *a: (measured.append(len(a[2])),
+                                                            real(*a))[1])  # fmt: skip
+    report = recheck_dataset(ticked, tmp_path / "out")
+    assert measured == [4]  # only the batch the kill stopped
+    assert not journal.exists()
+    here = next(v for k, v in report["hardware"].items() if current_hardware().id[:8] in k)
+    assert here["tick"] == 8 and here["remeasured"] + here["dropped"] == 8
+    # A journal of another table is not believed: everything is measured.
+    (tmp_path / "out2").mkdir()
+    (tmp_path / "out2" / recheck.JOURNAL).write_text(
+        '{"table": "another"}\n{"program_id": 1, "secs": [1e-05]}\n'
+    )
+    measured.clear()
+    recheck_dataset(ticked, tmp_path / "out2")
+    assert measured == [4, 4]
+
+
 def test_drop_only_keeps_the_clean_rows_and_refuses_to_overwrite(ticked, tmp_path):
     report = recheck_dataset(ticked, tmp_path / "out", remeasure=False)
     assert sum(r["dropped"] for r in report["hardware"].values()) == 16

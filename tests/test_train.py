@@ -150,6 +150,8 @@ def test_a_model_of_lowered_loops_trains_on_a_lowered_dataset_and_tunes(built, t
     (d / LOWERED_FILE).write_bytes(b"PAR1 broken")
     with pytest.raises(TensortuneError, match="not a readable Parquet table"):
         read_lowered(d, ids)
+    assert lower_dataset(d, workers=1)["lowered_now"] > 0  # derived data: computed again
+    assert np.array_equal(read_lowered(d, ids), lowered)
 
 
 def test_default_model_is_refused_when_none_is_shipped_for_the_target(tmp_path):

@@ -303,6 +303,54 @@ def test_crafted_lightgbm_trees_are_refused(
     check_model_file(cli, path, dataset)
 
 
+def test_a_model_file_compressed_another_way_and_damaged_is_refused_in_one_line(
+    cli: Cli, models: dict[str, Path], dataset: Path, tmp_path: Path
+) -> None:
+    """Zip members may be LZMA- or bzip2-compressed, or claim a method zipfile cannot read:
+    a damaged one raises lzma's or zipfile's own errors, which must not escape as such."""
+    meta, state = parts(models["xgb"])
+    for how in ("lzma options", "lzma stream", "bzip2 stream", "unknown method"):
+        path = tmp_path / f"{how.replace(' ', '-')}.ttm"
+        method = zipfile.ZIP_BZIP2 if how.startswith("bzip2") else zipfile.ZIP_LZMA
+        with zipfile.ZipFile(path, "w", compression=method) as z:
+            z.writestr("meta.json", json.dumps(meta))
+            z.writestr("state.bin", state)
+        data = bytearray(path.read_bytes())
+        with zipfile.ZipFile(path) as z:
+            info = z.getinfo("state.bin")
+        # The member's data starts after its 30-byte local header, name and extra field.
+        start = info.header_offset + 30 + len(info.filename) + len(info.extra)
+        if how == "lzma options":
+            data[start + 4] = 0xFF  # the LZMA properties byte: lc/lp/pb out of range
+        elif how == "unknown method":
+            data[info.header_offset + 8] = 99  # the local header's compression method
+            central = data.rfind(b"PK\x01\x02")  # the last member's central record
+            data[central + 10] = 99
+        else:
+            for i in range(start + 20, min(start + 400, start + info.compress_size)):
+                data[i] ^= 0x5A
+        path.write_bytes(bytes(data))
+        message = refused(lambda p=path: load_cost_model(p))
+        assert message is not None and str(path) in message, how
+        check_model_file(cli, path, dataset)
+
+
+def test_saving_over_a_model_file_is_all_or_nothing(tmp_path: Path, monkeypatch) -> None:
+    """A save that fails half-way (full disk, Ctrl-C) leaves the file it was replacing whole."""
+    model = model_class("xgb")(**FAST["xgb"]).fit(programs())
+    model.save(tmp_path / "m.ttm")
+    before = (tmp_path / "m.ttm").read_bytes()
+
+    def interrupted(self):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(type(model), "_state", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        model.save(tmp_path / "m.ttm")
+    assert (tmp_path / "m.ttm").read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.ttm"]
+
+
 def test_model_files_written_here_and_shipped_still_load(tmp_path: Path) -> None:
     import lightgbm as lgb
 
@@ -795,6 +843,32 @@ def test_lowered_features_of_other_types_or_other_programs_are_not_read(
     (directory / "lowered.parquet").write_bytes(b"stale")
     write_subset(dataset, [0, 1, 2], directory, description="three programs")
     assert not (directory / "lowered.parquet").exists()
+
+
+def test_lowered_features_unfinished_or_of_another_table_are_not_read(
+    cli: Cli, dataset: Path, tmp_path: Path
+) -> None:
+    """A checkpoint of a killed ``dataset lower`` lacks programs that would read as ones that
+    could not be lowered; a file copied from another dataset has its ids but not its programs."""
+    from tensortune.datasets.lowered import LOWERED_FILE, _write, lower_dataset, read_lowered
+    from tensortune.features.lowered import LOWERED_WIDTH
+
+    directory = tmp_path / "ds"
+    shutil.copytree(dataset, directory)
+    ids = pq.read_table(directory / "programs.parquet", columns=["program_id"]).column(0)
+    ids = ids.to_pylist()
+    rows = {i: np.ones(LOWERED_WIDTH, np.float32) for i in ids}
+    table = json.loads((directory / "card.json").read_text())["files"]["programs.parquet"]
+    _write(directory / LOWERED_FILE, rows, table=table, complete=False)
+    assert read_lowered(directory, ids) is None
+    code, out, _ = cli("dataset", "info", str(directory))
+    assert code == 0 and "unfinished" in out
+    assert lower_dataset(directory, workers=1)["lowered_now"] == 0  # all there: finished
+    assert np.array_equal(read_lowered(directory, ids), np.ones((len(ids), LOWERED_WIDTH)))
+    _write(directory / LOWERED_FILE, rows, table="0" * 64, complete=True)
+    assert read_lowered(directory, ids) is None
+    code, out, _ = cli("dataset", "info", str(directory))
+    assert code == 0 and "stale" in out
 
 
 @_FUZZ

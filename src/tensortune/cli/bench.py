@@ -79,7 +79,8 @@ def tune(
         typer.Option(
             "--pretrained",
             metavar="FILE",
-            help="Verifier of 'pretrained', 'alt' and 'frozen' (default: the model shipped "
+            help="Verifier of 'pretrained', 'alt', 'alt-adaptive' and 'frozen' (default: the "
+            "model shipped "
             "for the target).",
         ),
     ] = None,
@@ -382,7 +383,10 @@ StudyHardwareOpt = Annotated[
     typer.Option(metavar="HW", help="The hardware to study, when the dataset has several."),
 ]
 DefaultDatasetOpt = Annotated[
-    str, typer.Option(metavar="DATASET", help="A dataset directory, or default (shipped).")
+    str,
+    typer.Option(
+        metavar="DATASET", help="A dataset directory, or a shipped one's name (default, pool)."
+    ),
 ]
 ModelParamOpt = Annotated[
     list[str] | None,
@@ -481,13 +485,15 @@ def pruning(
             "(default: all).",
         ),
     ] = None,
-    dataset: DefaultDatasetOpt = "default",
+    # The pool's card names its held-out networks and it holds one machine, so the bare
+    # command runs; the main dataset needs --held-out and --hardware.
+    dataset: DefaultDatasetOpt = "pool",
     held_out: Annotated[
         str,
         typer.Option(
             metavar="NET[,NET...]",
             help="Networks to score on; their tasks are kept out of what is pruned "
-            "(default: the dataset card's held_out).",
+            "(default: the dataset card's held_out; the default dataset has none).",
         ),
     ] = "",
     hardware: StudyHardwareOpt = None,
@@ -508,8 +514,8 @@ def pruning(
     """Dataset pruning: each method keeps a share of a dataset's programs, a model is trained
     on them and scored on held-out networks (PCA, top-1, top-5 score), over several seeds.
 
-    Example: tensortune bench prune --dataset default --held-out mobilenetv2,gpt2-block
-    --hardware avx512-2c@eab22ab1 --keep 0.35,0.45,1
+    Example: tensortune bench prune --keep 0.35,0.45,1 (the pool); on the main dataset:
+    --dataset default --held-out mobilenetv2,gpt2-block --hardware avx512-2c@eab22ab1
     """
     check_writable(plot, "plot")
     from tensortune.cli.options import rename_options
@@ -551,7 +557,12 @@ def hardware(
         ),
     ] = "resnet18,bert-base,vit-tiny",
     models: Annotated[
-        str, typer.Option(metavar="KIND[,KIND...]", help="Neural cost models to transfer.")
+        str,
+        typer.Option(
+            metavar="KIND[,KIND...]",
+            help="Cost models to transfer: neural ones, xgb or lgbm (those are refined; the "
+            "MoA arms are for neural models only).",
+        ),
     ] = "hwattn",
     samples: Annotated[
         str, typer.Option(metavar="K[,K...]", help="Target measurements for the few-shot arms.")

@@ -58,7 +58,8 @@ def collect(
         typer.Option(
             metavar="SHARE",
             help="Share of each task's programs from evolutionary search, e.g. 0.5; "
-            "the rest are random samples of its design space.",
+            "the rest are random samples of its design space (the random sampler only: "
+            "another --sampler picks from a pool it generates).",
         ),
     ] = 0.5,
     records: RecordsOpt = DEFAULT_URL,

@@ -205,7 +205,9 @@ def finetune(
     test_records: Annotated[
         Path | None,
         typer.Option(
-            metavar="DIR", help="Also score before and after on this MetaSchedule JSON database."
+            metavar="DIR",
+            help="Also score before and after on this MetaSchedule JSON database (measured on "
+            "this machine, as --records is).",
         ),
     ] = None,
     as_json: JsonOpt = False,
@@ -223,7 +225,7 @@ def finetune(
     before = None
     if test_records is not None:
         with console.status("scoring the model as it is..."):
-            before = run_evaluate(cost_model, test_records=test_records)
+            before = run_evaluate(cost_model, test_records=test_records, measured_here=True)
     with console.status(f"fine-tuning on {samples} programs..."):
         result = run_finetune(cost_model, records, samples=samples, seed=seed,
                               hardware=hardware, steps=steps, validate=validate,
@@ -236,7 +238,8 @@ def finetune(
                       f"{f' (at most {PER_TASK} a task with --seed)' if seed is not None else ''}"
                       "[/yellow]")  # fmt: skip
     if test_records is not None:
-        after = run_evaluate(load_cost_model(out), test_records=test_records)
+        after = run_evaluate(load_cost_model(out), test_records=test_records,
+                             measured_here=True)  # fmt: skip
         summary |= {f"{k}_before": before[k] for k in RANK_METRICS}
         summary |= {f"{k}_after": after[k] for k in RANK_METRICS}
     if as_json:

@@ -7,7 +7,10 @@ the ``selector``'s picks among them; between rounds the model is fitted again.  
 that need an ensemble (``uncertainty``, ``alt``) refit it on the task's own measurements.
 One collector per store: unlike ``collect``, it claims nothing.  Each task reaches
 ``budget * (r + 1) / rounds`` programs after round ``r``, so a task's count in the store says
-which round it is in: a killed collection resumes where it stopped, like ``collect``.
+which round it is in: a killed collection resumes where it stopped, like ``collect``.  So the
+count must be the collection's own: a store that holds other measurements of these tasks on
+this configuration (from ``tune``, ``collect`` or another sampler) is refused, or the budget
+would be met by programs the selector never chose.
 """
 
 from __future__ import annotations
@@ -128,6 +131,8 @@ def collect_active(
     run_id = f"collect-{selector}-{uuid.uuid4().hex[:8]}"
     with interruptible(graceful=True), records_from(records) as store:
         tasks = register_tasks(store, by_network)
+        with about("records"):
+            _check_own(store, tasks, platform, selector)
         result = CollectResult(store.url, [hw_config.name], len(tasks))
         features = {wid: _Features(t, platform) for wid, t in tasks.items()}
         with MeasureSession(platform, log_dir=Path(work_dir) / "logs",
@@ -159,6 +164,22 @@ def collect_active(
                                              store.count(**where(wid)), budget))  # fmt: skip
         result.per_config[hw_config.name] = result.measured
     return result
+
+
+def _check_own(store: RecordStore, tasks: dict[int, Task], platform: Platform,
+               selector: str) -> None:  # fmt: skip
+    """Refuse a store whose records of ``tasks`` on ``platform`` were not all made by a
+    ``selector`` collection (module docstring); its own, from a run it resumes, are fine."""
+    own = f"collect-{selector}-"
+    foreign = sum(1 for wid in tasks
+                  for r in store.query(workload_id=wid, hardware_id=platform.hardware.id,
+                                       target=platform.key)
+                  if not r.run_id.startswith(own))  # fmt: skip
+    if foreign:
+        raise TensortuneError(f"{store.url} already holds {foreign} measurements of these tasks "
+                              f"on this configuration not chosen by sampler {selector}; they "
+                              "would count toward its budget: collect into a store of its "
+                              "own")  # fmt: skip
 
 
 def _fit(model_cls, store: RecordStore, platform: Platform, features: dict[int, _Features],

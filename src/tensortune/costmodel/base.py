@@ -15,6 +15,7 @@ import dataclasses
 import inspect
 import io
 import json
+import os
 import zipfile
 from pathlib import Path
 from typing import ClassVar
@@ -101,9 +102,16 @@ class CostModel(abc.ABC):
                 "lowered_version": LOWERED_VERSION if self.uses_lowered else None,
                 "tensortune": version("tensortune"),
                 "provenance": getattr(self, "provenance_", None)}  # fmt: skip
-        with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as z:
-            z.writestr("meta.json", json.dumps(meta))
-            z.writestr("state.bin", self._state())
+        # Staged beside the target: an interrupted save never destroys the file it replaces.
+        path = Path(path)
+        partial = path.with_name(f".{path.name}.partial")
+        try:
+            with zipfile.ZipFile(partial, "w", compression=zipfile.ZIP_DEFLATED) as z:
+                z.writestr("meta.json", json.dumps(meta))
+                z.writestr("state.bin", self._state())
+            os.replace(partial, path)
+        finally:
+            partial.unlink(missing_ok=True)
 
 
 def _concat(a: ProgramSet, b: ProgramSet) -> ProgramSet:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import lzma
 import math
 import zipfile
 import zlib
@@ -168,9 +169,10 @@ def _members(path: str | Path) -> tuple[object, bytes]:
                     raise TensortuneError(f"{path}: its {name} is larger than {limit} bytes")
             return json.loads(z.read("meta.json")), z.read("state.bin")
     except (OSError, zipfile.BadZipFile, KeyError, ValueError, EOFError, zlib.error,
-            RuntimeError, RecursionError) as e:  # fmt: skip
-        # EOFError, zlib.error: a damaged member; RuntimeError: an encrypted one;
-        # RecursionError: JSON nested deeper than Python's parser goes.
+            lzma.LZMAError, NotImplementedError, RuntimeError, RecursionError) as e:  # fmt: skip
+        # EOFError, zlib.error, lzma.LZMAError: a damaged member; NotImplementedError: a
+        # compression zipfile cannot read; RuntimeError: an encrypted member; RecursionError:
+        # JSON nested deeper than Python's parser goes.
         raise TensortuneError(f"{path} is not a tensortune cost model file "
                               f"({last_line(e)})") from None  # fmt: skip
 

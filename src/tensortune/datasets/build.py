@@ -127,6 +127,18 @@ def build_dataset(
                          extra={"held_out": list(held_out)} if held_out else None)  # fmt: skip
 
 
+def check_out_dir(out: str | Path) -> None:
+    """Refuse to write a dataset into ``out`` when it would replace files that are not a
+    dataset's.  A dataset there is replaced (a rerun), but the same names in a directory that
+    holds no dataset are someone's own files (``--out .`` in a project has a README.md)."""
+    out = Path(out)
+    clash = [n for n in (TABLE, WORKLOADS, "README.md", LOWERED) if (out / n).exists()]
+    if clash and not (out / CARD).is_file():
+        raise TensortuneError(f"{out} is not a dataset but holds {', '.join(clash)}, which "
+                              "writing one would replace: give a new or empty directory",
+                              param="out")  # fmt: skip
+
+
 def write_dataset(out_dir: str | Path, columns: dict, modules: dict, *, description: str,
                   task_weights: dict, hardware: dict,
                   extra: dict | None = None) -> Card:  # fmt: skip
@@ -137,6 +149,7 @@ def write_dataset(out_dir: str | Path, columns: dict, modules: dict, *, descript
     from tensortune.compat import TVM_VERSION
 
     out = Path(out_dir)
+    check_out_dir(out)
     out.mkdir(parents=True, exist_ok=True)
     # Every file is written beside its final name and put in place once all are written: a
     # failure half-way leaves the directory as it was, not half a dataset.

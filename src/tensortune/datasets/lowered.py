@@ -6,7 +6,11 @@ on two cores), too slow to recompute at every ``train``, and newer than the data
 shared, whose table and card stay as they are.  The file is data: its schema, width, feature
 version and program ids are checked when read, and a stale or malformed one is refused with one
 line.  Computing it resumes: a killed run keeps what it finished (the file is rewritten whole
-every few hundred programs, never left half-written).
+every few hundred programs, never left half-written).  The file names the table it was
+computed for (its checksum) and says whether it is complete: a checkpoint of a run that did
+not finish is not read as the features (its missing programs would read as ones that could
+not be lowered), and a file from another table is stale.  Files written before these marks
+(the shipped datasets') are read as complete.
 Programs are lowered in the measurement pool's workers (``features.lowered_features_batch``),
 so that one TVM crashes or hangs on costs a NaN row.
 """
@@ -31,6 +35,8 @@ from tensortune.features.lowered import (
 
 LOWERED_FILE = LOWERED
 _VERSION_KEY = b"tensortune.lowered_version"
+_TABLE_KEY = b"tensortune.table_sha256"  # the card's checksum of the table the rows are of
+_COMPLETE_KEY = b"tensortune.complete"  # b"0" on a checkpoint
 _CHUNK = 16  # programs per worker handed to the pool at once
 _SAVE_EVERY = 512  # programs between checkpoints
 
@@ -39,8 +45,8 @@ def read_lowered(dataset: str | Path, program_ids: list[int]) -> np.ndarray | No
     """``(len(program_ids), LOWERED_WIDTH)`` features of these programs of ``dataset`` (NaN
     where one could not be lowered or was not computed yet); None when the dataset has no
     lowered file or one from another feature version (``dataset lower`` recomputes it)."""
-    rows = _read(Path(dataset_path(dataset)) / LOWERED_FILE)
-    if rows is None:
+    rows, complete = _read_current(Path(dataset_path(dataset)))
+    if rows is None or not complete:
         return None
     out = np.full((len(program_ids), LOWERED_WIDTH), np.nan, np.float32)
     for i, pid in enumerate(program_ids):
@@ -52,27 +58,55 @@ def read_lowered(dataset: str | Path, program_ids: list[int]) -> np.ndarray | No
 
 def lowered_state(dataset: str | Path) -> str:
     """What ``dataset info`` says of the dataset's lowered-loop features."""
-    path = Path(dataset_path(dataset)) / LOWERED_FILE
-    if not path.is_file():
+    directory = Path(dataset_path(dataset))
+    if not (directory / LOWERED_FILE).is_file():
         return "none (`tensortune dataset lower` computes them)"
-    rows = _read(path)
+    rows, complete = _read_current(directory)
     if rows is None:
-        return "stale (another feature version: `tensortune dataset lower` recomputes them)"
+        return ("stale (another feature version or another table: `tensortune dataset lower` "
+                "recomputes them)")  # fmt: skip
+    if not complete:
+        return f"unfinished, {len(rows)} programs (`tensortune dataset lower` finishes them)"
     return f"{len(rows)} programs ({LOWERED_FILE})"
 
 
 def copy_lowered(dataset: str | Path, out_dir: str | Path, program_ids: list[int]) -> int:
     """Give a dataset written from some of ``dataset``'s programs (``datasets.subset``) their
     lowered-loop features, when ``dataset`` has current ones; returns how many got them."""
-    rows = _read(Path(dataset_path(dataset)) / LOWERED_FILE)
-    kept = {} if rows is None else {int(p): rows[int(p)] for p in program_ids if int(p) in rows}
+    rows, complete = _read_current(Path(dataset_path(dataset)))
+    if rows is None or not complete:
+        return 0
+    kept = {int(p): rows[int(p)] for p in program_ids if int(p) in rows}
     if kept:
-        _write(Path(out_dir) / LOWERED_FILE, kept)
+        _write(Path(out_dir) / LOWERED_FILE, kept, table=_table_sha(Path(out_dir)),
+               complete=True)  # fmt: skip
     return len(kept)
 
 
-def _read(path: Path) -> dict[int, np.ndarray] | None:
-    """program id -> features (NaN: it did not lower); None without a current file."""
+def _table_sha(directory: Path) -> str | None:
+    """The card's checksum of the dataset's table (None for a card without checksums)."""
+    from tensortune.datasets.build import TABLE, read_card
+
+    return (read_card(directory).data.get("files") or {}).get(TABLE)
+
+
+def _read_current(directory: Path) -> tuple[dict[int, np.ndarray] | None, bool]:
+    """The dataset's lowered rows, None when there are none of this table and feature
+    version; and whether they are complete."""
+    path = directory / LOWERED_FILE
+    rows = _read(path, _table_sha(directory))
+    return rows, rows is not None and _complete(path)
+
+
+def _complete(path: Path) -> bool:
+    import pyarrow.parquet as pq
+
+    return (pq.read_schema(path).metadata or {}).get(_COMPLETE_KEY, b"1") != b"0"
+
+
+def _read(path: Path, table: str | None = None) -> dict[int, np.ndarray] | None:
+    """program id -> features (NaN: it did not lower); None without a current file (none, of
+    another feature version, or of a table other than the one whose checksum is ``table``)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -82,6 +116,8 @@ def _read(path: Path) -> dict[int, np.ndarray] | None:
         meta = pq.read_schema(path).metadata or {}
         if meta.get(_VERSION_KEY) != str(LOWERED_VERSION).encode():
             return None  # features of another version: stale, recomputed by `dataset lower`
+        if table is not None and meta.get(_TABLE_KEY, table.encode()) != table.encode():
+            return None  # another table's programs under the same ids: stale too
         table = pq.read_table(path, columns=["program_id", "lowered"])
     except (pa.ArrowException, OSError, ValueError) as e:
         raise TensortuneError(f"{path} is not a readable Parquet table ({last_line(e)})") from None
@@ -97,13 +133,17 @@ def _read(path: Path) -> dict[int, np.ndarray] | None:
     return dict(zip(ids, np.asarray(values, np.float32).reshape(-1, LOWERED_WIDTH), strict=True))
 
 
-def _write(path: Path, done: dict[int, np.ndarray]) -> None:
+def _write(path: Path, done: dict[int, np.ndarray], *, table: str | None,
+           complete: bool) -> None:  # fmt: skip
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     ids = sorted(done)
+    meta = {_VERSION_KEY: str(LOWERED_VERSION).encode(), _COMPLETE_KEY: b"1" if complete else b"0"}
+    if table is not None:
+        meta[_TABLE_KEY] = table.encode()
     schema = pa.schema([("program_id", pa.int64()), ("lowered", pa.list_(pa.float32()))],
-                       metadata={_VERSION_KEY: str(LOWERED_VERSION).encode()})  # fmt: skip
+                       metadata=meta)  # fmt: skip
     table = pa.table({"program_id": ids, "lowered": [done[i].tolist() for i in ids]},
                      schema=schema)  # fmt: skip
     partial = path.with_suffix(".partial")
@@ -118,7 +158,11 @@ def lower_dataset(dataset: str | Path, *, workers: int = 1,
     directory = Path(dataset_path(dataset))
     path = directory / LOWERED_FILE
     columns = load_table(directory, ["program_id", "task_id", "target", "trace"]).to_pydict()
-    done = _read(path) or {}
+    table = _table_sha(directory)
+    try:
+        done = _read(path, table) or {}
+    except TensortuneError:  # a damaged file of derived data: computed again
+        done = {}
     keys = list(zip(columns["task_id"], columns["target"], columns["trace"], strict=True))
     first: dict[tuple, int] = {}  # a program measured on several machines is lowered once
     todo: list[int] = []
@@ -127,18 +171,19 @@ def lower_dataset(dataset: str | Path, *, workers: int = 1,
             todo.append(i)
         first.setdefault(key, i)
     if todo:
-        _compute(directory, columns, todo, done, path, workers, progress)
+        _compute(directory, columns, todo, done, path, workers, progress, table)
     for pid, key in zip(columns["program_id"], keys, strict=True):  # copies lowered once
         if pid not in done:
             done[pid] = done[columns["program_id"][first[key]]]
-    _write(path, done)
+    _write(path, done, table=table, complete=True)
     failed = sum(bool(np.isnan(v[0])) for v in done.values())
     return {"dataset": str(directory), "programs": len(done), "lowered_now": len(todo),
             "failed": failed, "file": str(path)}  # fmt: skip
 
 
 def _compute(directory: Path, columns: dict, todo: list[int], done: dict, path: Path,
-             workers: int, progress: Callable[[int, int], None] | None) -> None:  # fmt: skip
+             workers: int, progress: Callable[[int, int], None] | None,
+             table: str | None) -> None:  # fmt: skip
     """Lower the ``todo`` rows in ``workers`` processes of the measurement pool."""
     from tensortune.measure.pool import WorkerPool
 
@@ -157,10 +202,12 @@ def _compute(directory: Path, columns: dict, todo: list[int], done: dict, path: 
             if progress is not None:
                 progress(finished, len(todo))
             if since_save >= _SAVE_EVERY:
-                _write(path, done)
+                _write(path, done, table=table, complete=False)
                 since_save = 0
     finally:
         pool.close()
+        if since_save:  # an interrupted run keeps what it finished since the last checkpoint
+            _write(path, done, table=table, complete=False)
 
 
 def replayed(module: object, trace: str) -> object | None:

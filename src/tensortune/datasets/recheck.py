@@ -21,6 +21,11 @@ target and thread count; the new timing replaces the old one when the guard foun
 free and it shows neither sign itself.  Every other suspect is dropped (a cost that cannot be
 trusted teaches the model a wrong ranking; a missing one teaches nothing).  Labels are
 recomputed per task and hardware and the card says what changed, per hardware and reason.
+
+Re-measuring takes minutes, so each batch's outcome goes to a journal in the output directory
+(``JOURNAL``, JSON lines naming the source table's checksum) before the next batch starts: a
+killed recheck run again re-measures only the rows the journal lacks, and the journal goes once
+the dataset is written.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ TICK_TOLERANCE = 0.01  # of a tick
 TICK_EXCESS = 0.03  # four times the highest chance rate seen
 SPREAD = 2.0
 BATCH = 32
+JOURNAL = ".recheck-journal.jsonl"
 
 Progress = Callable[[str], None]
 
@@ -102,7 +108,7 @@ def recheck_dataset(
 ) -> dict:
     """Write ``dataset`` with its suspect rows re-measured (where they were measured on this
     machine and ``remeasure``) or dropped to ``out``; returns the report the card keeps."""
-    from tensortune.datasets.build import load_table, read_card
+    from tensortune.datasets.build import TABLE, check_out_dir, load_table, read_card
     from tensortune.datasets.shipped import dataset_path
     from tensortune.datasets.subset import write_subset
     from tensortune.errors import about
@@ -112,13 +118,17 @@ def recheck_dataset(
     if Path(out).resolve() == source.resolve():
         raise TensortuneError("recheck would overwrite its own dataset: give another directory",
                               param="out")  # fmt: skip
+    check_out_dir(out)  # before the minutes of re-measuring, not after
     with about("dataset"):
         card = read_card(source).data
         columns = load_table(source).to_pydict()
     suspects = find_suspects(columns)
     tell(f"{len(suspects)} suspect rows of {len(columns['cost'])}")
     here = _rows_measured_here(columns, suspects, card) if remeasure else []
-    retimed = _remeasure(source, columns, here, tell) if here else {}
+    journal = _Journal(Path(out) / JOURNAL, (card.get("files") or {}).get(TABLE) or "")
+    if here and journal.done:
+        tell(f"resuming: {len(journal.done)} rows re-measured by an earlier run")
+    retimed = _remeasure(source, columns, here, tell, journal) if here else {}
     dropped = sorted(set(suspects) - set(retimed))
     keep = np.setdiff1d(np.arange(len(columns["cost"])), dropped)
     report = _report(columns, suspects, retimed, card.get("name"))
@@ -131,7 +141,43 @@ def recheck_dataset(
     extra = {"recheck": [*(previous if isinstance(previous, list) else []), report]}
     write_subset(source, keep, out, description=f"{card.get('description', '')} {note}".strip(),
                  extra=extra, costs=retimed)  # fmt: skip
+    journal.path.unlink(missing_ok=True)
     return report
+
+
+class _Journal:
+    """Outcomes of rows re-measured so far (program id -> trustworthy repeats, or None where
+    the new timing was not), kept in ``path`` for the source table with checksum ``table``.
+    A journal of another table, or one that does not parse (it is this module's scratch, not
+    a user's data), is started afresh."""
+
+    def __init__(self, path: Path, table: str) -> None:
+        self.path, self.table = path, table
+        self.done: dict[int, list[float] | None] = {}
+        try:
+            lines = path.read_text().splitlines()
+            ours = bool(lines) and json.loads(lines[0]) == {"table": table}
+        except (OSError, ValueError):
+            return
+        for line in lines[1:] if ours else []:
+            try:  # a line a kill cut short is skipped: its row is measured again
+                entry = json.loads(line)
+                secs = entry["secs"]
+                self.done[int(entry["program_id"])] = (None if secs is None
+                                                       else [float(x) for x in secs])  # fmt: skip
+            except (ValueError, KeyError, TypeError):
+                continue
+
+    def add(self, outcomes: dict[int, list[float] | None]) -> None:
+        new = not self.path.exists() or not self.done
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.path.open("w" if new else "a") as f:
+            if new:
+                f.write(json.dumps({"table": self.table}) + "\n")
+            for pid, secs in outcomes.items():
+                f.write(json.dumps({"program_id": pid, "secs": secs}) + "\n")
+            f.flush()
+        self.done.update(outcomes)
 
 
 def _rows_measured_here(columns: dict, rows: dict[int, str], card: dict) -> list[int]:
@@ -143,9 +189,10 @@ def _rows_measured_here(columns: dict, rows: dict[int, str], card: dict) -> list
     return [i for i in rows if fingerprints.get(columns["hardware"][i]) == mine]
 
 
-def _remeasure(source: Path, columns: dict, rows: list[int],
-               tell: Progress) -> dict[int, list[float]]:  # fmt: skip
-    """New timing repeats of ``rows`` that show no sign of contention themselves."""
+def _remeasure(source: Path, columns: dict, rows: list[int], tell: Progress,
+               journal: _Journal) -> dict[int, list[float]]:  # fmt: skip
+    """New timing repeats of ``rows`` that show no sign of contention themselves (those the
+    journal holds are not measured again)."""
     from tensortune.datasets.build import load_workloads
     from tensortune.errors import last_line
     from tensortune.hardware import resolve_platform
@@ -155,10 +202,15 @@ def _remeasure(source: Path, columns: dict, rows: list[int],
     from tensortune.records.convert import candidate_from_trace
 
     modules = load_workloads(source)
+    pids = columns["program_id"]
+    out: dict[int, list[float]] = {}
     by_target: dict[str, list[int]] = defaultdict(list)
     for i in rows:
-        by_target[columns["target"][i]].append(i)
-    out: dict[int, list[float]] = {}
+        if pids[i] in journal.done:
+            if journal.done[pids[i]] is not None:
+                out[i] = journal.done[pids[i]]
+        else:
+            by_target[columns["target"][i]].append(i)
     for target, picked in by_target.items():
         platform = resolve_platform(json.loads(target))
         builder = PersistentBuilder()
@@ -177,12 +229,15 @@ def _remeasure(source: Path, columns: dict, rows: list[int],
                     continue
                 built, ran = measure_batch(builder, runner, cands, platform)
                 contended = iter(runner.last_contended)  # one per candidate that built
+                outcomes: dict[int, list[float] | None] = {}
                 for i, b, r in zip(chunk, built, ran, strict=True):
+                    outcomes[pids[i]] = None
                     if b.error_msg is not None or next(contended):
                         continue  # a timing the guard could not get clean is no repair
                     secs = [float(s) for s in r.run_secs or []]
                     if _trustworthy(secs):
-                        out[i] = secs
+                        out[i] = outcomes[pids[i]] = secs
+                journal.add(outcomes)
                 tell(f"{target}: re-measured {min(start + BATCH, len(picked))} of "
                      f"{len(picked)}")  # fmt: skip
         finally:

@@ -271,6 +271,12 @@ def finetune(
                                          lowered=estimator.uses_lowered)  # fmt: skip
         else:
             columns, _ = dataset_columns(records, param="records")
+            machines = sorted(set(columns["hardware"]))
+            # A sample drawn from several machines would adapt the model to none of them.
+            if hardware is None and len(machines) > 1:
+                raise TensortuneError(f"the dataset holds {len(machines)} machines' rows "
+                                      f"({', '.join(machines)}): name the one to fine-tune "
+                                      "for", param="hardware")  # fmt: skip
     rows = sample_rows(columns, samples, seed, hardware)
     data = sample_set(columns, rows)
     adapt(estimator, data, steps, validate=validate)

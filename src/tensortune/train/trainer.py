@@ -179,12 +179,16 @@ def evaluate(
     test_records: str | Path | None = None,
     plot: str | Path | None = None,
     target: dict | str | None = None,
+    measured_here: bool = False,
 ) -> dict:
     """TenSet's metrics of a model on a dataset split's test rows (default: the split it was
     trained with) or on a MetaSchedule JSON database measured elsewhere (``test_records``).
 
     ``cost_model`` is a model file, a ``CostModel`` or ``default``: the model shipped for
     ``target`` (default: this CPU), as ``tune --cost-model default`` picks it.
+    ``measured_here``: ``test_records`` were measured on this machine, so their rows carry its
+    hardware vector (as ``finetune`` reads a database); otherwise a database, which does not
+    say what it ran on, gets a stand-in machine's, which a hardware-aware model reads too.
     """
     check_writable(plot, "plot")
     with about("cost_model"):
@@ -194,7 +198,7 @@ def evaluate(
             raise TensortuneError("scores a model on test records or on a dataset's split, "
                                   "not both", param="test_records")  # fmt: skip
         with about("test_records"):
-            return _evaluate_records(estimator, test_records, plot)
+            return _evaluate_records(estimator, test_records, plot, measured_here)
     if dataset is None:
         raise TensortuneError("give a dataset (with its split) or test records", param="dataset")
     columns, card = dataset_columns(dataset)
@@ -248,8 +252,10 @@ def records_columns(directory: str | Path, *, measured_here: bool = False,
     return columns, card
 
 
-def _evaluate_records(estimator: CostModel, directory: str | Path, plot=None) -> dict:
-    columns, card = records_columns(directory, lowered=estimator.uses_lowered)
+def _evaluate_records(estimator: CostModel, directory: str | Path, plot=None,
+                      measured_here: bool = False) -> dict:  # fmt: skip
+    columns, card = records_columns(directory, measured_here=measured_here,
+                                    lowered=estimator.uses_lowered)  # fmt: skip
     everything = np.ones(len(columns["task_id"]), bool)
     scores, _ = score_model(estimator, columns, everything, card, plot)
     return scores
