@@ -125,6 +125,13 @@ def test_a_selector_collects_its_budget_in_rounds_and_resumes(tiny, tmp_path):
                        records=url, work_dir=tmp_path / "w")  # fmt: skip
     with open_records(url) as store:
         assert store.count() == before
+    # balto-weighted's run ids begin as balto's do: they are not balto's own either.
+    other = f"sqlite:///{tmp_path / 'w.db'}"
+    collect_active([tiny], config=SMALL[0], selector="balto-weighted", budget=1, rounds=1,
+                   records=other, work_dir=tmp_path / "w")  # fmt: skip
+    with pytest.raises(TensortuneError, match="not chosen by sampler balto;"):
+        collect_active([tiny], config=SMALL[0], selector="balto", budget=2, rounds=1,
+                       records=other, work_dir=tmp_path / "w")  # fmt: skip
     with pytest.raises(TensortuneError, match="unknown selector"):
         collect_active([tiny], config=SMALL[0], selector="nosuch", records=url)
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
@@ -170,11 +171,12 @@ def _check_own(store: RecordStore, tasks: dict[int, Task], platform: Platform,
                selector: str) -> None:  # fmt: skip
     """Refuse a store whose records of ``tasks`` on ``platform`` were not all made by a
     ``selector`` collection (module docstring); its own, from a run it resumes, are fine."""
-    own = f"collect-{selector}-"
+    # Whole ids: "collect-balto-" also begins the ids of a balto-weighted collection.
+    own = re.compile(rf"collect-{re.escape(selector)}-[0-9a-f]{{8}}")
     foreign = sum(1 for wid in tasks
                   for r in store.query(workload_id=wid, hardware_id=platform.hardware.id,
                                        target=platform.key)
-                  if not r.run_id.startswith(own))  # fmt: skip
+                  if not own.fullmatch(r.run_id))  # fmt: skip
     if foreign:
         raise TensortuneError(f"{store.url} already holds {foreign} measurements of these tasks "
                               f"on this configuration not chosen by sampler {selector}; they "

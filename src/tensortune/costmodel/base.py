@@ -103,7 +103,7 @@ class CostModel(abc.ABC):
                 "tensortune": version("tensortune"),
                 "provenance": getattr(self, "provenance_", None)}  # fmt: skip
         # Staged beside the target: an interrupted save never destroys the file it replaces.
-        path = Path(path)
+        path = Path(path).resolve()  # a link's target is replaced, not the link
         partial = path.with_name(f".{path.name}.partial")
         try:
             with zipfile.ZipFile(partial, "w", compression=zipfile.ZIP_DEFLATED) as z:

@@ -68,6 +68,7 @@ def build_dataset(
     ``held_out``, read by ``bench al`` and ``dataset select``)."""
     from tensortune.workloads.sources import estimate_flop
 
+    check_out_dir(out_dir)  # before the features, not after
     store = open_records(records, create=False) if isinstance(records, str) else records
     networks: dict[int, list[str]] = defaultdict(list)
     weights: dict[str, dict[str, int]] = defaultdict(dict)
@@ -133,7 +134,9 @@ def check_out_dir(out: str | Path) -> None:
     holds no dataset are someone's own files (``--out .`` in a project has a README.md)."""
     out = Path(out)
     clash = [n for n in (TABLE, WORKLOADS, "README.md", LOWERED) if (out / n).exists()]
-    if clash and not (out / CARD).is_file():
+    # A write killed between its renames leaves the table without the card, staged beside it.
+    ours = (out / CARD).is_file() or (out / f".{CARD}.partial").is_file()
+    if clash and not ours:
         raise TensortuneError(f"{out} is not a dataset but holds {', '.join(clash)}, which "
                               "writing one would replace: give a new or empty directory",
                               param="out")  # fmt: skip

@@ -17,6 +17,7 @@ so that one TVM crashes or hangs on costs a NaN row.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Callable
@@ -204,10 +205,13 @@ def _compute(directory: Path, columns: dict, todo: list[int], done: dict, path: 
             if since_save >= _SAVE_EVERY:
                 _write(path, done, table=table, complete=False)
                 since_save = 0
+    except BaseException:
+        if since_save:  # an interrupted run keeps what it finished since the last checkpoint
+            with contextlib.suppress(Exception):  # never in place of the error that stopped it
+                _write(path, done, table=table, complete=False)
+        raise
     finally:
         pool.close()
-        if since_save:  # an interrupted run keeps what it finished since the last checkpoint
-            _write(path, done, table=table, complete=False)
 
 
 def replayed(module: object, trace: str) -> object | None:

@@ -12,6 +12,7 @@ from tensortune.datasets.build import (
     FEATURE_WIDTHS,
     WORKLOADS,
     Card,
+    check_out_dir,
     load_table,
     read_card,
     write_dataset,
@@ -32,6 +33,7 @@ def write_subset(dataset: str | Path, rows: np.ndarray, out_dir: str | Path, *,
     held-out networks (``extra`` may name others)."""
     import pyarrow as pa
 
+    check_out_dir(out_dir)
     directory = Path(dataset)
     card = read_card(directory).data
     table = load_table(directory)
