@@ -170,6 +170,12 @@ def test_a_dataset_is_written_over_a_dataset_but_never_over_other_files(dataset,
     again = tmp_path / "again"
     shutil.copytree(dataset[0], again)
     assert build_dataset(store_url, again).data["programs"] == 13  # a rerun replaces it
+    # A write killed between its renames: the table in place, the card still staged.
+    cut = tmp_path / "cut"
+    cut.mkdir()
+    shutil.copy(dataset[0] / TABLE, cut / TABLE)
+    shutil.copy(dataset[0] / CARD, cut / f".{CARD}.partial")
+    assert build_dataset(store_url, cut).data["programs"] == 13
 
 
 def test_an_empty_store_gives_a_clear_error(tmp_path):

@@ -349,6 +349,12 @@ def test_saving_over_a_model_file_is_all_or_nothing(tmp_path: Path, monkeypatch)
         model.save(tmp_path / "m.ttm")
     assert (tmp_path / "m.ttm").read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.ttm"]
+    monkeypatch.undo()
+    (tmp_path / "link.ttm").symlink_to(tmp_path / "m.ttm")  # saved through a link: its target
+    model.save(tmp_path / "link.ttm")
+    assert (tmp_path / "link.ttm").is_symlink()  # not replaced by a file of its own
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.ttm", "m.ttm"]
+    assert load_cost_model(tmp_path / "link.ttm").kind == "xgb"
 
 
 def test_model_files_written_here_and_shipped_still_load(tmp_path: Path) -> None:
