@@ -38,6 +38,11 @@ class Card:
     def feature_schema(self) -> str:
         return self.data["feature_schema"]
 
+    @property
+    def table_sha256(self) -> str | None:
+        """The checksum of the table this card describes (None for a card without them)."""
+        return (self.data.get("files") or {}).get(TABLE)
+
 
 def hardware_label(target: str, hardware_id: str) -> str:
     """A readable hardware name: the configuration's name when the target is one of ours."""

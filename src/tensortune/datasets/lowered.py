@@ -85,40 +85,32 @@ def copy_lowered(dataset: str | Path, out_dir: str | Path, program_ids: list[int
 
 
 def _table_sha(directory: Path) -> str | None:
-    """The card's checksum of the dataset's table (None for a card without checksums)."""
-    from tensortune.datasets.build import TABLE, read_card
+    from tensortune.datasets.build import read_card
 
-    return (read_card(directory).data.get("files") or {}).get(TABLE)
+    return read_card(directory).table_sha256
 
 
 def _read_current(directory: Path) -> tuple[dict[int, np.ndarray] | None, bool]:
     """The dataset's lowered rows, None when there are none of this table and feature
     version; and whether they are complete."""
-    path = directory / LOWERED_FILE
-    rows = _read(path, _table_sha(directory))
-    return rows, rows is not None and _complete(path)
+    return _read(directory / LOWERED_FILE, _table_sha(directory))
 
 
-def _complete(path: Path) -> bool:
-    import pyarrow.parquet as pq
-
-    return (pq.read_schema(path).metadata or {}).get(_COMPLETE_KEY, b"1") != b"0"
-
-
-def _read(path: Path, table: str | None = None) -> dict[int, np.ndarray] | None:
-    """program id -> features (NaN: it did not lower); None without a current file (none, of
-    another feature version, or of a table other than the one whose checksum is ``table``)."""
+def _read(path: Path, table: str | None = None) -> tuple[dict[int, np.ndarray] | None, bool]:
+    """program id -> features (NaN: it did not lower), None without a current file (none, of
+    another feature version, or of a table other than the one whose checksum is ``table``);
+    and whether the file is complete (not a checkpoint)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     if not path.is_file():
-        return None
+        return None, False
     try:
         meta = pq.read_schema(path).metadata or {}
         if meta.get(_VERSION_KEY) != str(LOWERED_VERSION).encode():
-            return None  # features of another version: stale, recomputed by `dataset lower`
+            return None, False  # another version's: stale, recomputed by `dataset lower`
         if table is not None and meta.get(_TABLE_KEY, table.encode()) != table.encode():
-            return None  # another table's programs under the same ids: stale too
+            return None, False  # another table's programs under the same ids: stale too
         table = pq.read_table(path, columns=["program_id", "lowered"])
     except (pa.ArrowException, OSError, ValueError) as e:
         raise TensortuneError(f"{path} is not a readable Parquet table ({last_line(e)})") from None
@@ -131,7 +123,8 @@ def _read(path: Path, table: str | None = None) -> dict[int, np.ndarray] | None:
     if any(v is None or len(v) != LOWERED_WIDTH for v in values):
         raise TensortuneError(f"{path}: a row's lowered features are not {LOWERED_WIDTH} numbers")
     ids = ids.to_pylist()
-    return dict(zip(ids, np.asarray(values, np.float32).reshape(-1, LOWERED_WIDTH), strict=True))
+    rows = dict(zip(ids, np.asarray(values, np.float32).reshape(-1, LOWERED_WIDTH), strict=True))
+    return rows, meta.get(_COMPLETE_KEY, b"1") != b"0"
 
 
 def _write(path: Path, done: dict[int, np.ndarray], *, table: str | None,
@@ -161,7 +154,7 @@ def lower_dataset(dataset: str | Path, *, workers: int = 1,
     columns = load_table(directory, ["program_id", "task_id", "target", "trace"]).to_pydict()
     table = _table_sha(directory)
     try:
-        done = _read(path, table) or {}
+        done = _read(path, table)[0] or {}
     except TensortuneError:  # a damaged file of derived data: computed again
         done = {}
     keys = list(zip(columns["task_id"], columns["target"], columns["trace"], strict=True))

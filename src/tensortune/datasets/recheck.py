@@ -108,7 +108,7 @@ def recheck_dataset(
 ) -> dict:
     """Write ``dataset`` with its suspect rows re-measured (where they were measured on this
     machine and ``remeasure``) or dropped to ``out``; returns the report the card keeps."""
-    from tensortune.datasets.build import TABLE, check_out_dir, load_table, read_card
+    from tensortune.datasets.build import check_out_dir, load_table, read_card
     from tensortune.datasets.shipped import dataset_path
     from tensortune.datasets.subset import write_subset
     from tensortune.errors import about
@@ -120,12 +120,13 @@ def recheck_dataset(
                               param="out")  # fmt: skip
     check_out_dir(out)  # before the minutes of re-measuring, not after
     with about("dataset"):
-        card = read_card(source).data
+        found = read_card(source)
+        card = found.data
         columns = load_table(source).to_pydict()
     suspects = find_suspects(columns)
     tell(f"{len(suspects)} suspect rows of {len(columns['cost'])}")
     here = _rows_measured_here(columns, suspects, card) if remeasure else []
-    journal = _Journal(Path(out) / JOURNAL, (card.get("files") or {}).get(TABLE) or "")
+    journal = _Journal(Path(out) / JOURNAL, found.table_sha256 or "")
     if here and journal.done:
         tell(f"resuming: {len(journal.done)} rows re-measured by an earlier run")
     retimed = _remeasure(source, columns, here, tell, journal) if here else {}
