@@ -22,6 +22,19 @@ OTHER_HW_FIELDS = {
 }
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _a_cache_of_the_suites_own(tmp_path_factory: pytest.TempPathFactory):
+    """What tensortune keeps in the user's cache (the machine's speeds, timed here under the
+    suite's load; the zoo's task counts) goes to a directory of the suite's own."""
+    before = os.environ.get("XDG_CACHE_HOME")
+    os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("cache"))
+    yield
+    if before is None:
+        os.environ.pop("XDG_CACHE_HOME", None)
+    else:
+        os.environ["XDG_CACHE_HOME"] = before
+
+
 # ``cli(*args)`` runs a command line the way the ``tensortune`` script does, in this process:
 # (exit status, stdout, stderr).
 Cli = Callable[..., tuple[int, str, str]]

@@ -71,6 +71,36 @@ def test_scores_are_higher_for_faster_and_zero_for_nothing_to_run():
     assert math.isinf(estimate_latency([], MACHINE))
 
 
+def test_machine_speeds_are_measured_once_and_read_back(tmp_path, monkeypatch):
+    """The analyzer's clock and bandwidths come from a file in the user's cache, so every
+    process on a machine drafts with the same roofline; a damaged file is measured again."""
+    import json
+
+    from tensortune.hardware import speeds
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    speeds.machine_speeds.cache_clear()
+    try:
+        measured = speeds.machine_speeds()
+        (path,) = (tmp_path / "tensortune").glob("speeds-*.json")
+        assert json.loads(path.read_text()) == {"ghz": measured.ghz, "l2_gbps": measured.l2_gbps,
+                                                "mem_gbps": measured.mem_gbps}  # fmt: skip
+        assert measured.l2_gbps > 0 and measured.mem_gbps > 0
+
+        path.write_text(json.dumps({"ghz": 3.0, "l2_gbps": 123.0, "mem_gbps": 12.0}))
+        speeds.machine_speeds.cache_clear()  # as a new process would
+        assert speeds.machine_speeds() == speeds.Speeds(3.0, 123.0, 12.0)
+
+        for damaged in ('{"ghz": 3.0}', "not json", '{"ghz": 3, "l2_gbps": -1, "mem_gbps": 1}'):
+            path.write_text(damaged)
+            speeds.machine_speeds.cache_clear()
+            again = speeds.machine_speeds()
+            assert again.l2_gbps > 0 and again != speeds.Speeds(3.0, 123.0, 12.0)
+            assert speeds.Speeds(**json.loads(path.read_text())) == again
+    finally:
+        speeds.machine_speeds.cache_clear()
+
+
 def test_symbols_of_sampled_conv2d_schedules():
     from conftest import sampled
 
@@ -105,6 +135,75 @@ def test_draft_then_verify_tunes_without_repeats(tmp_path, target):
     with open_records(url) as store:
         traces = [r.trace for r in store.query()]
     assert len(set(traces)) == len(traces)
+
+
+def test_one_seed_draws_the_same_rounds_twice(target):
+    """Drafting on one thread (``threads=1``: ``tune_context`` makes the task's context so),
+    a seed decides a search: two runs of one seed pick the same programs, round after round
+    (on two threads, up to 7 of a task's first 16 picks differed)."""
+    from tensortune.compat import ms, structural_hash
+    from tensortune.search.draft_verify import DraftThenVerify
+    from tensortune.search.space import tune_context
+
+    def rounds() -> list[list[str]]:
+        strategy = DraftThenVerify(population=64, draft_size=32, per_round=8, seeds=0,
+                                   threads=1)  # fmt: skip
+        ctx = tune_context(_matmul(128), platform(target), seed=3, strategy=strategy)
+        assert ctx.num_threads == 1
+        spaces = ctx.space_generator.generate_design_space(ctx.mod)
+        ctx.pre_tuning(max_trials=64, num_trials_per_iter=8, design_spaces=spaces,
+                       database=ms.database.MemoryDatabase(), cost_model=None)  # fmt: skip
+        out = []
+        for _ in range(4):
+            picks = ctx.generate_measure_candidates()
+            out.append([structural_hash(c.sch.mod) for c in picks])
+            # a latency that depends on the program alone, as a quiet machine would time it
+            ctx.notify_runner_results(picks, [
+                ms.runner.RunnerResult([1e-3 * (1 + int(h[-4:], 16) / 65536)], None)
+                for h in out[-1]
+            ])  # fmt: skip
+        ctx.post_tuning()
+        return out
+
+    first = rounds()
+    assert [len(r) for r in first] == [8] * 4
+    assert rounds() == first
+
+
+def test_a_round_the_budget_cuts_short_picks_no_more_than_it_may_keep(tmp_path, target,
+                                                                     monkeypatch):  # fmt: skip
+    """The budget's last 4 trials: the strategy picks 4, not 8 of which 4 are dropped after
+    they left its cache (ε's exploring picks among them)."""
+    from tensortune.search import space
+    from tensortune.search.draft_verify import DraftThenVerify
+    from tensortune.tuning.tune import tune
+
+    sizes: list[int] = []
+    generate = DraftThenVerify._cls.generate_measure_candidates  # the class @derived_object wraps
+
+    def counted(self):
+        picks = generate(self)
+        sizes.append(len(picks or []))
+        return picks
+
+    monkeypatch.setattr(DraftThenVerify._cls, "generate_measure_candidates", counted)
+    contexts = []
+    made = space.tune_context
+
+    def recorded(*args, **kwargs):
+        contexts.append(made(*args, **kwargs))
+        return contexts[-1]
+
+    monkeypatch.setattr(space, "tune_context", recorded)
+    strategy = DraftThenVerify(population=32, draft_size=16, per_round=8, verify_mutants=4,
+                               threads=1)  # fmt: skip
+    result = tune(["matmul:64,64,64"], trials=12, records=f"sqlite:///{tmp_path / 'r.db'}",
+                  work_dir=tmp_path / "w", target=target, strategy=strategy,
+                  cost_model="random", check_correctness=False)  # fmt: skip
+    assert result.tasks[0].trials == 12
+    assert sizes == [8, 4]
+    # and the task's strategy, wrapped to share the budget, samples on the threads it names
+    assert [c.num_threads for c in contexts] == [1]
 
 
 class _Counting:
@@ -597,6 +696,48 @@ def test_a_filter_that_drops_most_candidates_still_spends_the_budget(tmp_path, t
     # Four in five of each round's 4 best-scored were turned away: counted as saved, at most
     # 4 a round over the 6 rounds.
     assert 0 < strategy.alt_stats["displaced"] <= 24
+
+
+def test_a_refill_keeps_what_the_filter_allowed_and_adds_random_drafts(target, monkeypatch):
+    """A round whose pool the filter mostly turns away is filled from fresh drafts: the
+    programs it allowed in the pools before stay (a refill once kept only the new drafts, and
+    the random ones never made it past the cache's size)."""
+    from tensortune.compat import ms, structural_hash
+    from tensortune.search import alt
+    from tensortune.search.draft_verify import DraftThenVerify
+    from tensortune.search.space import tune_context
+
+    pools: list[set[str]] = []
+
+    def picky(self, context, pool, rng):  # keeps one program in five, the same each time
+        keys = [structural_hash(c.sch.mod) for c in pool]
+        pools.append(set(keys))
+        return np.array([int(k) % 5 == 0 for k in keys])
+
+    monkeypatch.setattr(alt.AltPolicy, "allowed", picky)
+    strategy = DraftThenVerify(population=32, draft_size=16, per_round=8, verify_mutants=4,
+                               validity=1, seeds=0, threads=1)  # fmt: skip
+    ctx = tune_context(_matmul(128), platform(target), seed=5, strategy=strategy)
+    spaces = ctx.space_generator.generate_design_space(ctx.mod)
+    ctx.pre_tuning(max_trials=64, num_trials_per_iter=8, design_spaces=spaces,
+                   database=ms.database.MemoryDatabase(), cost_model=None)  # fmt: skip
+    drawn: list[set[str]] = []
+    random_drafts = DraftThenVerify._cls._random_drafts  # the class @derived_object wraps
+
+    def recorded(self):
+        out = random_drafts(self)
+        drawn.append({structural_hash(c.sch.mod) for c in out})
+        return out
+
+    monkeypatch.setattr(DraftThenVerify._cls, "_random_drafts", recorded)
+    picks = ctx.generate_measure_candidates()
+    ctx.post_tuning()
+    assert len(pools) > 1  # the first pool held too few allowed programs: refilled
+    allowed = [{k for k in pool if int(k) % 5 == 0} for pool in pools]
+    for before, after, random in zip(allowed, pools[1:], drawn, strict=False):
+        assert before <= after  # every allowed program stays in the refilled pool
+        assert random & after  # and random drafts join it
+    assert len(picks) == 8 and all(int(structural_hash(c.sch.mod)) % 5 == 0 for c in picks)
 
 
 def test_alt_starts_from_earlier_runs_failures_included(tmp_path, target, matmul_candidates):

@@ -76,7 +76,7 @@ OPTION_RANGES: dict[str, tuple[float, float]] = {
     "redraft_every": (1, math.inf), "verify_mutants": (0, math.inf), "per_round": (1, math.inf),
     "eps": (0.0, 1.0), "init_measured_ratio": (0.0, 1.0), "build_cost_weight": (0.0, math.inf),
     "blend": (0, 1), "validity": (0, 1), "pingpong": (0, 2), "audit": (0.0, 1.0),
-    "seeds": (0, 1),
+    "seeds": (0, 1), "threads": (0, math.inf),
 }  # fmt: skip
 
 
@@ -129,7 +129,8 @@ class DraftThenVerify(PySearchStrategy):
     ``verify_mutants``: how many of the verified best get one mutation each;
     ``per_round``: programs measured per round (None: the tuner's per-round count, which also
     bounds it);
-    ``eps``: share of them picked at random from the cache.  ``timings`` (seconds spent
+    ``eps``: share of them picked at random from the round's pool (the cache and its
+    mutants).  ``timings`` (seconds spent
     drafting, in the analyzer and verifying) is shared by every clone, i.e. summed over tasks.
     ``build_cost_weight``: the exponent on a candidate's expected build cost ratio in its
     effective rank (0: the verifier's rank alone); the build times come from the builder
@@ -140,6 +141,11 @@ class DraftThenVerify(PySearchStrategy):
     cache and measures the verifier's best half-round of them first; 0 leaves it to chance.
     ``verifier_screens``: the verifier shortlists candidates with a screen before scoring
     them (set by ``watch_verifier``), so each round's mutants are scored with the cache.
+    ``threads``: the threads the drafter's evolution (and ALT's random drafts) sample on; 0,
+    every physical core.  Only one makes a search a function of its seed: on two, which
+    thread took which draw decided up to 7 of a task's first 16 picks, so two runs of one
+    seed differed, and so did two methods a benchmark compares with one seed.  One costs
+    time: a round of a 3x3 conv2d took 1.7x as long on one thread as on two (stop 67).
     """
 
     def __init__(self, population: int = 512, draft_generations: int = 2, draft_size: int = 256,
@@ -151,8 +157,8 @@ class DraftThenVerify(PySearchStrategy):
                  pingpong: int = 0, audit: float = 0.1, seeds: int = 1,
                  alt_stats: dict[str, int] | None = None,
                  alt_log: list[tuple[float, bool, int]] | None = None,
-                 records: object | None = None,
-                 verifier_screens: bool = False) -> None:  # fmt: skip
+                 records: object | None = None, verifier_screens: bool = False,
+                 threads: int = 0) -> None:  # fmt: skip
         super().__init__()
         self.population = population
         self.draft_generations = draft_generations
@@ -179,6 +185,7 @@ class DraftThenVerify(PySearchStrategy):
         self.alt_log = alt_log  # benchmarks' record of the filter's ratings (``AltPolicy.log``)
         self.records = records
         self.verifier_screens = verifier_screens
+        self.threads = threads
         # Settings out of range reach TVM as they are (eps=2 returned 83 candidates for a
         # round of 8): checked here, as the command line checks --draft-option.
         # per_round=None (the tuner's count) is the one setting that is not a number
@@ -186,15 +193,26 @@ class DraftThenVerify(PySearchStrategy):
         for name, value in check_options(given).items():
             setattr(self, name, value)
 
+    @property
+    def sampling_threads(self) -> int | str:
+        """The threads a task's context samples on (``space.tune_context`` reads them)."""
+        return self.threads or "physical"
+
     def settings(self) -> dict[str, object]:
         """The settings (``OPTION_RANGES``' names) this strategy was made with."""
         return {name: getattr(self, name) for name in OPTION_RANGES}
 
-    def clone(self) -> DraftThenVerify:
+    def copy(self) -> DraftThenVerify:
+        """A fresh strategy with these settings and shared counters.  Unlike ``clone``, whose
+        result comes back through TVM as its bare C++ object, it keeps our Python attributes
+        (``limit_round``, ``sampling_threads``) reachable (``factory.copy_of``)."""
         return DraftThenVerify(**self.settings(), timings=self.timings,
                                build_times=self.build_times, alt_stats=self.alt_stats,
                                alt_log=self.alt_log, records=self.records,
                                verifier_screens=self.verifier_screens)  # fmt: skip
+
+    def clone(self) -> DraftThenVerify:
+        return self.copy()
 
     def read_records(self, database: object) -> None:
         """Where ALT's filter finds earlier runs' outcomes of a task, failures included: our
@@ -247,6 +265,7 @@ class DraftThenVerify(PySearchStrategy):
     def pre_tuning(self, max_trials: int, num_trials_per_iter: int, design_spaces, database=None,
                    cost_model=None) -> None:  # fmt: skip
         self.max_trials = max_trials
+        self.round_limit = 1 << 30  # none until ``limit_round``
         self.sampler = None  # random drafts, made when a filtered round first needs them
         # The tuner's round size bounds ours: it splits a small budget between its tasks.
         self.n_round = min(self.per_round or num_trials_per_iter, num_trials_per_iter)
@@ -304,7 +323,8 @@ class DraftThenVerify(PySearchStrategy):
         if self.sampler is None:
             self.sampler = RandomSchedules(self.context.mod, self.platform,
                                            max(self.draft_size // 4, 1),
-                                           seed=int(self.rng.integers(1, 1 << 30)))  # fmt: skip
+                                           seed=int(self.rng.integers(1, 1 << 30)),
+                                           threads=self.sampling_threads)  # fmt: skip
         return self.sampler.draw()
 
     def _retire_first_drafter(self) -> None:
@@ -312,8 +332,15 @@ class DraftThenVerify(PySearchStrategy):
             self.first_drafter.post_tuning()
             self.first_drafter = None
 
+    def limit_round(self, count: int) -> None:
+        """Pick at most ``count`` programs in the next round: ``Leased`` passes on what the
+        shared budget allows, which would otherwise drop picks already taken from the cache
+        (and with them ε's exploring share, always last)."""
+        self.round_limit = count
+
     def generate_measure_candidates(self):
-        n = min(self.n_round, self.max_trials - self.trials)
+        n = min(self.n_round, self.max_trials - self.trials, self.round_limit)
+        self.round_limit = 1 << 30
         if n <= 0:
             return None
         # A filter that drops most of a round's pool gets fresh drafts to choose from: a
@@ -327,15 +354,19 @@ class DraftThenVerify(PySearchStrategy):
                     drafter = self.drafter if self.first_drafter is None else self.first_drafter
                     fresh = drafter.generate_measure_candidates() or []
                     self._retire_first_drafter()
-                    if refill:  # the drafter never learns what was dropped and offers it again
-                        fresh += self._random_drafts()
                     if self.seeded:
                         seeds, self.seeded = {id(c): c for c in self.seeded}, []
                         self.cache = list(seeds.values()) + self.cache
-                    # a refill's drafts go first, but never push this round's seeds out
-                    kept = [c for c in self.cache if seeds.get(id(c)) is c]
-                    rest = [c for c in fresh if self._new(c)] + \
-                        [c for c in self.cache if seeds.get(id(c)) is not c]  # fmt: skip
+                    kept = [c for c in self.cache if seeds.get(id(c)) is c]  # never pushed out
+                    older = [c for c in self.cache if seeds.get(id(c)) is not c]
+                    fresh = [c for c in fresh if self._new(c)]
+                    if refill:
+                        # What the filter allowed stays; the analyzer-steered drafter keeps
+                        # drafting what it turned away, so random drafts come next.
+                        drawn = [c for c in self._random_drafts() if self._new(c)]
+                        rest = older + drawn + fresh
+                    else:  # a redraft's programs go first
+                        rest = fresh + older
                     self.cache = kept + rest[: self.draft_size]
             if not self.cache:  # the drafter had nothing new: random drafts next
                 continue
@@ -349,8 +380,8 @@ class DraftThenVerify(PySearchStrategy):
                 allowed = self.alt.allowed(self.context, pool, self.rng)
                 if refill == 0:  # refills' pools hold what replaced the turned-away ones
                     self.alt.count_displaced(scores, allowed, n)
-                dropped = {id(pool[i]) for i in np.flatnonzero(~allowed)}
-                self.cache = [c for c in self.cache if id(c) not in dropped]
+                # what it allowed stays for a refill to add to, its mutants too
+                self.cache = [pool[i] for i in np.flatnonzero(allowed)]
             if allowed.sum() >= n:
                 break
         if not pool:  # the design space is spent

@@ -61,7 +61,17 @@ def strategy_for_task(prototype: object, builder: object, records: object | None
         prototype.read_records(records)
     if verifier is not None and hasattr(prototype, "watch_verifier"):
         prototype.watch_verifier(verifier)
-    return prototype.clone() if hasattr(prototype, "clone") else prototype
+    return copy_of(prototype)
+
+
+def copy_of(strategy: object) -> object:
+    """A fresh copy of ``strategy``: through its ``copy`` where it has one (ours: TVM hands a
+    ``clone`` back as the bare C++ object, our Python attributes out of reach), else
+    ``clone``; a strategy with neither is shared."""
+    copy = getattr(strategy, "copy", None)
+    if callable(copy):
+        return copy()
+    return strategy.clone() if hasattr(strategy, "clone") else strategy
 
 
 def default_verifier(strategy: object, platform: Platform) -> object:

@@ -29,6 +29,7 @@ from tensortune.errors import RecordsError, TensortuneError, interrupted, last_l
 from tensortune.records.convert import trace_text
 from tensortune.records.schema import trace_hash
 from tensortune.records.storage import RecordStore
+from tensortune.search.factory import copy_of
 
 _log = logging.getLogger(__name__)
 
@@ -258,6 +259,11 @@ class Leased(PySearchStrategy):
         self.tries = tries
         self.database = database  # a StoreDatabase: its store's errors end the run
 
+    @property
+    def sampling_threads(self) -> int | str:
+        """The threads ``inner`` samples on (``space.tune_context`` reads them)."""
+        return getattr(self.inner, "sampling_threads", "physical")
+
     def _initialize_with_tune_context(self, context) -> None:
         self.inner._initialize_with_tune_context(context)
 
@@ -295,6 +301,8 @@ class Leased(PySearchStrategy):
                 left = min(self.budget.left(self.workload_id), self.max_trials - self.trials)
             if left <= 0:
                 return None
+            if hasattr(self.inner, "limit_round"):  # ours: picks no more than it may keep
+                self.inner.limit_round(left)
             try:
                 cands = self.inner.generate_measure_candidates()
             except TensortuneError:
@@ -328,5 +336,10 @@ class Leased(PySearchStrategy):
         self.budget.measured(len(results))
         self.inner.notify_runner_results(measure_candidates, results)
 
+    def copy(self) -> Leased:
+        """See ``DraftThenVerify.copy``."""
+        return Leased(copy_of(self.inner), self.budget, self.workload_id, self.tries,
+                      self.database)  # fmt: skip
+
     def clone(self) -> Leased:
-        return Leased(self.inner.clone(), self.budget, self.workload_id, self.tries, self.database)
+        return self.copy()

@@ -78,6 +78,7 @@ def run_search(
     ]  # fmt: skip
     if task_scheduler == "gradient":  # MetaSchedule's rule, each first round committed at once
         task_scheduler = GradientScheduler(seed=seed)
+    if isinstance(task_scheduler, GradientScheduler):  # given as an object too: it must listen
         callbacks.append(task_scheduler.callback())
     try:
         ms.tune_tasks(

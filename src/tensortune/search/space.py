@@ -18,10 +18,14 @@ def tune_context(
     task_name: str = "main",
     strategy: object = None,
     logger: object = None,
-    threads: int | str = "physical",
+    threads: int | str | None = None,
 ) -> TuneContext:
     """A TuneContext with the target's default schedule rules, postprocessors and mutators;
-    it samples on ``threads`` threads (one makes the draws a function of ``seed`` alone)."""
+    it samples on ``threads`` threads (one makes the draws a function of ``seed`` alone;
+    None: the strategy's ``sampling_threads`` where it names them, else every physical core,
+    as MetaSchedule does)."""
+    if threads is None:
+        threads = getattr(strategy, "sampling_threads", "physical")
     return TuneContext(
         mod,
         target=platform.tvm_target,

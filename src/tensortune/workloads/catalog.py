@@ -7,17 +7,17 @@ target, so a change to any of them recounts.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from tensortune.hardware.speeds import cache_dir
 
 if TYPE_CHECKING:
     from tensortune.hardware import Platform
 
 
 def _cache_file() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "tensortune" / "task-counts.json"
+    return cache_dir() / "task-counts.json"
 
 
 def cache_exists() -> bool:

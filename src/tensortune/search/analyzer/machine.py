@@ -1,19 +1,16 @@
 """The machine parameters the analyzer's roofline needs, for a platform.
 
-Cores and SIMD width come from the target (what the generated code may use); frequency and cache
-sizes from the host; memory and L2 bandwidth are measured once per process with a NumPy copy
-(a few hundred milliseconds), because no CPU reports them.
+Cores and SIMD width come from the target (what the generated code may use); cache sizes from
+the host; frequency and memory and L2 bandwidth from ``hardware.speeds``, measured once per
+machine.
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
-from functools import cache
 
-import numpy as np
-
-from tensortune.hardware import Platform, cpuinfo
+from tensortune.hardware import Platform
+from tensortune.hardware.speeds import machine_speeds
 
 
 @dataclass(frozen=True)
@@ -33,42 +30,15 @@ class Machine:
 
 def machine_for(platform: Platform) -> Machine:
     """The machine the platform's code runs on: its target's ISA and core count, on the
-    platform hardware's caches."""
+    platform hardware's caches, at this machine's measured speeds (``hardware.speeds``)."""
     hw = platform.hardware
-    l2, mem = bandwidth_gbps()
+    speeds = machine_speeds()
     return Machine(
         cores=platform.threads,
         vector_bits=platform.simd_bits,
-        ghz=_ghz(),
+        ghz=speeds.ghz,
         l1_bytes=float(hw.caches.get("L1d", 32 * 1024)),
         l2_bytes=float(hw.caches.get("L2", 1024 * 1024)),
-        l2_gbps=l2,
-        mem_gbps=mem,
+        l2_gbps=speeds.l2_gbps,
+        mem_gbps=speeds.mem_gbps,
     )
-
-
-@cache  # one clock a process: the same programs rank the same way within a run
-def _ghz() -> float:
-    try:
-        return float(cpuinfo().get("cpu MHz", "")) / 1000.0
-    except ValueError:
-        return 2.5
-
-
-@cache
-def bandwidth_gbps() -> tuple[float, float]:
-    """(L2, memory) copy bandwidth in GB/s: the best of a few timed ``np.copyto`` runs."""
-
-    def best(n_bytes: int, reps: int) -> float:
-        src = np.ones(n_bytes // 8)
-        dst = np.empty_like(src)
-        np.copyto(dst, src)  # touch the pages first
-        fastest = float("inf")
-        for _ in range(3):
-            t0 = time.perf_counter()
-            for _ in range(reps):
-                np.copyto(dst, src)
-            fastest = min(fastest, (time.perf_counter() - t0) / reps)
-        return 2 * n_bytes / fastest / 1e9  # read + write
-
-    return best(256 * 1024, 200), best(256 * 1024 * 1024, 2)

@@ -1,0 +1,116 @@
+"""This machine's clock and copy bandwidths, measured once and kept on disk.
+
+No CPU reports its bandwidth, so it is timed: a NumPy copy, a few hundred milliseconds.  Timed
+anew in every process it came out a little different each time, and the draft analyzer's
+roofline, which reads it, then ordered near-tied programs differently from one run to the next:
+a seeded search could not be repeated (benchmarks/RESULTS.md, stop 67).  So the figures are
+kept per machine in the user's cache, ``$XDG_CACHE_HOME/tensortune/speeds-<hardware id>.json``,
+and every process on the machine reads the same ones.  Delete the file to measure again.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import math
+import os
+import tempfile
+import time
+from dataclasses import asdict, dataclass, fields
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+
+from tensortune.hardware.fingerprint import cpuinfo, current_hardware
+
+
+@dataclass(frozen=True)
+class Speeds:
+    ghz: float  # the clock /proc/cpuinfo reports
+    l2_gbps: float  # one core copying a block that stays in L2
+    mem_gbps: float  # copying a block far larger than any cache
+
+
+def cache_dir() -> Path:
+    """Where tensortune keeps what it can recompute (``$XDG_CACHE_HOME/tensortune``)."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "tensortune"
+
+
+def _path() -> Path:
+    return cache_dir() / f"speeds-{current_hardware().id}.json"
+
+
+@cache  # once a process, whatever the file does meanwhile
+def machine_speeds() -> Speeds:
+    """This machine's ``Speeds``: read from the cache, or measured and written there."""
+    try:
+        path = _path()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # Processes starting together wait for one measurement rather than each timing a
+        # copy while the others load the memory bus, the slowest figure kept for good.
+        with open(path.with_suffix(".lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            return _read(path) or _write(path, _measure())
+    except (OSError, RuntimeError):  # no home to keep it in: measured in each process
+        return _measure()
+
+
+def _read(path: Path) -> Speeds | None:
+    try:
+        raw = json.loads(path.read_text())
+        speeds = Speeds(**{f.name: float(raw[f.name]) for f in fields(Speeds)})
+    except (OSError, ValueError, KeyError, TypeError, ArithmeticError, RecursionError):
+        return None  # none yet, or damaged: measured again and rewritten
+    return speeds if all(math.isfinite(v) and v > 0 for v in asdict(speeds).values()) else None
+
+
+def _write(path: Path, speeds: Speeds) -> Speeds:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".speeds-")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(asdict(speeds), f)
+        os.replace(tmp, path)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+    return speeds
+
+
+def _measure() -> Speeds:
+    l2, mem = _bandwidth_gbps()
+    return Speeds(ghz=_ghz(), l2_gbps=l2, mem_gbps=mem)
+
+
+def _ghz() -> float:
+    """The highest clock the kernel allows a core where it says (cpufreq), else the clock
+    ``/proc/cpuinfo`` reports now (a virtual machine's is fixed); 2.5 where neither is."""
+    try:
+        khz = float(Path("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq").read_text())
+        if khz > 0:
+            return khz / 1e6
+    except (OSError, ValueError):
+        pass
+    try:
+        mhz = float(cpuinfo().get("cpu MHz", ""))
+    except ValueError:
+        mhz = 0.0
+    return mhz / 1000.0 if mhz > 0 else 2.5
+
+
+def _bandwidth_gbps() -> tuple[float, float]:
+    """(L2, memory) copy bandwidth in GB/s: the best of a few timed ``np.copyto`` runs."""
+
+    def best(n_bytes: int, reps: int) -> float:
+        src = np.ones(n_bytes // 8)
+        dst = np.empty_like(src)
+        np.copyto(dst, src)  # touch the pages first
+        fastest = float("inf")
+        for _ in range(3):
+            t0 = time.perf_counter()
+            for _ in range(reps):
+                np.copyto(dst, src)
+            fastest = min(fastest, (time.perf_counter() - t0) / reps)
+        return 2 * n_bytes / fastest / 1e9  # read + write
+
+    return best(256 * 1024, 200), best(256 * 1024 * 1024, 2)
