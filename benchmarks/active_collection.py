@@ -88,7 +88,9 @@ def main() -> None:
             heaviest=args.heaviest, exclude=[*HELD_OUT, "bert-base"])),
     }  # fmt: skip
     for arm, url in stores.items():
-        build_dataset(url, work / f"ds-{arm}", held_out=HELD_OUT if arm == "test" else None)
+        build_dataset(
+            url, work / f"ds-{arm}", held_out=HELD_OUT if arm == "test" else None, overwrite=True
+        )  # a rerun of the benchmark rebuilds its own
     report = {"config": args.config, "selector": args.selector, "budget": args.budget,
               "ratio": args.ratio, "prior": args.prior, "seconds": seconds, "arms": {}}  # fmt: skip
     for arm in ("prior", "active", "random") if args.prior else ("active", "random"):

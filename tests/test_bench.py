@@ -175,6 +175,18 @@ def test_a_broken_verifier_file_fails_before_anything_is_tuned(tmp_path):
     assert not (tmp_path / "w" / "results.json").exists()
 
 
+def test_a_results_file_that_is_not_ours_is_refused_not_written_over(tmp_path):
+    from conftest import TARGET
+
+    for text in ("not json", "[1, 2]", '{"methods": []}'):
+        (tmp_path / "results.json").write_text(text)
+        with pytest.raises(TensortuneError, match="results") as e:
+            bench_tune([SPEC], trials_per_task=4, work_dir=tmp_path, target=TARGET,
+                       methods=["default"])  # fmt: skip
+        assert e.value.param == "work_dir"
+        assert (tmp_path / "results.json").read_text() == text
+
+
 def test_unknown_methods_are_refused(tmp_path):
     with pytest.raises(TensortuneError, match="unknown method"):
         bench_tune([SPEC], trials_per_task=4, work_dir=tmp_path, methods=["fastest"])

@@ -78,6 +78,14 @@ BAD_INPUTS = {
         ["records", "stats", "--records", "sqlite:///garbage.db"],
         ["garbage.db", "file is not a database"],
     ),
+    "corrupt records, dry run": (
+        ["tune", "-w", MM, "-n", "4", "--records", "sqlite:///garbage.db", "--dry-run"],
+        ["garbage.db", "file is not a database"],
+    ),
+    "records in no directory, dry run": (
+        ["tune", "-w", MM, "-n", "4", "--records", "sqlite:///nodir/r.db", "--dry-run"],
+        ["nodir", "does not exist"],
+    ),
     "broken model file": (
         ["bench", "tune", "-w", MM, "--moa-source", "garbage.db"],
         ["garbage.db", "not a tensortune cost model file"],

@@ -615,6 +615,17 @@ def test_tables_fit_100_columns(tmp_path: Path, store_file: Path) -> None:
             assert any(MM in line and "1.00 ms" in line for line in lines), proc.stdout
 
 
+def test_records_show_names_a_best_record_whose_trace_is_damaged(cli: Cli, store) -> None:
+    import sqlite3
+
+    url, _ = store
+    with sqlite3.connect(url.removeprefix("sqlite:///")) as db:
+        db.execute("UPDATE records SET trace = 'not json'")
+    err = one_error(cli("records", "show", "--records", url, "--tir"), "--records",
+                    "best record of workload", "is damaged", "does not replay")  # fmt: skip
+    assert "JSONDecodeError" in err
+
+
 def test_this_machine_is_named_in_records_show(cli: Cli, store) -> None:
     url, _ = store
     here = current_hardware().id

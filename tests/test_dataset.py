@@ -155,8 +155,8 @@ def test_a_modified_table_fails_its_checksum(dataset, tmp_path):
         load_table(copy)
 
 
-def test_a_dataset_is_written_over_a_dataset_but_never_over_other_files(dataset, store_url,
-                                                                       tmp_path, cli):  # fmt: skip
+def test_a_dataset_is_replaced_only_when_asked_and_never_over_other_files(dataset, store_url,
+                                                                        tmp_path, cli):  # fmt: skip
     mine = tmp_path / "project"
     mine.mkdir()
     (mine / "README.md").write_text("my project")
@@ -169,7 +169,21 @@ def test_a_dataset_is_written_over_a_dataset_but_never_over_other_files(dataset,
     assert (mine / "README.md").read_text() == "my project"
     again = tmp_path / "again"
     shutil.copytree(dataset[0], again)
-    assert build_dataset(store_url, again).data["programs"] == 13  # a rerun replaces it
+    (again / "note.txt").write_text("mine")
+    before = {p.name: p.read_bytes() for p in again.iterdir()}
+    with pytest.raises(TensortuneError, match="already holds a dataset"):
+        build_dataset(store_url, again)  # the only copy, maybe, of a store since deleted
+    code, _, err = cli("dataset", "build", str(again), "--records", store_url)
+    assert code == 2 and "--overwrite" in err and len(err.strip().splitlines()) == 1, err
+    assert {p.name: p.read_bytes() for p in again.iterdir()} == before
+    assert build_dataset(store_url, again, overwrite=True).data["programs"] == 13
+    code, out, _ = cli("dataset", "build", str(again), "--records", store_url, "--overwrite")
+    assert code == 0 and "13 programs" in out
+    assert (again / "note.txt").read_text() == "mine"  # a file of no dataset's name stays
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
+    code, _, err = cli("dataset", "build", str(a_file), "--records", store_url)
+    assert code == 2 and "is a file, not a directory" in err, err
     # A write killed between its renames: the table in place, the card still staged.
     cut = tmp_path / "cut"
     cut.mkdir()

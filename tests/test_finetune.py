@@ -67,6 +67,11 @@ def test_bad_samples_are_refused():
         sample_rows(cols, 1)
     with pytest.raises(TensortuneError, match="no successful program measured on 'sve'"):
         sample_rows(cols, 4, hardware="sve")
+    # and by finetune before anything is read: these records do not exist
+    for bad, match in (({"samples": 1}, "at least 2 programs"), ({"steps": -1}, "at least 1")):
+        with pytest.raises(TensortuneError, match=match) as e:
+            finetune("no-such.ttm", "no-such-records", **{"samples": 8, **bad})
+        assert e.value.param == next(iter(bad))
 
 
 def _machine(n: int, seed: int, sign: float) -> ProgramSet:

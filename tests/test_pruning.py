@@ -204,6 +204,12 @@ def test_pruning_the_pool_keeps_its_test_networks_whole_and_named(tmp_path):
     assert scored(after) == scored(before) and scored(before)
     others = len(after["program_id"]) - len(scored(after))
     assert abs(others - 0.1 * card["pruning"]["of"]) < 0.02 * card["pruning"]["of"]
+    # Pruned again into it: refused before any work, unless asked to replace it.
+    with pytest.raises(TensortuneError, match="already holds a dataset"):
+        prune_dataset("pool", "random", 0.05, tmp_path / "p", seed=0)
+    assert load_table(tmp_path / "p").num_rows == len(after["program_id"])
+    again = prune_dataset("pool", "random", 0.05, tmp_path / "p", seed=0, overwrite=True)
+    assert load_table(tmp_path / "p").num_rows == again["programs"] < len(after["program_id"])
 
 
 def test_bench_prune_prints_json_and_draws_its_plot(tmp_path):

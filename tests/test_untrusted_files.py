@@ -35,7 +35,7 @@ from hypothesis import strategies as st
 from tensortune import features as F
 from tensortune.costmodel.data import ProgramSet
 from tensortune.costmodel.registry import load_cost_model, model_class
-from tensortune.datasets.build import file_sha256, load_table, read_card
+from tensortune.datasets.build import checked_file, file_sha256, load_table, read_card
 from tensortune.errors import TensortuneError
 from tensortune.records import open_records
 from tensortune.records.interop import export_records, import_records
@@ -712,7 +712,7 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def check_dataset(cli: Cli, directory: Path, model: Path) -> None:
     """Read, trained on and scored, or refused in one line by the API and the command line."""
     messages = [
-        refused(lambda: read_card(directory)),
+        refused(lambda: checked_file(directory, read_card(directory))),  # dataset info's check
         refused(lambda: train(directory, cost_model="xgb", params={"n_rounds": 2})),
         refused(lambda: evaluate(str(model), dataset=directory, split="within-task")),
     ]
@@ -847,7 +847,7 @@ def test_lowered_features_of_other_types_or_other_programs_are_not_read(
     # A dataset written over another one keeps none of the old programs' features.
     (directory / "lowered.parquet").unlink()
     (directory / "lowered.parquet").write_bytes(b"stale")
-    write_subset(dataset, [0, 1, 2], directory, description="three programs")
+    write_subset(dataset, [0, 1, 2], directory, description="three programs", overwrite=True)
     assert not (directory / "lowered.parquet").exists()
 
 

@@ -11,6 +11,7 @@ import typer
 from tensortune.cli.display import console, print_json, print_table, table
 from tensortune.cli.options import (
     JsonOpt,
+    OverwriteOpt,
     RecordsOpt,
     WorkDirOpt,
     WorkloadOpt,
@@ -180,6 +181,7 @@ def build(
             "recorded in the card, the default of bench al and dataset select.",
         ),
     ] = "",
+    overwrite: OverwriteOpt = False,
 ) -> None:
     """Turn records into a Parquet dataset with labels and cached features.
 
@@ -187,10 +189,11 @@ def build(
     """
     from tensortune.datasets.build import build_dataset
 
-    rename_options({"out_dir": "DIR"})
+    rename_options({"out_dir": "DIR", "out": "DIR"})
     with console.status("replaying traces and extracting features..."):
         card = build_dataset(records, out, description=description,
-                             held_out=[n for n in held_out.split(",") if n])  # fmt: skip
+                             held_out=[n for n in held_out.split(",") if n],
+                             overwrite=overwrite)  # fmt: skip
     d = card.data
     console.print(f"{d['programs']} programs ({d['successful']} successful) of {d['tasks']} tasks "
                   f"on {len(d['hardware'])} hardware → {out}")  # fmt: skip
@@ -223,6 +226,7 @@ def select(
             help="Networks whose tasks are left out (default: the card's held_out).",
         ),
     ] = "",
+    overwrite: OverwriteOpt = False,
 ) -> None:
     """Write one selector's picks of a dataset's programs as a dataset that train reads, so a
     selection can be checked on any test tasks.
@@ -235,7 +239,7 @@ def select(
     held = tuple(held_out_networks(dataset, held_out))
     with console.status(f"selecting with {selector}..."):
         card = select_dataset(dataset, selector, fraction, out, seed=seed, hardware=hardware,
-                              held_out=held)  # fmt: skip
+                              held_out=held, overwrite=overwrite)  # fmt: skip
     sel = card["selection"]
     console.print(f"{sel['programs']} of {sel['of']} programs ({card['tasks']} tasks) on "
                   f"{sel['hardware']} → {out}")  # fmt: skip
@@ -258,6 +262,7 @@ def prune(
         typer.Option(metavar="DATASET", help="A dataset directory, or default / pool (shipped)."),
     ] = "default",
     seed: Annotated[int, typer.Option(metavar="N", help="Seed of the random choices.")] = 0,
+    overwrite: OverwriteOpt = False,
 ) -> None:
     """Write the programs a pruning method keeps of every task of a dataset (all its
     hardware) as a dataset that train reads.
@@ -268,7 +273,7 @@ def prune(
 
     rename_options({"out": "--out", "keep": "--keep", "method": "--method"})
     with console.status(f"pruning with {method}..."):
-        card = prune_dataset(dataset, method, keep, out, seed=seed)
+        card = prune_dataset(dataset, method, keep, out, seed=seed, overwrite=overwrite)
     p = card["pruning"]
     console.print(f"kept {p['programs']} of {p['of']} programs ({card['tasks']} tasks) with "
                   f"{p['method']} → {out}")  # fmt: skip
@@ -288,6 +293,7 @@ def recheck(
             help="Re-time suspects measured on this machine (others are always dropped).",
         ),
     ] = True,
+    overwrite: OverwriteOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Find rows whose timings cannot be trusted (whole scheduler ticks, repeats far apart),
@@ -300,7 +306,8 @@ def recheck(
 
     rename_options({"out": "--out"})
     with Reporter(console, quiet=as_json) as reporter:
-        report = recheck_dataset(dataset, out, remeasure=remeasure, progress=reporter.line)
+        report = recheck_dataset(dataset, out, remeasure=remeasure, progress=reporter.line,
+                                 overwrite=overwrite)  # fmt: skip
     if as_json:
         print_json(report)
         return
@@ -362,7 +369,7 @@ def info(
     Example: tensortune dataset info default --json
     """
     from tensortune.costmodel.shipped import models_trained_on
-    from tensortune.datasets.build import read_card
+    from tensortune.datasets.build import checked_file, read_card
     from tensortune.datasets.lowered import lowered_state
     from tensortune.datasets.shipped import dataset_path
     from tensortune.errors import about
@@ -370,7 +377,9 @@ def info(
 
     rename_options({"dataset": "DATASET"})
     with about("dataset"):
-        d = read_card(dataset_path(dataset)).data
+        card = read_card(dataset_path(dataset))
+        checked_file(dataset_path(dataset), card)  # a card alone is not a dataset
+    d = card.data
     summary = {k: d[k] for k in ("programs", "successful", "tasks", "networks")}
     summary["hardware"] = sorted(d["hardware"])
     summary["feature_schema"] = d["feature_schema"]

@@ -28,6 +28,9 @@ WorkDirOpt = Annotated[
                  help="Logs (MetaSchedule's per task, the workers') go to DIR/logs."),
 ]  # fmt: skip
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables.")]
+OverwriteOpt = Annotated[
+    bool, typer.Option("--overwrite", help="Replace a dataset already in the output directory.")
+]
 WorkloadOpt = Annotated[
     list[str] | None,
     typer.Option("--workload", "-w", metavar="SPEC",

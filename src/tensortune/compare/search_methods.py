@@ -36,7 +36,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from tensortune.errors import TensortuneError, about
+from tensortune.errors import TensortuneError, about, last_line
 from tensortune.hardware import Platform, resolve_platform
 from tensortune.workloads.resolve import resolve_tasks
 from tensortune.workloads.task import Task
@@ -188,7 +188,7 @@ def bench_tune(
     saved = work / "results.json"
     result = BenchResult([t.name for t in tasks], trials_per_task, platform.target, seed=seed)
     if saved.is_file():
-        result.runs = _saved_runs(json.loads(saved.read_text()), result)
+        result.runs = _saved_runs(_read_results(saved), result)
     for name in run_order(methods, seed):
         done = result.runs.get(name)
         if done is not None and (
@@ -217,6 +217,19 @@ def run_order(methods: Sequence[str], seed: int) -> list[str]:
     return [*methods[k:], *methods[:k]]
 
 
+def _read_results(path: Path) -> dict:
+    """A saved ``results.json``; a file that is not one is refused, not written over."""
+    try:
+        old = json.loads(path.read_text())
+        if not isinstance(old, dict) or not isinstance(old.get("methods"), dict):
+            raise ValueError("not the object bench tune writes")
+        return old
+    except (OSError, ValueError, RecursionError) as e:
+        raise TensortuneError(f"{path} is not a bench tune results file ({last_line(e)}): "
+                              "move it away or give another directory",
+                              param="work_dir") from None  # fmt: skip
+
+
 def _saved_runs(old: dict, result: BenchResult) -> dict[str, MethodRun]:
     """The runs of a saved ``results.json`` made with the same version, tasks, budget, target
     and seed (none otherwise)."""
@@ -228,10 +241,15 @@ def _saved_runs(old: dict, result: BenchResult) -> dict[str, MethodRun]:
         return {}
     known = set(MethodRun.__dataclass_fields__)  # a file from another version may hold more
     runs = {}
-    for name, run in old.get("methods", {}).items():
-        run["curve"] = [tuple(p) for p in run["curve"]]
-        run.setdefault("draft_options", None if name == "default" else {})
-        runs[name] = MethodRun(**{k: v for k, v in run.items() if k in known})
+    try:
+        for name, run in old["methods"].items():
+            run["curve"] = [tuple(p) for p in run["curve"]]
+            run.setdefault("draft_options", None if name == "default" else {})
+            runs[name] = MethodRun(**{k: v for k, v in run.items() if k in known})
+    except (AttributeError, KeyError, TypeError, ValueError) as e:
+        raise TensortuneError(f"a run saved in results.json is damaged ({type(e).__name__}: "
+                              f"{e}): move the file away or give another directory",
+                              param="work_dir") from None  # fmt: skip
     return runs
 
 

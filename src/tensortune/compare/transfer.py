@@ -31,7 +31,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from tensortune.errors import TensortuneError
+from tensortune.errors import TensortuneError, about
 from tensortune.hardware import Platform, resolve_platform
 from tensortune.records import open_records
 from tensortune.records.schema import origin_kind
@@ -112,16 +112,22 @@ def bench_transfer(
     (a rerun reuses the source stores)."""
     from tensortune.transfer.run import transfer
     from tensortune.tuning.tune import tune
-    from tensortune.workloads.models import load_model
+    from tensortune.workloads.models import load_model, names_a_file
+    from tensortune.workloads.networks import get_network
 
     budgets = (
         ("trials_per_task", trials_per_task),
         ("rounds", rounds),
         ("source_trials_per_task", source_trials_per_task),
+        ("per_kernel", per_kernel),
     )
     for name, value in budgets:
         if type(value) is not int or value < 1:  # before any network loads
             raise TensortuneError(f"must be a positive whole number, not {value!r}", param=name)
+    for name in dict.fromkeys(n for p in pairs or DEFAULT_PAIRS for n in p):
+        if not names_a_file(name):  # a zoo network: a typo found now, not after hours
+            with about("pair"):
+                get_network(name)
     platform = resolve_platform(target)
     work = Path(work_dir)
     work.mkdir(parents=True, exist_ok=True)

@@ -67,13 +67,15 @@ def build_dataset(
     *,
     description: str = "",
     held_out: list[str] | None = None,
+    overwrite: bool = False,
 ) -> Card:
     """Write ``programs.parquet`` and ``card.json`` into ``out_dir`` from every record.
     ``held_out``: networks a study of the dataset scores on and never trains on (the card's
-    ``held_out``, read by ``bench al`` and ``dataset select``)."""
+    ``held_out``, read by ``bench al`` and ``dataset select``); ``overwrite``: replace a
+    dataset already in ``out_dir``."""
     from tensortune.workloads.sources import estimate_flop
 
-    check_out_dir(out_dir)  # before the features, not after
+    check_out_dir(out_dir, overwrite=overwrite)  # before the features, not after
     store = open_records(records, create=False) if isinstance(records, str) else records
     networks: dict[int, list[str]] = defaultdict(list)
     weights: dict[str, dict[str, int]] = defaultdict(dict)
@@ -130,14 +132,22 @@ def build_dataset(
                               f"networks are: {', '.join(sorted(present))}")  # fmt: skip
     return write_dataset(out_dir, dict(columns), dict(modules), description=description,
                          task_weights=weights, hardware=hw_seen,
-                         extra={"held_out": list(held_out)} if held_out else None)  # fmt: skip
+                         extra={"held_out": list(held_out)} if held_out else None,
+                         overwrite=overwrite)  # fmt: skip
 
 
-def check_out_dir(out: str | Path) -> None:
-    """Refuse to write a dataset into ``out`` when it would replace files that are not a
-    dataset's.  A dataset there is replaced (a rerun), but the same names in a directory that
-    holds no dataset are someone's own files (``--out .`` in a project has a README.md)."""
+def check_out_dir(out: str | Path, *, overwrite: bool = False) -> None:
+    """Refuse to write a dataset into ``out`` when it would replace what is there: a dataset,
+    unless ``overwrite`` (one built from a store since deleted may be all that is left of
+    it); files of the same names in a directory that holds no dataset, always (they are
+    someone's own: ``--out .`` in a project has a README.md)."""
     out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise TensortuneError(f"{out} is a file, not a directory", param="out")
+    if (out / CARD).is_file() and not overwrite:
+        raise TensortuneError(f"{out} already holds a dataset: give a new directory, or "
+                              "replace it with --overwrite (overwrite=True)",
+                              param="out")  # fmt: skip
     clash = [n for n in (TABLE, WORKLOADS, "README.md", LOWERED) if (out / n).exists()]
     # A write killed between its renames leaves the table without the card, staged beside it.
     ours = (out / CARD).is_file() or (out / f".{CARD}.partial").is_file()
@@ -148,16 +158,17 @@ def check_out_dir(out: str | Path) -> None:
 
 
 def write_dataset(out_dir: str | Path, columns: dict, modules: dict, *, description: str,
-                  task_weights: dict, hardware: dict,
-                  extra: dict | None = None) -> Card:  # fmt: skip
-    """Write the table, the workloads and the card (``extra`` merged into it)."""
+                  task_weights: dict, hardware: dict, extra: dict | None = None,
+                  overwrite: bool = False) -> Card:  # fmt: skip
+    """Write the table, the workloads and the card (``extra`` merged into it); a dataset
+    already in ``out_dir`` is replaced only with ``overwrite``."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     from tensortune.compat import TVM_VERSION
 
     out = Path(out_dir)
-    check_out_dir(out)
+    check_out_dir(out, overwrite=overwrite)
     out.mkdir(parents=True, exist_ok=True)
     # Every file is written beside its final name and put in place once all are written: a
     # failure half-way leaves the directory as it was, not half a dataset.
@@ -272,7 +283,8 @@ def read_card(directory: str | Path) -> Card:
     if data.get("feature_schema") != F.schema_hash():
         raise TensortuneError(
             f"{directory} was built with feature schema {shown(data.get('feature_schema'))}; this "
-            f"tensortune computes schema {F.schema_hash()}: rebuild it with `dataset build`"
+            f"tensortune computes schema {F.schema_hash()}: rebuild it with `dataset build` "
+            "(--overwrite to replace it)"
         )
     problem = _card_problem(data)
     if problem:
@@ -309,6 +321,14 @@ def _card_problem(card: dict) -> str | None:
     return None
 
 
+def checked_file(directory: str | Path, card: Card, name: str = TABLE) -> Path:
+    """The path of the dataset's file ``name``, once its bytes match the card's checksum."""
+    path = Path(directory) / name
+    if not path.is_file() or file_sha256(path) != card.data["files"].get(name):
+        raise TensortuneError(f"{path} is missing or does not match its card's checksum")
+    return path
+
+
 def load_table(directory: str | Path, columns: list[str] | None = None, *,
                table: str = TABLE):  # fmt: skip
     """The dataset's table (pyarrow), after checking its card, its file's checksum and its
@@ -317,9 +337,7 @@ def load_table(directory: str | Path, columns: list[str] | None = None, *,
     import pyarrow.parquet as pq
 
     card = read_card(directory)
-    path = Path(directory) / table
-    if not path.is_file() or file_sha256(path) != card.data["files"].get(table):
-        raise TensortuneError(f"{path} is missing or does not match its card's checksum")
+    path = checked_file(directory, card, table)
     schema = _schema() if table == TABLE else _workloads_schema()
     try:
         present = pq.read_schema(path).names

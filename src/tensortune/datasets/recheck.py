@@ -105,9 +105,11 @@ def recheck_dataset(
     *,
     remeasure: bool = True,
     progress: Progress | None = None,
+    overwrite: bool = False,
 ) -> dict:
     """Write ``dataset`` with its suspect rows re-measured (where they were measured on this
-    machine and ``remeasure``) or dropped to ``out``; returns the report the card keeps."""
+    machine and ``remeasure``) or dropped to ``out`` (a dataset there is replaced only with
+    ``overwrite``); returns the report the card keeps."""
     from tensortune.datasets.build import check_out_dir, load_table, read_card
     from tensortune.datasets.shipped import dataset_path
     from tensortune.datasets.subset import write_subset
@@ -118,7 +120,7 @@ def recheck_dataset(
     if Path(out).resolve() == source.resolve():
         raise TensortuneError("recheck would overwrite its own dataset: give another directory",
                               param="out")  # fmt: skip
-    check_out_dir(out)  # before the minutes of re-measuring, not after
+    check_out_dir(out, overwrite=overwrite)  # before the minutes of re-measuring, not after
     with about("dataset"):
         found = read_card(source)
         card = found.data
@@ -141,7 +143,7 @@ def recheck_dataset(
     previous = card.get("recheck")
     extra = {"recheck": [*(previous if isinstance(previous, list) else []), report]}
     write_subset(source, keep, out, description=f"{card.get('description', '')} {note}".strip(),
-                 extra=extra, costs=retimed)  # fmt: skip
+                 extra=extra, costs=retimed, overwrite=overwrite)  # fmt: skip
     journal.path.unlink(missing_ok=True)
     return report
 

@@ -25,15 +25,17 @@ _COPIED_AS_IS = ("trace", *FEATURE_WIDTHS)
 
 def write_subset(dataset: str | Path, rows: np.ndarray, out_dir: str | Path, *,
                  description: str, extra: dict | None = None,
-                 costs: dict[int, list[float]] | None = None) -> Card:  # fmt: skip
+                 costs: dict[int, list[float]] | None = None,
+                 overwrite: bool = False) -> Card:  # fmt: skip
     """A dataset of some rows of ``dataset``.  Labels are recomputed against the best program
     kept of each task: what a learner that measured only these would know.  ``costs`` gives
     some rows new timing repeats (row index -> seconds), their cost the median.  The kept
     programs' lowered-loop features come along when ``dataset`` has them, and the card's
-    held-out networks (``extra`` may name others)."""
+    held-out networks (``extra`` may name others).  A dataset already in ``out_dir`` is
+    replaced only with ``overwrite``."""
     import pyarrow as pa
 
-    check_out_dir(out_dir)
+    check_out_dir(out_dir, overwrite=overwrite)
     directory = Path(dataset)
     card = read_card(directory).data
     table = load_table(directory)
@@ -63,6 +65,7 @@ def write_subset(dataset: str | Path, rows: np.ndarray, out_dir: str | Path, *,
     carried = ({"held_out": card["held_out"]} if card.get("held_out") else {}) | (extra or {})
     written = write_dataset(out_dir, kept, modules, description=description,
                             task_weights=card.get("task_weights") or {},
-                            hardware=card["hardware"], extra=carried or None)  # fmt: skip
+                            hardware=card["hardware"], extra=carried or None,
+                            overwrite=overwrite)  # fmt: skip
     copy_lowered(directory, out_dir, kept["program_id"])
     return written

@@ -260,6 +260,12 @@ def finetune(
     check_writable(out, "out")
     if seed is not None:
         check_seed(seed)
+    # before the records are read: a database can take minutes to lower
+    if type(samples) is not int or samples < 2:
+        raise TensortuneError(f"fine-tuning needs at least 2 programs, not {samples}",
+                              param="samples")  # fmt: skip
+    if type(steps) is not int or steps < 1:
+        raise TensortuneError(f"must be at least 1, not {steps}", param="steps")
 
     with about("model"):
         # A model object is the caller's: fine-tuned as a copy (to compare before and after).

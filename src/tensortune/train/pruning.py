@@ -177,13 +177,14 @@ def _shape_dedup(pool: Pool, keep: float, families: np.ndarray,
 
 
 def prune_dataset(dataset: str | Path, method: str, keep: float, out: str | Path, *,
-                  seed: int = 0) -> dict:  # fmt: skip
+                  seed: int = 0, overwrite: bool = False) -> dict:  # fmt: skip
     """Write the programs ``method`` keeps of every group of ``dataset`` (all its hardware) to
     ``out`` as a dataset ``train`` reads; returns its card.  Rows without features (failed
     builds) are kept out, as training leaves them out.  The rows of the networks the card
     holds out (the pool's test networks) are kept whole, labels and all: they are what a model
     of the pruned dataset is scored on, not what it learns from; ``keep`` is a share of the
-    others."""
+    others.  A dataset already in ``out`` is replaced only with ``overwrite``."""
+    from tensortune.datasets.build import check_out_dir
     from tensortune.datasets.shipped import dataset_path
     from tensortune.datasets.subset import write_subset
     from tensortune.train.trainer import dataset_columns
@@ -194,6 +195,7 @@ def prune_dataset(dataset: str | Path, method: str, keep: float, out: str | Path
     if Path(out).resolve() == source.resolve():
         raise TensortuneError("pruning would overwrite its own dataset: give another directory",
                               param="out")  # fmt: skip
+    check_out_dir(out, overwrite=overwrite)  # before the pruning, not after
     columns, card = dataset_columns(dataset)
     held = set(card.get("held_out") or [])
     scored = np.array([bool(held & set(n)) for n in columns["networks"]], dtype=bool)
@@ -214,4 +216,6 @@ def prune_dataset(dataset: str | Path, method: str, keep: float, out: str | Path
         note += (f" The {int(scored.sum())} rows of its held-out networks "
                  f"({', '.join(sorted(held))}) are kept whole.")  # fmt: skip
     chosen = np.sort(np.concatenate([chosen, np.flatnonzero(scored)]))
-    return write_subset(source, chosen, out, description=note, extra=provenance).data
+    return write_subset(
+        source, chosen, out, description=note, extra=provenance, overwrite=overwrite
+    ).data

@@ -58,13 +58,16 @@ def pool_mask(columns: dict, held_out: Sequence[str],
 def select_dataset(dataset: str | Path, selector: str, fraction: float, out: str | Path, *,
                    seed: int = 0, hardware: str | None = None, held_out: tuple[str, ...] = (),
                    acquisition: str = "xgb", params: dict | None = None,
-                   steps: Sequence[float] = FRACTIONS) -> dict:  # fmt: skip
+                   steps: Sequence[float] = FRACTIONS,
+                   overwrite: bool = False) -> dict:  # fmt: skip
     """Write ``selector``'s picks of ``fraction`` of ``dataset``'s programs on one hardware
     (less the tasks of ``held_out`` networks) to ``out`` as a dataset that ``train`` reads.
     The selection grows through the fractions of ``steps`` below ``fraction`` first, as the
     offline study does, so the picks are the study's at that fraction for the same seed and
     fractions (``grow``, an ``acquisition`` model with ``params``, seeded with ``seed``; by
-    default ``bench al``'s fractions).  Returns the new card."""
+    default ``bench al``'s fractions).  A dataset already in ``out`` is replaced only with
+    ``overwrite``.  Returns the new card."""
+    from tensortune.datasets.build import check_out_dir
     from tensortune.datasets.shipped import dataset_path
     from tensortune.datasets.subset import write_subset
     from tensortune.train.trainer import dataset_columns
@@ -81,6 +84,7 @@ def select_dataset(dataset: str | Path, selector: str, fraction: float, out: str
     if Path(out).resolve() == source.resolve():
         raise TensortuneError("the selection would overwrite its own dataset: give another "
                               "directory", param="out")  # fmt: skip
+    check_out_dir(out, overwrite=overwrite)  # before the selection, not after
     columns, card = dataset_columns(dataset)
     unknown = [n for n in held_out if n not in card["networks"]]
     if unknown:
@@ -103,4 +107,5 @@ def select_dataset(dataset: str | Path, selector: str, fraction: float, out: str
             f"--seed {seed}`; labels are against the best program kept of each task.")  # fmt: skip
     # The networks this selection held out, not the source's: the picks may hold those.
     return write_subset(source, chosen, out, description=note,
-                        extra={"held_out": list(held_out), **provenance}).data  # fmt: skip
+                        extra={"held_out": list(held_out), **provenance},
+                        overwrite=overwrite).data  # fmt: skip

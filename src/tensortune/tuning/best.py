@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from tensortune.errors import RecordsError, last_line
 from tensortune.records import RecordStore, records_from
 
 
@@ -61,6 +62,12 @@ def best_programs(
             if tir and best is not None:
                 record = next(store.query(workload_id=wid, hardware_id=hw, target=tgt,
                                           ok_only=True, best_first=True, limit=1))  # fmt: skip
-                program.tir = candidate_from_trace(modules[wid], record.trace).sch.mod.script()
+                try:
+                    replayed = candidate_from_trace(modules[wid], record.trace)
+                except Exception as e:  # a trace that is not JSON, or not of this workload
+                    raise RecordsError(f"the best record of workload {wid} ({name}) is damaged: "
+                                       f"its trace does not replay ({type(e).__name__}: "
+                                       f"{last_line(e)})", param="records") from None  # fmt: skip
+                program.tir = replayed.sch.mod.script()
             out.append(program)
     return out

@@ -92,7 +92,7 @@ def load_model(
             f"cannot load a model from {type(source).__name__}; "
             "give a network name, an .onnx path or an nn.Module"
         )
-    if _names_a_file(source):
+    if names_a_file(source):
         path = Path(source)
         return _from_onnx(name or path.stem, path, target, input_shapes, rewrites)
     network = get_network(str(source))
@@ -114,7 +114,7 @@ def _is_torch_module(source: object) -> bool:
     return torch is not None and isinstance(source, torch.nn.Module)
 
 
-def _names_a_file(source: str | os.PathLike[str]) -> bool:
+def names_a_file(source: str | os.PathLike[str]) -> bool:
     if not isinstance(source, str):
         return True
     if source in NETWORKS:
