@@ -82,6 +82,14 @@ BAD_INPUTS = {
         ["tune", "-w", MM, "-n", "4", "--records", "sqlite:///garbage.db", "--dry-run"],
         ["garbage.db", "file is not a database"],
     ),
+    "export to an empty name": (
+        ["records", "export", "", "--records", "sqlite:///garbage.db"],
+        ["DIR|URL", "empty name"],
+    ),
+    "unknown network in a transfer pair": (
+        ["bench", "transfer", "--pair", "nosuch:resnet18", "--work-dir", "bt"],
+        ["--pair", "unknown network 'nosuch'"],
+    ),
     "records in no directory, dry run": (
         ["tune", "-w", MM, "-n", "4", "--records", "sqlite:///nodir/r.db", "--dry-run"],
         ["nodir", "does not exist"],

@@ -374,3 +374,26 @@ def test_a_metaschedule_database_without_records_is_named_in_the_error(tmp_path)
     (tmp_path / "db" / "database_tuning_record.json").write_text("")
     with pytest.raises(TensortuneError, match=f"{tmp_path / 'db'} holds no tuning records"):
         records_columns(tmp_path / "db")
+
+
+def test_records_that_make_no_dataset_are_named_not_a_temporary_directory(tmp_path):
+    from conftest import fill
+
+    from tensortune.records import open_records
+    from tensortune.records.interop import export_records
+    from tensortune.train.trainer import records_columns
+
+    with open_records(f"sqlite:///{tmp_path / 'r.db'}") as store:
+        fill(store, "matmul:16,16,16", [1e-5, 2e-5])
+        export_records(store, tmp_path / "db")
+    path = tmp_path / "db" / "database_tuning_record.json"
+    lines = []
+    for line in path.read_text().splitlines():
+        workload, (_trace, *rest) = json.loads(line)
+        lines.append(json.dumps([workload, [[[], []], *rest]]))  # no instruction, no decision
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(TensortuneError) as e:
+        records_columns(tmp_path / "db")
+    assert str(tmp_path / "db") in e.value.message and "no usable dataset" in e.value.message
+    assert "/tmp" not in e.value.message.replace(str(tmp_path), "")  # no temporary directory
+    assert e.value.param is None  # the caller says which option named the records

@@ -33,6 +33,8 @@ def test_by_task_takes_a_seed():
     assert (a == b).all() and (a != c).any()
     with pytest.raises(TensortuneError, match="unknown split"):
         split_masks(columns, "by-task:x")
+    with pytest.raises(TensortuneError, match="unknown split 'within-task:5'"):
+        split_masks(columns, "within-task:5")  # takes nothing: not ignored
 
 
 def _timed(repeats: list[list[float]], task: list[int]) -> dict:

@@ -151,8 +151,8 @@ def run(argv: list[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
     except Exception as e:
-        return _fail(1, f"{type(e).__name__}: {last_line(e)} (run with --debug for the "
-                     "traceback)", debug)  # fmt: skip
+        hint = "" if debug else " (run with --debug for the traceback)"
+        return _fail(1, f"{type(e).__name__}: {last_line(e)}{hint}", debug)
     if code == 130:
         errors.print("interrupted: measured records are saved; run the same command to resume")
     return code if isinstance(code, int) else 0

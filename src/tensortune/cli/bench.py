@@ -339,7 +339,7 @@ def e2e(
     from tensortune.cli.options import parse_duration, rename_options
     from tensortune.compare.e2e import ANCHORS, TUNED, bench_e2e, plot_e2e
 
-    rename_options({"max_seconds": "--time"})
+    rename_options({"max_seconds": "--time", "anchors": "--anchor"})
     seconds = parse_duration(time_budget, "max_seconds")
     with Reporter(console, quiet=as_json) as reporter:
         results = bench_e2e(network, max_seconds=seconds, work_dir=work_dir, target=target,

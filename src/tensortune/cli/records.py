@@ -155,6 +155,9 @@ def export(
     from tensortune.records.interop import export_records
 
     rename_options({"directory": "DIR|URL"})
+    if not directory.strip():  # Path("") is the working directory, files and all
+        raise TensortuneError("give a directory or a records URL, not an empty name",
+                              param="directory")  # fmt: skip
     if _is_url(directory):
         given = [n for n, v in (("--top-k", top_k), ("--hardware", hardware),
                                 ("--target", target)) if v is not None]  # fmt: skip

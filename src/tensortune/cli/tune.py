@@ -344,7 +344,10 @@ def _print_plan(plan, as_json: bool) -> None:
     if as_json:
         print_json(described)
         return
-    t = table(f"would tune {len(tasks)} task(s), {plan.trials} trials",
+    budget = [f"{plan.trials} trials"] if plan.trials is not None else []
+    if plan.max_seconds is not None:
+        budget.append(f"for at most {fmt_duration(plan.max_seconds)}")
+    t = table(f"would tune {len(tasks)} task(s), {' '.join(budget)}",
               {"task": "left", "weight": "right", "GFLOP": "right", "fast math": "left"},
               caption=f"target {json.dumps(plan.platform.target)}")  # fmt: skip
     for task in tasks:

@@ -112,8 +112,9 @@ def collect_active(
     from tensortune.measure.runner import TimingConfig
     from tensortune.measure.session import MeasureSession
 
-    if budget < 1 or rounds < 1:
-        raise TensortuneError(f"budget and rounds must be positive, not {budget} and {rounds}")
+    for name, value in (("budget", budget), ("rounds", rounds)):
+        if value < 1:
+            raise TensortuneError(f"must be positive, not {value}", param=name)
     if heaviest is not None and heaviest < 1:  # before the networks load
         raise TensortuneError(f"must be positive, not {heaviest}", param="heaviest")
     with about("selector"):

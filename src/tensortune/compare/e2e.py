@@ -38,7 +38,7 @@ import numpy as np
 
 from tensortune.compare.own_process import OwnProcess
 from tensortune.deploy.compile import build_tuned, seconds_per_call
-from tensortune.errors import TensortuneError, last_line
+from tensortune.errors import TensortuneError, about, last_line
 from tensortune.hardware import Platform, resolve_platform
 from tensortune.hardware.fingerprint import affinity_kept
 
@@ -171,16 +171,23 @@ def bench_e2e(
     threads before TVM first runs anything, and refuses to go on if TVM runs with another
     count."""
     from tensortune.tuning.tune import tune
-    from tensortune.workloads.models import load_model
+    from tensortune.workloads.models import load_model, names_a_file
+    from tensortune.workloads.networks import get_network
 
-    if rounds < 1 or repeat < 1:
-        raise TensortuneError("rounds and repeat must be at least 1")
+    for name, value in (("rounds", rounds), ("repeat", repeat)):
+        if value < 1:
+            raise TensortuneError(f"must be at least 1, not {value}", param=name)
+    for net in networks or DEFAULT_NETWORKS:
+        if not names_a_file(net):  # a typo found before the peak is timed, not after
+            with about("network"):
+                get_network(net)
     platform = resolve_platform(target)
     threads = platform.threads
     os.environ.setdefault("TVM_NUM_THREADS", str(threads))
     unknown = sorted(set(anchors) - set(ANCHORS))
     if unknown:
-        raise TensortuneError(f"unknown anchor {unknown[0]!r} (known: {', '.join(ANCHORS)})")
+        raise TensortuneError(f"unknown anchor {unknown[0]!r} (known: {', '.join(ANCHORS)})",
+                              param="anchors")  # fmt: skip
     work = Path(work_dir)
     work.mkdir(parents=True, exist_ok=True)
     say = progress or (lambda text: None)

@@ -16,9 +16,10 @@ def study_args(seeds: Sequence[int], **names: Sequence[str]) -> tuple[list[int],
     repeats (a name given twice would run twice and count as two seeds): one or more seeds,
     none negative; at least one of each list (the keyword is the parameter it came from)."""
     seeds = list(dict.fromkeys(seeds))
-    if not seeds or min(seeds) < 0:
-        raise TensortuneError(f"give one or more seeds, none negative, not {seeds}",
-                              param="seeds")  # fmt: skip
+    if not seeds:
+        raise TensortuneError("must name at least one seed", param="seeds")
+    if min(seeds) < 0:
+        raise TensortuneError(f"must not be negative, not {min(seeds)}", param="seeds")
     out: list[list] = [seeds]
     for param, given in names.items():
         unique = list(dict.fromkeys(given))

@@ -128,8 +128,9 @@ def build_dataset(
     present = {n for ns in columns["networks"] for n in ns}
     unknown = [n for n in held_out or [] if n not in present]
     if unknown:
+        named = ", ".join(sorted(present)) or "none (no record names its network)"
         raise TensortuneError(f"held-out network {unknown[0]} has no records here; the "
-                              f"networks are: {', '.join(sorted(present))}")  # fmt: skip
+                              f"networks are: {named}", param="held_out")  # fmt: skip
     return write_dataset(out_dir, dict(columns), dict(modules), description=description,
                          task_weights=weights, hardware=hw_seen,
                          extra={"held_out": list(held_out)} if held_out else None,

@@ -36,7 +36,7 @@ def split_masks(columns: dict, spec: str) -> tuple[np.ndarray, np.ndarray]:
     name, _, arg = spec.partition(":")
     held = [a for a in arg.split(",") if a]
     try:
-        if name == "within-task":
+        if name == "within-task" and not arg:
             return splits.within_task(columns["task_id"], columns["program_id"],
                                       hardware=columns["hardware"])  # fmt: skip
         if name == "by-task" and len(held) <= 1 and all(h.isdigit() for h in held):
@@ -248,7 +248,12 @@ def records_columns(directory: str | Path, *, measured_here: bool = False,
             card = build_dataset(store, Path(tmp) / "dataset").data
         if lowered:
             lower_dataset(Path(tmp) / "dataset", workers=usable_cores())
-        columns, _ = dataset_columns(Path(tmp) / "dataset")
+        try:
+            columns, _ = dataset_columns(Path(tmp) / "dataset")
+        except TensortuneError as e:  # about the records given, not a temporary directory
+            why = e.message.replace(f"{Path(tmp) / 'dataset'}/", "")
+            raise TensortuneError(f"{directory}: its records make no usable dataset "
+                                  f"({why})") from None  # fmt: skip
     return columns, card
 
 
