@@ -171,16 +171,14 @@ def bench_e2e(
     threads before TVM first runs anything, and refuses to go on if TVM runs with another
     count."""
     from tensortune.tuning.tune import tune
-    from tensortune.workloads.models import load_model, names_a_file
-    from tensortune.workloads.networks import get_network
+    from tensortune.workloads.models import check_source, load_model
 
     for name, value in (("rounds", rounds), ("repeat", repeat)):
         if value < 1:
             raise TensortuneError(f"must be at least 1, not {value}", param=name)
-    for net in networks or DEFAULT_NETWORKS:
-        if not names_a_file(net):  # a typo found before the peak is timed, not after
-            with about("network"):
-                get_network(net)
+    with about("network"):  # a typo found before the peak is timed, not after
+        for net in networks or DEFAULT_NETWORKS:
+            check_source(net)
     platform = resolve_platform(target)
     threads = platform.threads
     os.environ.setdefault("TVM_NUM_THREADS", str(threads))

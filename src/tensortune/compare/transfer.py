@@ -112,8 +112,7 @@ def bench_transfer(
     (a rerun reuses the source stores)."""
     from tensortune.transfer.run import transfer
     from tensortune.tuning.tune import tune
-    from tensortune.workloads.models import load_model, names_a_file
-    from tensortune.workloads.networks import get_network
+    from tensortune.workloads.models import check_source, load_model
 
     budgets = (
         ("trials_per_task", trials_per_task),
@@ -124,10 +123,9 @@ def bench_transfer(
     for name, value in budgets:
         if type(value) is not int or value < 1:  # before any network loads
             raise TensortuneError(f"must be a positive whole number, not {value!r}", param=name)
-    for name in dict.fromkeys(n for p in pairs or DEFAULT_PAIRS for n in p):
-        if not names_a_file(name):  # a zoo network: a typo found now, not after hours
-            with about("pair"):
-                get_network(name)
+    with about("pair"):  # a typo found now, not after hours of tuning the source
+        for name in dict.fromkeys(n for p in pairs or DEFAULT_PAIRS for n in p):
+            check_source(name)
     platform = resolve_platform(target)
     work = Path(work_dir)
     work.mkdir(parents=True, exist_ok=True)

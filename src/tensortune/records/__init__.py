@@ -48,31 +48,15 @@ def check_url(url: str | os.PathLike) -> tuple[str, str]:
         if Path(path).is_dir():
             raise RecordsError(f"records store {path} is not usable: it is a directory")
         if path != ":memory:":
-            parent = Path(path).resolve().parent
-            if not parent.is_dir():
-                raise RecordsError(f"records store {path}: directory {parent} does not exist")
-            if _not_sqlite(Path(path)):
-                # SQLite's own words, as opening it would say them
-                raise RecordsError(f"records store {path} is not usable: file is not a database")
+            from tensortune.records.sqlite import check_file
+
+            check_file(path)
         return scheme, path
     if scheme in ("postgresql", "postgres"):
         redact(url)  # parses the host and port
         return "postgresql", url
     raise RecordsError(f"unsupported records URL scheme '{scheme}' in {redact(url)!r} "
                        "(supported: sqlite, postgresql)")  # fmt: skip
-
-
-def _not_sqlite(path: Path) -> bool:
-    """Whether ``path`` is a file of some bytes that do not begin as a SQLite database's (an
-    empty file is what a store being created looks like)."""
-    if not path.is_file():  # none there yet (a FIFO would block the read)
-        return False
-    try:
-        with path.open("rb") as f:
-            head = f.read(16)
-    except OSError:
-        return False  # none there yet, or not readable: opening it says which
-    return bool(head) and head != b"SQLite format 3\x00"
 
 
 @contextlib.contextmanager

@@ -35,6 +35,24 @@ _MIGRATIONS = {
 }  # fmt: skip
 
 
+def check_file(path: str) -> None:
+    """The ``RecordsError`` opening a store at ``path`` would raise for its place and its
+    first bytes: a directory that does not exist, a file that is not SQLite's (an empty one is
+    a store being created).  Connects to nothing: ``tune --dry-run`` checks this much."""
+    parent = Path(path).resolve().parent
+    if not parent.is_dir():
+        raise RecordsError(f"records store {path}: directory {parent} does not exist")
+    if not Path(path).is_file():  # none there yet (and a FIFO would block the read)
+        return
+    try:
+        with open(path, "rb") as f:
+            head = f.read(16)
+    except OSError:
+        return  # not readable: connecting says so
+    if head and head != b"SQLite format 3\x00":  # SQLite's own words, as connecting says them
+        raise RecordsError(f"records store {path} is not usable: file is not a database")
+
+
 class SQLiteStore(SQLStore):
     NOW = "((julianday('now') - 2440587.5) * 86400.0)"
 
@@ -44,9 +62,7 @@ class SQLiteStore(SQLStore):
         self.url = url or f"sqlite:///{path}"
         memory = path == ":memory:"
         if not memory:
-            parent = Path(path).resolve().parent
-            if not parent.is_dir():
-                raise RecordsError(f"records store {path}: directory {parent} does not exist")
+            check_file(path)
             if not create and not Path(path).is_file():
                 raise RecordsError(f"no records store at {path}")
         try:

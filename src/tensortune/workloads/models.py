@@ -114,6 +114,13 @@ def _is_torch_module(source: object) -> bool:
     return torch is not None and isinstance(source, torch.nn.Module)
 
 
+def check_source(source: str | os.PathLike[str]) -> None:
+    """Refuse a name that is neither a file nor a zoo network now (``WorkloadError`` listing
+    the known ones), before the minutes of work that come before ``load_model``."""
+    if not names_a_file(source):
+        get_network(str(source))
+
+
 def names_a_file(source: str | os.PathLike[str]) -> bool:
     if not isinstance(source, str):
         return True
