@@ -171,6 +171,32 @@ def test_the_runner_worker_uses_the_requested_thread_count(builder):
         runner.close()
 
 
+def _thread_cores(pid: int) -> dict[int, set[int]]:
+    tasks = Path(f"/proc/{pid}/task")
+    return {int(t.name): os.sched_getaffinity(int(t.name)) for t in tasks.iterdir()}
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="TVM pins no thread on one core")
+def test_the_thread_that_launches_kernels_keeps_off_the_pool_threads_cores(builder):
+    """TVM pins its pool's threads and leaves the caller free to land on one of their cores,
+    where a kernel runs up to twice as slow (``measure.affinity``): after a timing, the
+    worker's main thread may run only where no pinned thread does."""
+    mod = parse_spec("matmul:128,128,128").to_module()
+    (cand,) = sample_candidates(mod, platform(TARGET), 1, seed=1)  # a parallel loop, or more
+    (built,) = _build(builder, [cand.sch.mod])
+    runner = PersistentRunner(TimingConfig(repeat=1, min_repeat_ms=1), num_threads=2)
+    try:
+        _run(runner, [built.artifact_path], [cand.args_info])
+        pid = runner._pool._workers[0].process.pid
+        cores = _thread_cores(pid)
+        main = cores.pop(pid)
+        pinned = set().union(*(c for c in cores.values() if len(c) == 1))
+        assert pinned, "TVM pinned none of its pool threads"
+        assert main and not main & pinned
+    finally:
+        runner.close()
+
+
 class ScriptedCpu:
     """Pressure readings injected into ``measure.contention``: each timing window of 10 ms
     sees the next share of waiting for a CPU from ``shares``."""

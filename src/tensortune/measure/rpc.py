@@ -59,6 +59,7 @@ from tensortune.compat import (
 )
 from tensortune.errors import TensortuneError, last_line
 from tensortune.hardware import Hardware, Platform, current_hardware
+from tensortune.measure.affinity import keep_caller_off_pool_cores
 from tensortune.measure.runner import TimingConfig
 from tensortune.measure.status import Status, tagged
 from tensortune.measure.worker import tie_to_parent
@@ -405,8 +406,10 @@ def register_functions(hardware: Hardware) -> None:
 
 def _set_threads(threads: int) -> None:
     # TVM sizes a process's thread pool from TVM_NUM_THREADS when its first parallel kernel
-    # runs; each session is a fresh fork of the server, which runs no kernel itself.
+    # runs; each session is a fresh fork of the server, which runs no kernel itself.  The
+    # pool is made here, so the session's thread can keep off its threads' cores at once.
     os.environ["TVM_NUM_THREADS"] = str(int(threads))
+    keep_caller_off_pool_cores()
 
 
 def serve(

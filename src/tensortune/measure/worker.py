@@ -192,9 +192,11 @@ def run(
     import numpy as np
     import tvm
 
+    from tensortune.measure.affinity import keep_caller_off_pool_cores
     from tensortune.measure.contention import CpuWatch
 
     began = time.monotonic()
+    keep_caller_off_pool_cores()
     module = _load(path)
     args = _arguments(signature, seed=0)
     if reference is not None:
@@ -242,8 +244,10 @@ def time_model(path: str, inputs: list, repeat: int) -> tuple[list, float, int]:
     (see ``tensortune.deploy.compile``), timed here so that TVM's pool has the worker's size."""
     import tvm
 
+    from tensortune.measure.affinity import keep_caller_off_pool_cores
     from tensortune.measure.executable import time_vm
 
+    keep_caller_off_pool_cores()
     dev = tvm.cpu()
     vm = tvm.relax.VirtualMachine(_load(path), dev)
     outputs, seconds = time_vm(vm, [tvm.runtime.tensor(x, dev) for x in inputs], repeat)
