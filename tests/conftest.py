@@ -45,7 +45,6 @@ def cli(capfd: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch, tmp_path:
     from tensortune.cli.app import run
 
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.setenv("COLUMNS", "200")  # tables whole, whatever terminal runs the tests
     monkeypatch.delenv("TENSORTUNE_DEBUG", raising=False)
     capfd.readouterr()

@@ -64,6 +64,73 @@ def test_speedup_is_time_to_reach_the_defaults_final_latency(bench):
     assert result.speedup["default"] == pytest.approx(base.wall_s / first)
 
 
+def test_every_curve_is_retimed_on_one_clock_from_its_record_breakers(bench):
+    from tensortune.compare.retime import record_breakers
+
+    work, result = bench
+    assert result.retimed
+    for name, run in result.runs.items():
+        # The same points, at the same moments and trials; only the latencies are re-timed.
+        assert [p[:2] for p in run.retimed] == [p[:2] for p in run.curve]
+        assert [p[2] is None for p in run.retimed] == [p[2] is None for p in run.curve]
+        lats = [lat for _, _, lat in run.retimed if lat is not None]
+        assert lats == sorted(lats, reverse=True) and lats[-1] > 0
+        assert run.final(retimed=True) == lats[-1]
+        # Each record-breaker beat every earlier record of its task in the method's own run.
+        breakers = record_breakers(work / name / "records.db")
+        assert breakers and len({task for _, task, _ in breakers}) == 1  # the one task
+        positions = [b[0] for b in breakers]
+        assert positions == sorted(positions) and positions[0] < run.trials
+    data = json.loads((work / "results.json").read_text())
+    assert data["retimed"]["final_latency"] == {k: r.final(True) for k, r in result.runs.items()}
+    assert set(data["retimed"]["speedup"]) == set(result.runs)
+
+
+def test_a_retimed_curve_takes_each_tasks_fastest_record_breaker_so_far():
+    from tensortune.compare.retime import retimed_curve
+
+    curve = [(1.0, 2, 9.0), (2.0, 4, 8.0), (3.0, 6, 7.0)]
+    breakers = [(0, "a", 3.0), (1, "b", 5.0), (2, "a", 4.0), (4, "b", None), (5, "a", 1.0)]
+    again = retimed_curve(curve, breakers, {"a": 1.0, "b": 2.0})
+    # After 2 trials: a 3, b 5; the slower re-timing of a's second breaker does not count,
+    # nor b's that failed now; after 6: a's third breaker, 1.
+    assert again == [(1.0, 2, 13.0), (2.0, 4, 13.0), (3.0, 6, 11.0)]
+    assert retimed_curve(curve[:1], breakers[:1], {"a": 1.0, "b": 2.0}) == [(1.0, 2, None)]
+
+
+def test_retimed_runs_are_kept_and_compared_on_their_own_curves(bench, monkeypatch):
+    from conftest import TARGET
+
+    from tensortune.compare import retime
+
+    work, result = bench
+
+    def not_again(*args, **kwargs):
+        raise AssertionError("a rerun that measured nothing re-timed again")
+
+    monkeypatch.setattr(retime, "retime_methods", not_again)
+    again = bench_tune([SPEC], trials_per_task=8, work_dir=work, target=TARGET,
+                       methods=["default", "draft"])  # fmt: skip
+    assert {k: r.retimed for k, r in again.runs.items()} == {
+        k: r.retimed for k, r in result.runs.items()}  # fmt: skip
+    r = BenchResult(["t"], 4, {}, seed=0)
+    r.runs["default"] = MethodRun("default", 10.0, 4, 1.0, [(10.0, 4, 1.0)])
+    r.runs["other"] = MethodRun("other", 10.0, 4, 0.9, [(2.0, 2, 0.9), (4.0, 4, 0.9)])
+    assert not r.retimed and r.speedup_within(0.0, retimed=True) == {}
+    assert "retimed_speedup" not in summarize_seeds([r])
+    # Timed side by side, the default's programs ran faster than in its run, the other's
+    # slower: the other now gets there only with its second batch.
+    r.runs["default"].retimed = [(10.0, 4, 0.8)]
+    r.runs["other"].retimed = [(2.0, 2, 0.85), (4.0, 4, 0.8)]
+    assert r.speedup["other"] == pytest.approx(5.0)
+    assert r.speedup_within(0.0, retimed=True)["other"] == pytest.approx(2.5)
+    summary = summarize_seeds([r])
+    assert summary["retimed_speedup"]["other"]["seeds"] == [pytest.approx(2.5)]
+    assert summary["retimed_speedup_within_3pct"]["other"]["seeds"] == [pytest.approx(2.5)]
+    with pytest.raises(TensortuneError, match="whole number of rounds"):
+        bench_tune([SPEC], trials_per_task=8, work_dir=work, target=TARGET, retime=-1)
+
+
 def test_a_rerun_keeps_finished_methods_and_the_cli_prints_json(bench, tmp_path):
     from conftest import TARGET
 
@@ -96,6 +163,9 @@ def test_the_cli_prints_a_table_of_each_methods_result(bench, cli):
         assert f"{run.final_latency * 1e6:.1f} µs" in row, row
         speedup = result.speedup[name]
         assert (f"{speedup:.2f}x" if speedup is not None else "not reached") in row, row
+    retimed = out[out.index("re-timed side by side:"):]
+    for name, run in result.runs.items():
+        assert f"{name} {run.final(True) * 1e6:.1f} µs" in " ".join(retimed.split()), retimed
 
 
 def test_a_rerun_with_other_draft_options_runs_only_draft_then_verify_again(bench):

@@ -20,10 +20,14 @@ from tensortune.workloads.ops import OPS
 MM = "matmul:16,16,16"
 
 
-def run_cli(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+def run_cli(cwd: Path, *args: str, cache: Path | None = None) -> subprocess.CompletedProcess:
+    """``tensortune ARGS`` in a process of its own, in ``cwd``.  It keeps what it caches (the
+    machine's speeds, the zoo's task counts) in the suite's cache, measured once for all the
+    commands, or in ``cache``."""
     env = dict(os.environ)
     env["COLUMNS"] = "300"  # rich tables and messages on one line each
-    env["XDG_CACHE_HOME"] = str(cwd / "cache")
+    if cache is not None:
+        env["XDG_CACHE_HOME"] = str(cache)
     env.pop("TENSORTUNE_GPU_INTRINSICS", None)
     return subprocess.run(
         [sys.executable, "-m", "tensortune.cli.app", *args],
@@ -141,7 +145,7 @@ def test_error_message_with_brackets(tmp_path: Path) -> None:
 
 
 def test_workloads_lists_ops_and_networks(tmp_path: Path) -> None:
-    proc = run_cli(tmp_path, "workloads", "--no-tasks")
+    proc = run_cli(tmp_path, "workloads", "--no-tasks", cache=tmp_path / "cache")
     assert proc.returncode == 0, proc.stderr
     words = set(proc.stdout.replace("│", " ").split())
     assert set(OPS) <= words

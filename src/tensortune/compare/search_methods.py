@@ -67,16 +67,25 @@ class MethodRun:
     draft_options: dict[str, float] | None = None  # draft-then-verify's; None: the default run
     verifier: str | None = None  # the model file given for pretrained/moa; None: the shipped one
     alt_stats: dict[str, int] = field(default_factory=dict)  # the alt method's filter counts
+    # The curve with the seed's record-breakers timed again side by side (``compare.retime``);
+    # empty until they are.
+    retimed: list[tuple[float, int, float | None]] = field(default_factory=list)
 
-    def time_to_reach(self, latency: float) -> float | None:
-        return self._first(latency, 0)
+    def final(self, retimed: bool = False) -> float | None:
+        """The last latency of the curve as measured in the run, or as re-timed."""
+        if not retimed:
+            return self.final_latency
+        return next((p[2] for p in reversed(self.retimed) if p[2] is not None), None)
 
-    def trials_to_reach(self, latency: float) -> int | None:
-        return self._first(latency, 1)
+    def time_to_reach(self, latency: float, retimed: bool = False) -> float | None:
+        return self._first(latency, 0, retimed)
 
-    def _first(self, latency: float, which: int):
+    def trials_to_reach(self, latency: float, retimed: bool = False) -> int | None:
+        return self._first(latency, 1, retimed)
+
+    def _first(self, latency: float, which: int, retimed: bool):
         """Time (0) or trials (1) of the first curve point at or below ``latency``."""
-        for point in self.curve:
+        for point in self.retimed if retimed else self.curve:
             if point[2] is not None and point[2] <= latency * (1 + 1e-9):
                 return point[which]
         return None
@@ -96,34 +105,47 @@ class BenchResult:
         took to reach the default's final latency (None: never reached it)."""
         return self.speedup_within(0.0)
 
-    def speedup_within(self, tolerance: float) -> dict[str, float | None]:
+    def speedup_within(self, tolerance: float, retimed: bool = False) -> dict[str, float | None]:
         """The speedup to come within ``tolerance`` (0.01: 1%) of the default's final
-        latency: a run that ends 0.1% above it never "reaches" it, yet got as far."""
-        return self._over_default(lambda base: base.wall_s, MethodRun.time_to_reach, tolerance)
+        latency: a run that ends 0.1% above it never "reaches" it, yet got as far.  With
+        ``retimed``, on the curves re-timed side by side (empty if they were not)."""
+        return self._over_default(lambda base: base.wall_s, MethodRun.time_to_reach, tolerance,
+                                  retimed)  # fmt: skip
 
     @property
     def trial_ratio(self) -> dict[str, float | None]:
         """The default's trials over the trials each method needed to reach its latency."""
         return self._over_default(lambda base: base.trials, MethodRun.trials_to_reach)
 
-    def _over_default(self, total, reach, tolerance: float = 0.0) -> dict[str, float | None]:
+    @property
+    def retimed(self) -> bool:
+        """Whether every run's curve was re-timed with the others (``compare.retime``)."""
+        return bool(self.runs) and all(r.retimed for r in self.runs.values())
+
+    def _over_default(self, total, reach, tolerance: float = 0.0,
+                      retimed: bool = False) -> dict[str, float | None]:  # fmt: skip
         base = self.runs.get("default")
-        if base is None or base.final_latency is None:
+        if base is None or base.final(retimed) is None or (retimed and not self.retimed):
             return {}
+        goal = base.final(retimed) * (1 + tolerance)  # type: ignore[operator]
         out: dict[str, float | None] = {}
         for name, run in self.runs.items():
-            needed = reach(run, base.final_latency * (1 + tolerance))
+            needed = reach(run, goal, retimed)
             out[name] = total(base) / needed if needed else None
         return out
 
     def to_dict(self) -> dict:
-        return {
+        out = {
             "version": RESULTS_VERSION, "tasks": self.tasks,
             "trials_per_task": self.trials_per_task, "target": self.target, "seed": self.seed,
             "methods": {k: asdict(v) for k, v in self.runs.items()},
             "final_latency": {k: v.final_latency for k, v in self.runs.items()},
             "speedup": self.speedup, "trial_ratio": self.trial_ratio,
         }  # fmt: skip
+        if self.retimed:
+            out["retimed"] = {"final_latency": {k: v.final(True) for k, v in self.runs.items()},
+                              "speedup": self.speedup_within(0.0, retimed=True)}  # fmt: skip
+        return out
 
 
 def bench_tune(
@@ -141,6 +163,7 @@ def bench_tune(
     seed: int = 0,
     draft_options: Mapping[str, object] | None = None,
     fast_math: bool = True,
+    retime: int = 3,
     progress: Callable[[str, MethodRun, int], None] | None = None,
 ) -> BenchResult:
     """Run each method on the same tasks with the same budget per task; see the module
@@ -155,6 +178,8 @@ def bench_tune(
     ``{"build_cost_weight": 1}``); a requested method saved with other options is run again
     (the saved runs of methods not requested are kept).
     ``fast_math``: approximate float32 ``exp``/``tanh``/``erf`` (see ``resolve_tasks``).
+    ``retime``: after the methods ran, time every method's record-breakers again in this many
+    rounds, side by side, and keep each curve so re-timed (``compare.retime``); 0: not.
     ``progress(method, run, trials)`` hears each measured batch: the run so far and the trials
     it will measure in all.
     """
@@ -168,6 +193,9 @@ def bench_tune(
     for name, value in (("trials_per_task", trials_per_task), ("max_tasks", max_tasks)):
         if value is not None and value <= 0:
             raise TensortuneError(f"must be positive, not {value}", param=name)
+    if type(retime) is not int or retime < 0:
+        raise TensortuneError(f"must be a whole number of rounds, 0 or more, not {retime!r}",
+                              param="retime")  # fmt: skip
     options = check_options(draft_options or {})
     with about("target"):
         platform = resolve_platform(target)
@@ -189,6 +217,7 @@ def bench_tune(
     result = BenchResult([t.name for t in tasks], trials_per_task, platform.target, seed=seed)
     if saved.is_file():
         result.runs = _saved_runs(_read_results(saved), result)
+    ran = False
     for name in run_order(methods, seed):
         done = result.runs.get(name)
         if done is not None and (
@@ -200,6 +229,10 @@ def bench_tune(
                           options, progress)  # fmt: skip
         run.verifier = given.get(name)
         result.runs[name] = run
+        ran = True
+        saved.write_text(json.dumps(result.to_dict(), indent=1))
+    if retime and (ran or not result.retimed):
+        _retime(result, tasks, work, platform, retime)
         saved.write_text(json.dumps(result.to_dict(), indent=1))
     result.runs = {**{m: result.runs[m] for m in methods if m in result.runs}, **result.runs}
     return result
@@ -244,6 +277,7 @@ def _saved_runs(old: dict, result: BenchResult) -> dict[str, MethodRun]:
     try:
         for name, run in old["methods"].items():
             run["curve"] = [tuple(p) for p in run["curve"]]
+            run["retimed"] = [tuple(p) for p in run.get("retimed", [])]
             run.setdefault("draft_options", None if name == "default" else {})
             runs[name] = MethodRun(**{k: v for k, v in run.items() if k in known})
     except (AttributeError, KeyError, TypeError, ValueError) as e:
@@ -332,6 +366,21 @@ def _run_method(name: str, tasks: list[Task], trials_per_task: int, work: Path,
     if name in ALT_PINGPONG:
         run.alt_stats = dict(strategy.alt_stats)
     return run
+
+
+def _retime(result: BenchResult, tasks: list[Task], work: Path, platform: Platform,
+            rounds: int) -> None:  # fmt: skip
+    """Every run's curve re-timed on one clock (``compare.retime``); none where a run's
+    store is gone (each method's directory holds it)."""
+    from tensortune.compare.retime import retime_methods, retimed_curve
+
+    stores = {name: work / name / "records.db" for name in result.runs}
+    if not all(p.is_file() for p in stores.values()):
+        return
+    timed = retime_methods(stores, tasks, platform, rounds, log_dir=work / "retime")
+    weights = {t.name: t.weight for t in tasks}
+    for name, run in result.runs.items():
+        run.retimed = retimed_curve(run.curve, timed[name], weights)
 
 
 def _shipped(platform: Platform, *, other: bool = False) -> str:

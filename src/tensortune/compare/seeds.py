@@ -61,17 +61,25 @@ def within_key(tolerance: float) -> str:
 def summarize_seeds(results: Sequence[BenchResult]) -> dict:
     """Per method, the speedup and trial ratio of every seed and their medians; how many seeds
     reached the default's final latency; and the speedup to come within 1% and 3% of it, per
-    seed and as mean ± standard error over the seeds.
+    seed and as mean ± standard error over the seeds.  Where every seed's curves were re-timed
+    side by side (``compare.retime``), the speedups again on those: ``retimed_speedup``,
+    ``retimed_speedup_within_1pct``, ...
 
     A seed where the method never got there is ``None`` in the per-seed lists and counts as 0
     in the median and the mean (slower than any speedup); a median of 0 is reported as
     ``None``: most seeds never got there."""
     out: dict[str, dict] = {}
     within = {within_key(t): t for t in TOLERANCES}
-    for key in ("speedup", "trial_ratio", *within):
+    keys: list[tuple[str, float | None, bool]] = [
+        ("speedup", 0.0, False), ("trial_ratio", None, False),
+        *((k, t, False) for k, t in within.items())]  # fmt: skip
+    if results and all(r.retimed for r in results):  # the same, on the re-timed curves
+        keys += [(f"retimed_{k}", t, True) for k, t, _ in keys if t is not None]
+    for key, tolerance, retimed in keys:
         per_method: dict[str, list[float | None]] = {}
         for r in results:
-            values = r.speedup_within(within[key]) if key in within else getattr(r, key)
+            values = (r.trial_ratio if tolerance is None
+                      else r.speedup_within(tolerance, retimed=retimed))  # fmt: skip
             for method, value in values.items():
                 per_method.setdefault(method, []).append(value)
         out[key] = {m: _spread(v) for m, v in per_method.items()}

@@ -1,0 +1,112 @@
+"""One clock for a seed's methods: the programs their curves read, timed again side by side.
+
+``bench tune`` runs its methods one after another, each timing its own programs, and a kernel's
+timing can move between two runs on one machine by more than the methods differ.  On a shared
+2-core Zen 4 guest the same 16 Winograd programs timed a median 1.07-1.46x slower in one
+method's run than in another's of the same seed, and a method "reached" the default's final
+latency or not by that alone (``benchmarks/RESULTS.md``, stops 67 and 68).
+
+A method's curve reads only its record-breakers: the programs that were, when measured, the
+fastest of their task so far in its run.  After a seed's methods have run, every method's
+record-breakers are built once and timed again in ``rounds`` rounds, each round timing all of
+them in a shuffled order, in one session; each curve is then recomputed from the median of
+those timings, a task's latency at each point being its fastest re-timed record-breaker found
+by then.  Methods are then compared on one clock; the curves as measured in the runs are kept.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+from collections.abc import Sequence
+from pathlib import Path
+
+from tensortune.hardware import Platform
+from tensortune.workloads.task import Task
+
+Curve = list[tuple[float, int, float | None]]
+
+
+def record_breakers(store_path: Path) -> list[tuple[int, str, str]]:
+    """``(position, task name, trace)`` of each record of a method's store that was faster
+    than every earlier record of its task; ``position`` counts the store's records (failed
+    ones too) in the order they were measured, from 0."""
+    from tensortune.records.sqlite import SQLiteStore
+
+    store = SQLiteStore(str(store_path), create=False)
+    try:
+        names = {w.id: w.name for w in store.workloads()}
+        records = sorted(store.query(), key=lambda r: r.id or 0)
+    finally:
+        store.close()
+    best: dict[str, float] = {}
+    out = []
+    for position, r in enumerate(records):
+        name = names[r.workload_id]
+        if r.ok and r.cost < best.get(name, float("inf")):
+            best[name] = r.cost
+            out.append((position, name, r.trace))
+    return out
+
+
+def retimed_curve(curve: Curve, breakers: Sequence[tuple[int, str, float | None]],
+                  weights: dict[str, float]) -> Curve:  # fmt: skip
+    """``curve`` with each point's latency recomputed from re-timed record-breakers
+    ``(position, task, seconds or None when it failed now)``: Σ weight x the fastest of each
+    task's record-breakers among the point's trials; None while a task has none."""
+    out: Curve = []
+    for wall, trials, _ in curve:
+        best: dict[str, float] = {}
+        for position, task, seconds in breakers:
+            if position < trials and seconds is not None and task in weights:
+                best[task] = min(seconds, best.get(task, float("inf")))
+        latency = (sum(w * best[t] for t, w in weights.items()) if len(best) == len(weights)
+                   else None)  # fmt: skip
+        out.append((wall, trials, latency))
+    return out
+
+
+def retime_methods(stores: dict[str, Path], tasks: Sequence[Task], platform: Platform,
+                   rounds: int, log_dir: Path | None = None,
+                   ) -> dict[str, list[tuple[int, str, float | None]]]:  # fmt: skip
+    """Each method's record-breakers (``stores``: its records file) with their re-timed
+    seconds, all methods timed in one session (see the module docstring)."""
+    from tensortune.compat import BuilderInput, RunnerInput
+    from tensortune.measure.session import MeasureSession
+    from tensortune.records.convert import candidate_from_trace
+
+    by_name = {t.name: t for t in tasks}
+    breakers = {m: [b for b in record_breakers(p) if b[1] in by_name]
+                for m, p in stores.items()}  # fmt: skip
+    index: dict[tuple[str, str], int] = {}  # one build of a program two methods both found
+    cands = []
+    for rows in breakers.values():
+        for _, task, trace in rows:
+            if (task, trace) not in index:
+                index[task, trace] = len(cands)
+                cands.append(candidate_from_trace(by_name[task].mod, trace))
+    seconds: list[list[float] | None] = [[] for _ in cands]
+    with MeasureSession(platform, log_dir=log_dir) as session:
+        built = session.builder.build([BuilderInput(c.sch.mod, platform.tvm_target)
+                                       for c in cands])  # fmt: skip
+        ok = [i for i, b in enumerate(built) if b.error_msg is None]
+        for i in set(range(len(cands))) - set(ok):
+            seconds[i] = None  # built in its run, not now: not counted
+        rng = random.Random(0)
+        for _ in range(rounds):
+            order = rng.sample(ok, len(ok))
+            inputs = [RunnerInput(built[i].artifact_path, "cpu", cands[i].args_info)
+                      for i in order]  # fmt: skip
+            futures = session.runner.run(inputs)
+            for i, future in zip(order, futures, strict=True):
+                result = future.result()
+                kept = seconds[i]
+                if kept is None:
+                    continue
+                if result.error_msg is not None or not result.run_secs:
+                    seconds[i] = None  # a program that fails now is not counted
+                else:
+                    kept.append(statistics.median(float(s) for s in result.run_secs))
+    timed = [statistics.median(s) if s else None for s in seconds]
+    return {m: [(pos, task, timed[index[task, trace]]) for pos, task, trace in rows]
+            for m, rows in breakers.items()}  # fmt: skip
