@@ -103,7 +103,7 @@ def tune(
             "side by side in ROUNDS rounds and report the speedups on that one clock too; 0: "
             "not.",
         ),
-    ] = 3,
+    ] = 5,
 ) -> None:
     """Compare search methods on the same tasks, budget per task, builder and runner.
 

@@ -9,7 +9,7 @@ latency or not by that alone (``benchmarks/RESULTS.md``, stops 67 and 68).
 A method's curve reads only its record-breakers: the programs that were, when measured, the
 fastest of their task so far in its run.  After a seed's methods have run, every method's
 record-breakers are built once and timed again in ``rounds`` rounds, each round timing all of
-them in a shuffled order, in one session; each curve is then recomputed from the median of
+them in a shuffled order, in one session; each curve is then recomputed from the fastest of
 those timings, a task's latency at each point being its fastest re-timed record-breaker found
 by then.  Methods are then compared on one clock; the curves as measured in the runs are kept.
 """
@@ -107,6 +107,8 @@ def retime_methods(stores: dict[str, Path], tasks: Sequence[Task], platform: Pla
                     seconds[i] = None  # a program that fails now is not counted
                 else:
                     kept.append(statistics.median(float(s) for s in result.run_secs))
-    timed = [statistics.median(s) if s else None for s in seconds]
+    # The fastest round: what moves a timing here only ever slows it (another tenant's load,
+    # a thread left on a busy core), so the least slowed round is the least wrong.
+    timed = [min(s) if s else None for s in seconds]
     return {m: [(pos, task, timed[index[task, trace]]) for pos, task, trace in rows]
             for m, rows in breakers.items()}  # fmt: skip

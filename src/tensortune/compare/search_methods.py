@@ -163,7 +163,7 @@ def bench_tune(
     seed: int = 0,
     draft_options: Mapping[str, object] | None = None,
     fast_math: bool = True,
-    retime: int = 3,
+    retime: int = 5,
     progress: Callable[[str, MethodRun, int], None] | None = None,
 ) -> BenchResult:
     """Run each method on the same tasks with the same budget per task; see the module
