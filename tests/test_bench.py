@@ -163,7 +163,7 @@ def test_the_cli_prints_a_table_of_each_methods_result(bench, cli):
         assert f"{run.final_latency * 1e6:.1f} µs" in row, row
         speedup = result.speedup[name]
         assert (f"{speedup:.2f}x" if speedup is not None else "not reached") in row, row
-    retimed = out[out.index("re-timed side by side:"):]
+    retimed = out[out.index("re-timed side by side:") :]
     for name, run in result.runs.items():
         assert f"{name} {run.final(True) * 1e6:.1f} µs" in " ".join(retimed.split()), retimed
 
