@@ -15,6 +15,7 @@ from tensortune.compare.plots import plot_curves
 from tensortune.compare.search_methods import BenchResult, MethodRun, bench_tune, run_order
 from tensortune.compare.seeds import summarize_seeds
 from tensortune.errors import TensortuneError
+from tensortune.records.sqlite import SQLiteStore
 
 SPEC = "matmul:64,64,64"
 
@@ -76,11 +77,14 @@ def test_every_curve_is_retimed_on_one_clock_from_its_record_breakers(bench):
         lats = [lat for _, _, lat in run.retimed if lat is not None]
         assert lats == sorted(lats, reverse=True) and lats[-1] > 0
         assert run.final(retimed=True) == lats[-1]
-        # Each record-breaker beat every earlier record of its task in the method's own run.
+        # The last record-breaker of the one task is the store's best record.
+        store = SQLiteStore(str(work / name / "records.db"), create=False)
+        ids = sorted(r.id for r in store.query())
+        (best,) = store.query(ok_only=True, best_first=True, limit=1)
+        store.close()
         breakers = record_breakers(work / name / "records.db")
-        assert breakers and len({task for _, task, _ in breakers}) == 1  # the one task
-        positions = [b[0] for b in breakers]
-        assert positions == sorted(positions) and positions[0] < run.trials
+        assert len({task for _, task, _ in breakers}) == 1
+        assert breakers[-1][0] == ids.index(best.id) and breakers[-1][2] == best.trace
     data = json.loads((work / "results.json").read_text())
     assert data["retimed"]["final_latency"] == {k: r.final(True) for k, r in result.runs.items()}
     assert set(data["retimed"]["speedup"]) == set(result.runs)
@@ -129,6 +133,49 @@ def test_retimed_runs_are_kept_and_compared_on_their_own_curves(bench, monkeypat
     assert summary["retimed_speedup_within_3pct"]["other"]["seeds"] == [pytest.approx(2.5)]
     with pytest.raises(TensortuneError, match="whole number of rounds"):
         bench_tune([SPEC], trials_per_task=8, work_dir=work, target=TARGET, retime=-1)
+
+
+def test_a_program_that_no_longer_replays_or_a_store_that_is_not_the_runs_is_left_out(
+        bench, monkeypatch):  # fmt: skip
+    from conftest import TARGET
+
+    from tensortune.compare.retime import record_breakers, retime_methods
+    from tensortune.hardware import resolve_platform
+    from tensortune.records import convert
+    from tensortune.workloads.resolve import resolve_tasks
+
+    work, result = bench
+    platform = resolve_platform(TARGET)
+    tasks = resolve_tasks([SPEC], platform=platform)
+    replay, calls = convert.candidate_from_trace, []
+
+    def first_fails(mod, trace):
+        calls.append(trace)
+        if len(calls) == 1:
+            raise ValueError("this trace does not fit")
+        return replay(mod, trace)
+
+    monkeypatch.setattr(convert, "candidate_from_trace", first_fails)
+    stores = {name: work / name / "records.db" for name in result.runs}
+    timed = retime_methods(stores, tasks, platform, rounds=1)
+    monkeypatch.undo()
+    pairs = [(trace, seconds) for name, path in stores.items()
+             for (_, _, trace), (_, _, seconds) in zip(record_breakers(path), timed[name],
+                                                       strict=True)]  # fmt: skip
+    assert len(pairs) > 1
+    for trace, seconds in pairs:  # the one that failed to replay, wherever it was found
+        assert (seconds is None) == (trace == calls[0]) and (seconds is None or seconds > 0)
+    # A method's store gone: the others are re-timed, the seed gets no re-timed verdict.
+    (work / "draft" / "records.db").unlink()
+    saved = json.loads((work / "results.json").read_text())
+    for run in saved["methods"].values():
+        run["retimed"] = []
+    (work / "results.json").write_text(json.dumps(saved))
+    with pytest.warns(UserWarning, match="draft's saved run: its curve is not re-timed"):
+        again = bench_tune([SPEC], trials_per_task=8, work_dir=work, target=TARGET,
+                           methods=["default", "draft"], retime=1)  # fmt: skip
+    assert again.runs["default"].retimed and not again.runs["draft"].retimed
+    assert not again.retimed and "retimed" not in json.loads((work / "results.json").read_text())
 
 
 def test_a_rerun_keeps_finished_methods_and_the_cli_prints_json(bench, tmp_path):
@@ -291,6 +338,20 @@ def test_seeds_are_summarized_by_their_median_speedup():
     assert summary["final_latency"]["fast"] == [1.0, 1.0, 1.2]
     never = summarize_seeds([seed(0, None), seed(1, None), seed(2, 2.0)])
     assert never["speedup"]["fast"]["median"] is None  # most seeds never reached it
+
+
+def test_a_seed_whose_default_set_no_goal_counts_as_unreached_not_as_missing():
+    def seed(s: int, default_final: float | None) -> BenchResult:
+        r = BenchResult(["t"], 4, {}, seed=s)
+        r.runs["default"] = MethodRun("default", 10.0, 4, default_final,
+                                      [(10.0, 4, default_final)])  # fmt: skip
+        r.runs["fast"] = MethodRun("fast", 10.0, 4, 1.0, [(2.0, 4, 1.0)])
+        return r
+
+    summary = summarize_seeds([seed(0, 1.0), seed(1, None), seed(2, 1.0)])
+    fast = summary["speedup"]["fast"]
+    assert fast["seeds"] == [5.0, None, 5.0] and fast["reached"] == 2
+    assert fast["mean"] == pytest.approx(10 / 3)
 
 
 def test_a_run_ending_just_above_the_defaults_latency_counts_within_a_tolerance():

@@ -177,7 +177,7 @@ def _thread_cores(pid: int) -> dict[int, set[int]]:
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="TVM pins no thread on one core")
-def test_the_thread_that_launches_kernels_keeps_off_the_pool_threads_cores(builder):
+def test_the_thread_that_launches_kernels_keeps_off_the_pool_threads_cores(builder, tmp_path):
     """TVM pins its pool's threads and leaves the caller free to land on one of their cores,
     where a kernel runs up to twice as slow (``measure.affinity``): after a timing, the
     worker's main thread may run only where no pinned thread does."""
@@ -193,6 +193,9 @@ def test_the_thread_that_launches_kernels_keeps_off_the_pool_threads_cores(build
         pinned = set().union(*(c for c in cores.values() if len(c) == 1))
         assert pinned, "TVM pinned none of its pool threads"
         assert main and not main & pinned
+        # Taken over by another pool (builds, say), the worker gets all its cores back.
+        runner._pool.map("adopt", [(str(tmp_path), None)], timeout_s=30)
+        assert _thread_cores(pid)[pid] == os.sched_getaffinity(0)
     finally:
         runner.close()
 

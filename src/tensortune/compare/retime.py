@@ -49,6 +49,17 @@ def record_breakers(store_path: Path) -> list[tuple[int, str, str]]:
     return out
 
 
+def records_in(store_path: Path) -> int:
+    """How many measurements a method's store holds, failed ones too."""
+    from tensortune.records.sqlite import SQLiteStore
+
+    store = SQLiteStore(str(store_path), create=False)
+    try:
+        return store.count()
+    finally:
+        store.close()
+
+
 def retimed_curve(curve: Curve, breakers: Sequence[tuple[int, str, float | None]],
                   weights: dict[str, float]) -> Curve:  # fmt: skip
     """``curve`` with each point's latency recomputed from re-timed record-breakers
@@ -73,42 +84,46 @@ def retime_methods(stores: dict[str, Path], tasks: Sequence[Task], platform: Pla
     seconds, all methods timed in one session (see the module docstring)."""
     from tensortune.compat import BuilderInput, RunnerInput
     from tensortune.measure.session import MeasureSession
-    from tensortune.records.convert import candidate_from_trace
 
     by_name = {t.name: t for t in tasks}
     breakers = {m: [b for b in record_breakers(p) if b[1] in by_name]
                 for m, p in stores.items()}  # fmt: skip
     index: dict[tuple[str, str], int] = {}  # one build of a program two methods both found
-    cands = []
+    cands: list = []  # None: the trace no longer replays on its task (not counted)
     for rows in breakers.values():
         for _, task, trace in rows:
             if (task, trace) not in index:
                 index[task, trace] = len(cands)
-                cands.append(candidate_from_trace(by_name[task].mod, trace))
-    seconds: list[list[float] | None] = [[] for _ in cands]
+                cands.append(_replayed(by_name[task].mod, trace))
+    seconds: list[list[float]] = [[] for _ in cands]
     with MeasureSession(platform, log_dir=log_dir) as session:
-        built = session.builder.build([BuilderInput(c.sch.mod, platform.tvm_target)
-                                       for c in cands])  # fmt: skip
-        ok = [i for i, b in enumerate(built) if b.error_msg is None]
-        for i in set(range(len(cands))) - set(ok):
-            seconds[i] = None  # built in its run, not now: not counted
+        todo = [i for i, c in enumerate(cands) if c is not None]
+        built = session.builder.build([BuilderInput(cands[i].sch.mod, platform.tvm_target)
+                                       for i in todo])  # fmt: skip
+        # A program that does not build now is not counted; it built in its run.
+        artifacts = {i: b.artifact_path for i, b in zip(todo, built, strict=True)
+                     if b.error_msg is None}  # fmt: skip
         rng = random.Random(0)
         for _ in range(rounds):
-            order = rng.sample(ok, len(ok))
-            inputs = [RunnerInput(built[i].artifact_path, "cpu", cands[i].args_info)
-                      for i in order]  # fmt: skip
-            futures = session.runner.run(inputs)
-            for i, future in zip(order, futures, strict=True):
+            order = rng.sample(sorted(artifacts), len(artifacts))
+            inputs = [RunnerInput(artifacts[i], "cpu", cands[i].args_info) for i in order]
+            for i, future in zip(order, session.runner.run(inputs), strict=True):
                 result = future.result()
-                kept = seconds[i]
-                if kept is None:
-                    continue
-                if result.error_msg is not None or not result.run_secs:
-                    seconds[i] = None  # a program that fails now is not counted
-                else:
-                    kept.append(statistics.median(float(s) for s in result.run_secs))
+                if result.error_msg is None and result.run_secs:  # a failed round: skipped
+                    seconds[i].append(statistics.median(float(s) for s in result.run_secs))
     # The fastest round: what moves a timing here only ever slows it (another tenant's load,
     # a thread left on a busy core), so the least slowed round is the least wrong.
     timed = [min(s) if s else None for s in seconds]
     return {m: [(pos, task, timed[index[task, trace]]) for pos, task, trace in rows]
             for m, rows in breakers.items()}  # fmt: skip
+
+
+def _replayed(mod: object, trace: str) -> object | None:
+    """The candidate of ``trace`` on ``mod``, or None where it no longer replays (another
+    version of TVM, say)."""
+    from tensortune.records.convert import candidate_from_trace
+
+    try:
+        return candidate_from_trace(mod, trace)
+    except Exception:  # TVM raises its own errors, of many kinds, for a trace that misfits
+        return None

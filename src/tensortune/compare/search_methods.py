@@ -32,6 +32,7 @@ import json
 import os
 import shutil
 import time
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -231,9 +232,12 @@ def bench_tune(
         result.runs[name] = run
         ran = True
         saved.write_text(json.dumps(result.to_dict(), indent=1))
+    if ran:  # re-timed with runs that are gone: not on this clock
+        for run in result.runs.values():
+            run.retimed = []
     if retime and (ran or not result.retimed):
         _retime(result, tasks, work, platform, retime)
-        saved.write_text(json.dumps(result.to_dict(), indent=1))
+    saved.write_text(json.dumps(result.to_dict(), indent=1))
     result.runs = {**{m: result.runs[m] for m in methods if m in result.runs}, **result.runs}
     return result
 
@@ -370,17 +374,29 @@ def _run_method(name: str, tasks: list[Task], trials_per_task: int, work: Path,
 
 def _retime(result: BenchResult, tasks: list[Task], work: Path, platform: Platform,
             rounds: int) -> None:  # fmt: skip
-    """Every run's curve re-timed on one clock (``compare.retime``); none where a run's
-    store is gone (each method's directory holds it)."""
-    from tensortune.compare.retime import retime_methods, retimed_curve
+    """Every run's curve re-timed on one clock (``compare.retime``), but a run whose store
+    (in its method's directory) is gone or holds other measurements than the run counted:
+    that one is named in a warning, and the seed has no re-timed verdict."""
+    from tensortune.compare.retime import records_in, retime_methods, retimed_curve
 
-    stores = {name: work / name / "records.db" for name in result.runs}
-    if not all(p.is_file() for p in stores.values()):
-        return
+    stores = {}
+    for name, run in result.runs.items():
+        path = work / name / "records.db"
+        try:
+            held = records_in(path) if path.is_file() else None
+        except TensortuneError:  # damaged
+            held = None
+        if held == run.trials:
+            stores[name] = path
+        else:
+            warnings.warn(f"tensortune: {path} does not hold the {run.trials} measurements "
+                          f"of {name}'s saved run: its curve is not re-timed",
+                          stacklevel=3)  # fmt: skip
     timed = retime_methods(stores, tasks, platform, rounds, log_dir=work / "retime")
     weights = {t.name: t.weight for t in tasks}
-    for name, run in result.runs.items():
-        run.retimed = retimed_curve(run.curve, timed[name], weights)
+    for name, rows in timed.items():
+        run = result.runs[name]
+        run.retimed = retimed_curve(run.curve, rows, weights)
 
 
 def _shipped(platform: Platform, *, other: bool = False) -> str:

@@ -80,8 +80,8 @@ def summarize_seeds(results: Sequence[BenchResult]) -> dict:
         for r in results:
             values = (r.trial_ratio if tolerance is None
                       else r.speedup_within(tolerance, retimed=retimed))  # fmt: skip
-            for method, value in values.items():
-                per_method.setdefault(method, []).append(value)
+            for method in r.runs:  # one value a seed: None where the default set no goal
+                per_method.setdefault(method, []).append(values.get(method))
         out[key] = {m: _spread(v) for m, v in per_method.items()}
     out["final_latency"] = {
         m: [r.runs[m].final_latency for r in results if m in r.runs]

@@ -7,14 +7,20 @@ there while a core stays idle: a kernel of several parallel loops then times up 
 slow, and stays so for as long as the thread stays put.  Seen on a 2-core Zen 4 guest: the
 same Winograd convolution timed 0.52 ms with the caller on core 0 and 1.03 ms on core 1, in
 every one of three processes; in tuning, one process's whole batch of a task came out 1.1-1.5x
-slower than another's.  Restricting the caller to the cores no pinned thread holds gives each
-of the pool's threads a core of its own, in every process.
+slower than another's.  Restricting the caller to the cores no pinned thread holds keeps it
+off theirs in every process (with SMT, a free core's sibling may still be a pinned one's).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
+
+# The calling thread's cores before this module first restricted it, and what it gave it
+# last: a thread started since inherits that set, and is no pinned pool thread.
+_before: frozenset[int] | None = None
+_given: frozenset[int] | None = None
 
 
 def keep_caller_off_pool_cores() -> frozenset[int] | None:
@@ -27,6 +33,7 @@ def keep_caller_off_pool_cores() -> frozenset[int] | None:
     """
     import tvm
 
+    global _before, _given
     tvm.get_global_func("runtime.NumThreads")()  # the calling thread's pool, made if new
     try:
         me = threading.get_native_id()
@@ -39,13 +46,26 @@ def keep_caller_off_pool_cores() -> frozenset[int] | None:
                 cores = os.sched_getaffinity(int(name))
             except OSError:  # the thread ended meanwhile
                 continue
-            if len(cores) == 1:
+            if len(cores) == 1 and cores != _given:
                 pinned |= cores
         free = mine - pinned
         if not pinned or not free:
             return None
         if free != mine:
+            if _before is None:
+                _before = frozenset(mine)
             os.sched_setaffinity(0, free)  # 0: this thread only, on Linux
-        return frozenset(free)
+        _given = frozenset(free)
+        return _given
     except (OSError, AttributeError, ValueError):  # no /proc, no affinity calls
         return None
+
+
+def release_caller() -> None:
+    """Give the calling thread back the cores it had before it was kept off the pool's (a
+    measurement worker taken over for other work, builds say, needs them all)."""
+    global _before, _given
+    if _before is not None:
+        with contextlib.suppress(OSError):
+            os.sched_setaffinity(0, _before)
+    _before = _given = None

@@ -261,8 +261,12 @@ def _ping() -> int:
 def adopt(cwd: str | None, log_path: str | None) -> int:
     """Take up the working directory and log of the pool that takes this (idle) worker over,
     as if it had been started there, forgetting the kernels it loaded for the last one (a
-    path of theirs, removed, may name another file now)."""
+    path of theirs, removed, may name another file now) and the cores its timings kept it
+    off."""
+    from tensortune.measure.affinity import release_caller
+
     _loaded.clear()
+    release_caller()
     if cwd is not None:
         try:
             here = os.getcwd()
