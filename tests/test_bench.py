@@ -87,7 +87,8 @@ def test_every_curve_is_retimed_on_one_clock_from_its_record_breakers(bench):
         assert breakers[-1][0] == ids.index(best.id) and breakers[-1][2] == best.trace
     data = json.loads((work / "results.json").read_text())
     assert data["retimed"]["final_latency"] == {k: r.final(True) for k, r in result.runs.items()}
-    assert set(data["retimed"]["speedup"]) == set(result.runs)
+    assert set(data["retimed"]["speedup"]) == set(data["retimed"]["trial_ratio"]) == set(
+        result.runs)  # fmt: skip
 
 
 def test_a_retimed_curve_takes_each_tasks_fastest_record_breaker_so_far():
@@ -128,9 +129,11 @@ def test_retimed_runs_are_kept_and_compared_on_their_own_curves(bench, monkeypat
     r.runs["other"].retimed = [(2.0, 2, 0.85), (4.0, 4, 0.8)]
     assert r.speedup["other"] == pytest.approx(5.0)
     assert r.speedup_within(0.0, retimed=True)["other"] == pytest.approx(2.5)
+    assert r.trial_ratio["other"] == 2.0 and r.trials_over_default(True)["other"] == 1.0
     summary = summarize_seeds([r])
     assert summary["retimed_speedup"]["other"]["seeds"] == [pytest.approx(2.5)]
     assert summary["retimed_speedup_within_3pct"]["other"]["seeds"] == [pytest.approx(2.5)]
+    assert summary["retimed_trial_ratio"]["other"]["seeds"] == [1.0]
     with pytest.raises(TensortuneError, match="whole number of rounds"):
         bench_tune([SPEC], trials_per_task=8, work_dir=work, target=TARGET, retime=-1)
 

@@ -165,8 +165,10 @@ def tune(
             again = summary.get("retimed_speedup", {}).get(m)
             if again is not None:
                 each = ", ".join(fmt_ratio(x) for x in again["seeds"])
-                console.print(f"  re-timed: median {fmt_ratio(again['median'])} ({each}), "
-                              f"reached in {again['reached']} of {n}; "
+                trials = ", ".join(fmt_ratio(x)
+                                   for x in summary["retimed_trial_ratio"][m]["seeds"])  # fmt: skip
+                console.print(f"  re-timed: median {fmt_ratio(again['median'])} ({each}; in "
+                              f"trials {trials}), reached in {again['reached']} of {n}; "
                               f"{_near(summary, m, n, 'retimed_')}")  # fmt: skip
 
 
@@ -199,9 +201,10 @@ def _print_bench(result) -> None:
         )  # fmt: skip
     print_table(t)
     if result.retimed:
-        again = result.speedup_within(0.0, retimed=True)
+        again, trials = result.speedup_within(0.0, retimed=True), result.trials_over_default(True)
         console.print("re-timed side by side: " + "; ".join(
-            f"{name} {fmt_seconds(run.final(True))}, speedup {fmt_ratio(again.get(name))}"
+            f"{name} {fmt_seconds(run.final(True))}, speedup {fmt_ratio(again.get(name))} "
+            f"(in trials {fmt_ratio(trials.get(name))})"
             for name, run in result.runs.items()))  # fmt: skip
 
 

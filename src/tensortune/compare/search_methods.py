@@ -116,7 +116,13 @@ class BenchResult:
     @property
     def trial_ratio(self) -> dict[str, float | None]:
         """The default's trials over the trials each method needed to reach its latency."""
-        return self._over_default(lambda base: base.trials, MethodRun.trials_to_reach)
+        return self.trials_over_default()
+
+    def trials_over_default(self, retimed: bool = False) -> dict[str, float | None]:
+        """``trial_ratio``, or with ``retimed`` the same on the re-timed curves: counted in
+        trials, on one clock, what is left of a comparison is the search's."""
+        return self._over_default(lambda base: base.trials, MethodRun.trials_to_reach, 0.0,
+                                  retimed)  # fmt: skip
 
     @property
     def retimed(self) -> bool:
@@ -145,7 +151,8 @@ class BenchResult:
         }  # fmt: skip
         if self.retimed:
             out["retimed"] = {"final_latency": {k: v.final(True) for k, v in self.runs.items()},
-                              "speedup": self.speedup_within(0.0, retimed=True)}  # fmt: skip
+                              "speedup": self.speedup_within(0.0, retimed=True),
+                              "trial_ratio": self.trials_over_default(retimed=True)}  # fmt: skip
         return out
 
 

@@ -62,8 +62,8 @@ def summarize_seeds(results: Sequence[BenchResult]) -> dict:
     """Per method, the speedup and trial ratio of every seed and their medians; how many seeds
     reached the default's final latency; and the speedup to come within 1% and 3% of it, per
     seed and as mean ± standard error over the seeds.  Where every seed's curves were re-timed
-    side by side (``compare.retime``), the speedups again on those: ``retimed_speedup``,
-    ``retimed_speedup_within_1pct``, ...
+    side by side (``compare.retime``), all of these again on those: ``retimed_speedup``,
+    ``retimed_trial_ratio``, ``retimed_speedup_within_1pct``, ...
 
     A seed where the method never got there is ``None`` in the per-seed lists and counts as 0
     in the median and the mean (slower than any speedup); a median of 0 is reported as
@@ -74,11 +74,11 @@ def summarize_seeds(results: Sequence[BenchResult]) -> dict:
         ("speedup", 0.0, False), ("trial_ratio", None, False),
         *((k, t, False) for k, t in within.items())]  # fmt: skip
     if results and all(r.retimed for r in results):  # the same, on the re-timed curves
-        keys += [(f"retimed_{k}", t, True) for k, t, _ in keys if t is not None]
+        keys += [(f"retimed_{k}", t, True) for k, t, _ in keys]
     for key, tolerance, retimed in keys:
         per_method: dict[str, list[float | None]] = {}
         for r in results:
-            values = (r.trial_ratio if tolerance is None
+            values = (r.trials_over_default(retimed) if tolerance is None
                       else r.speedup_within(tolerance, retimed=retimed))  # fmt: skip
             for method in r.runs:  # one value a seed: None where the default set no goal
                 per_method.setdefault(method, []).append(values.get(method))
