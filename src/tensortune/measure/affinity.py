@@ -6,9 +6,10 @@ run on any core.  When Linux leaves that thread on a pinned worker's core, the t
 there while a core stays idle: a kernel of several parallel loops then times up to twice as
 slow, and stays so for as long as the thread stays put.  Seen on a 2-core Zen 4 guest: the
 same Winograd convolution timed 0.52 ms with the caller on core 0 and 1.03 ms on core 1, in
-every one of three processes; in tuning, one process's whole batch of a task came out 1.1-1.5x
-slower than another's.  Restricting the caller to the cores no pinned thread holds keeps it
-off theirs in every process (with SMT, a free core's sibling may still be a pinned one's).
+every one of three processes.  Restricting the caller to the cores no pinned thread holds
+keeps it off theirs in every process (with SMT, a free core's sibling may still be a pinned
+one's).  It does not steady a machine whose timings move for reasons of its own: there
+``bench tune`` compares methods on one clock (``compare.retime``).
 """
 
 from __future__ import annotations
