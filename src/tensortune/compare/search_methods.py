@@ -20,7 +20,10 @@ Each method tunes into a store of its own; each seed runs them in another order
 (``run_order``).  The curve is the network latency estimate
 (Σ task weight x best latency) after every measured batch, against wall time and trials; the
 search-time speedup of a method is the default's total time over the time the method needed
-to reach the default's final latency (algorithms.md §1.6).  Finished methods are kept in
+to reach the default's final latency (algorithms.md §1.6).  After the methods ran, every
+program a curve reads is timed again side by side and the speedups are given on that one
+clock too (``compare.retime``): a timing can move between two runs by more than the methods
+differ.  Finished methods are kept in
 ``results.json`` in the work directory: a rerun skips them unless it asks for other
 draft-then-verify options or they were saved by another version of this benchmark (an
 interrupted method restarts).
