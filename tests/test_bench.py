@@ -223,7 +223,7 @@ def test_a_rerun_with_other_draft_options_runs_only_draft_then_verify_again(benc
 
     work, result = bench
     again = bench_tune([SPEC], trials_per_task=8, work_dir=work, target=TARGET,
-                       methods=["default", "draft"],
+                       methods=["default", "draft"], retime=0,
                        draft_options={"per_round": "4", "build_cost_weight": 0})  # fmt: skip
     assert again.runs["default"].curve == result.runs["default"].curve  # kept, not re-measured
     draft = again.runs["draft"]
@@ -245,7 +245,7 @@ def test_a_rerun_with_another_seed_measures_again(bench):
 
     work, result = bench
     again = bench_tune([SPEC], trials_per_task=8, work_dir=work, target=TARGET, methods=["default"],
-                       seed=1)  # fmt: skip
+                       seed=1, retime=0)  # fmt: skip
     assert again.seed == 1 and set(again.runs) == {"default"}  # seed 0's runs were not reused
     assert again.runs["default"].curve != result.runs["default"].curve
     saved = json.loads((work / "results.json").read_text())
@@ -260,7 +260,7 @@ def test_runs_saved_by_another_version_of_the_benchmark_are_measured_again(bench
     del saved["version"]  # as written before the clock started after the one-off costs
     (tmp_path / "results.json").write_text(json.dumps(saved))
     again = bench_tune(
-        [SPEC], trials_per_task=8, work_dir=tmp_path, target=TARGET, methods=["default"]
+        [SPEC], trials_per_task=8, work_dir=tmp_path, target=TARGET, methods=["default"], retime=0
     )
     assert set(again.runs) == {"default"}  # the saved draft run was dropped, not kept
     assert again.runs["default"].curve != result.runs["default"].curve
@@ -274,12 +274,14 @@ def test_a_saved_run_with_another_verifier_is_measured_again(bench, tmp_path):
     saved["methods"]["moa"] = {**saved["methods"]["draft"], "method": "moa",
                                "draft_options": {}, "verifier": "elsewhere.ttm"}  # fmt: skip
     (tmp_path / "results.json").write_text(json.dumps(saved))
-    again = bench_tune([SPEC], trials_per_task=8, work_dir=tmp_path, target=TARGET, methods=["moa"])
+    again = bench_tune([SPEC], trials_per_task=8, work_dir=tmp_path, target=TARGET, methods=["moa"],
+                       retime=0)  # fmt: skip
     moa = again.runs["moa"]
     assert moa.verifier is None  # the shipped source, not the saved run's
     assert moa.trials == 8 and moa.curve != saved["methods"]["moa"]["curve"]
     assert json.loads((tmp_path / "results.json").read_text())["methods"]["moa"]["verifier"] is None
-    kept = bench_tune([SPEC], trials_per_task=8, work_dir=tmp_path, target=TARGET, methods=["moa"])
+    kept = bench_tune([SPEC], trials_per_task=8, work_dir=tmp_path, target=TARGET, methods=["moa"],
+                      retime=0)  # fmt: skip
     assert kept.runs["moa"].curve == moa.curve  # same verifier: the saved run stands
 
 
@@ -384,7 +386,7 @@ def test_the_cli_runs_each_seed_in_its_own_directory(tmp_path):
 
     args = ["bench", "tune", "-w", SPEC, "--trials-per-task", "8", "--work-dir", str(tmp_path),
             "--target", json.dumps(TARGET), "--method", "default", "--seed", "3", "--seed",
-            "4"]  # fmt: skip
+            "4", "--retime", "0"]  # fmt: skip
     out = CliRunner().invoke(app, [*args, "--json"])
     assert out.exit_code == 0, out.output
     data = json.loads(out.output)
@@ -398,6 +400,7 @@ def test_the_cli_runs_each_seed_in_its_own_directory(tmp_path):
     text = " ".join(again.output.split())  # the console wraps long lines
     assert "default: median speedup" in text and "over seeds [3, 4]" in text
     assert "in trials 1.00x, 1.00x" in text
+    assert "re-timed" not in text and "retimed_speedup" not in data["summary"]  # --retime 0
 
 
 def test_the_pretrained_verifier_adapts_as_moa_when_it_is_neural(tmp_path):
