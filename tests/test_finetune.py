@@ -123,6 +123,28 @@ def test_fine_tuning_learns_what_the_new_machine_does_differently(kind):
     assert model.finetune_["steps"] > 0, model.finetune_
 
 
+def test_the_validation_scores_each_length_as_if_trained_that_long_alone():
+    """The validation trains one copy to the longest length and scores it on the way: each
+    stage must be the model a training of that length alone makes (two members, each with
+    its own optimizer and order of programs)."""
+    import copy
+
+    settings = {"epochs": 3, "chunk": 20, "hidden": 16, "hardware_hidden": 4, "heads": 2,
+                "members": 2}  # fmt: skip
+    model = model_class("hwattn")(**settings).fit(_machine(60, 0, sign=0.0))
+    data, probe = _machine(60, 1, sign=1.0), _machine(40, 2, sign=1.0)
+    staged = copy.deepcopy(model)
+    seen = {}
+    for stage in staged._train_stages(data, [0, 2, 5]):
+        seen[stage] = staged.predict(probe)
+    assert list(seen) == [0, 2, 5]
+    for epochs, pred in seen.items():
+        alone = copy.deepcopy(model)._train(data, epochs)
+        assert np.array_equal(alone.predict(probe), pred), epochs
+    assert not np.array_equal(seen[2], seen[5])
+    assert np.array_equal(model.predict(probe), seen[0])  # the copies trained, not the model
+
+
 def test_fine_tuning_that_does_not_carry_to_other_tasks_is_refused():
     settings = {"epochs": 40, "chunk": 20, "hidden": 64, "hardware_hidden": 16, "heads": 2}
     model = model_class("hwattn")(**settings).fit(_machine(400, 0, sign=0.0))

@@ -16,6 +16,7 @@ from __future__ import annotations
 import io
 import re
 import warnings
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
@@ -131,26 +132,35 @@ class _RankModel(CostModel):
         return self._train(data, self.refine_epochs)
 
     def _train(self, data: ProgramSet, epochs: int) -> _RankModel:
+        for _ in self._train_stages(data, [epochs]):
+            pass
+        return self
+
+    def _train_stages(self, data: ProgramSet, stages: Sequence[int]) -> Iterator[int]:
+        """Train up to the largest of ``stages`` (epochs) and yield each stage once the model has
+        trained that long: the model at a stage is the one ``_train(data, stage)`` makes (the
+        members train one epoch each in turn; each has its own optimizer and order of programs,
+        and nothing they draw is shared), so nested lengths cost one training."""
         # Each member sees the programs in its own order (a shared one made the members agree
         # more and help less); member 0 draws the order a single network always drew, the others
         # streams of their own (seed + k would repeat the order of the model with seed + k).
-        nets = self._nets()
-        for k, net in enumerate(nets):
-            rng = np.random.default_rng(self.seed if k == 0 else [self.seed, k])
-            self._train_one(net, data, epochs, rng, (k * epochs, len(nets) * epochs))
-        return self
-
-    def _train_one(self, net: nn.Module, data: ProgramSet, epochs: int,
-                   rng: np.random.Generator, steps: tuple[int, int]) -> None:  # fmt: skip
-        """``epochs`` of ``net``; ``steps``: the epochs before these and all epochs to train,
-        for progress reports."""
         import torch
 
-        opt = torch.optim.Adam(net.parameters(), lr=self.lr, weight_decay=self.weight_decay)
-        before, total = steps
-        for epoch in range(epochs):
-            self._epoch(net, opt, data, rng)
-            report(before + epoch + 1, total)
+        nets = self._nets()
+        rngs = [np.random.default_rng(self.seed if k == 0 else [self.seed, k])
+                for k in range(len(nets))]  # fmt: skip
+        opts = [torch.optim.Adam(net.parameters(), lr=self.lr, weight_decay=self.weight_decay)
+                for net in nets]  # fmt: skip
+        stages = sorted(set(stages))
+        total = max(stages, default=0)
+        if stages and stages[0] <= 0:
+            yield stages.pop(0)
+        for epoch in range(total):
+            for k, net in enumerate(nets):
+                self._epoch(net, opts[k], data, rngs[k])
+                report(epoch * len(nets) + k + 1, total * len(nets))
+            if epoch + 1 == stages[0]:
+                yield stages.pop(0)
 
     def _epoch(self, net: nn.Module, opt, data: ProgramSet, rng: np.random.Generator) -> None:
         """One pass over the programs, in steps of a few single-task chunks."""
