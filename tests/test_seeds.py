@@ -202,6 +202,26 @@ def test_a_new_tasks_first_round_measures_seeds_and_a_resumed_one_does_not(targe
         assert from_seeds == 0 if resumed else from_seeds >= 4, resumed
 
 
+def test_a_task_whose_seeds_fail_is_tuned_without_them(target, monkeypatch):
+    """Seeds are a head start: a workload they trip on gets a warning and the search goes on
+    (it used to end the whole run, every other task with it)."""
+    import tensortune.search.draft_verify as dv
+
+    context, spaces, _ = _seeds("matmul:64,64,64", target)
+
+    def trips(*args, **kwargs):
+        raise tvm.error.InternalError("Check failed: a sketch the seeds cannot read")
+
+    monkeypatch.setattr(dv, "seed_candidates", trips)
+    strategy = dv.DraftThenVerify(population=32, draft_size=16, per_round=8, verify_mutants=0)
+    strategy._initialize_with_tune_context(context)
+    with pytest.warns(UserWarning, match="no register-blocked seeds .*cannot read.*without them"):
+        strategy.pre_tuning(64, 8, spaces, ms.database.MemoryDatabase(), None)
+    assert strategy.seeded == [] and strategy.analyzer_seed is None
+    assert len(strategy.generate_measure_candidates()) == 8
+    strategy.post_tuning()
+
+
 def test_seeds_the_verifier_ranks_last_still_take_half_the_first_round(target):
     from tensortune.compat import PyCostModel, derived_object
     from tensortune.search.draft_verify import DraftThenVerify

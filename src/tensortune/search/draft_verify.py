@@ -41,6 +41,7 @@ import inspect
 import json
 import math
 import time
+import warnings
 from collections.abc import Mapping
 
 import numpy as np
@@ -53,7 +54,7 @@ from tensortune.compat import (
     structural_hash,
 )
 from tensortune.costmodel.timed import TimedCostModel
-from tensortune.errors import TensortuneError
+from tensortune.errors import TensortuneError, last_line
 from tensortune.hardware import Platform, current_hardware, target_key
 from tensortune.measure.status import run_seconds
 from tensortune.search.alt import STAT_KEYS, AltPolicy
@@ -306,7 +307,15 @@ class DraftThenVerify(PySearchStrategy):
                 database.get_top_k(database.commit_workload(mod), 1):  # fmt: skip
             return []
         with self._clock("draft"):
-            found = seed_candidates(mod, list(design_spaces), self.postprocs, self.platform)
+            try:
+                found = seed_candidates(mod, list(design_spaces), self.postprocs, self.platform)
+            except Exception as e:  # TVM raises its own kinds
+                # Seeds are a head start, not the search: a workload they cannot handle is
+                # tuned without them rather than ending the run (and every other task's).
+                name = getattr(self.context, "task_name", None) or "a task"
+                warnings.warn(f"tensortune: {name}: no register-blocked seeds ({last_line(e)}); "
+                              "tuning it without them", stacklevel=2)  # fmt: skip
+                return []
         return [c for c in found if self._new(c)]
 
     def post_tuning(self) -> None:
