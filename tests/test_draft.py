@@ -646,28 +646,6 @@ def test_adaptive_ping_pong_explores_only_after_a_round_that_bought_nothing(matm
     assert policy.stats["explored"] == 2
 
 
-@pytest.mark.parametrize("pingpong", [2, 3])
-def test_focused_ping_pong_explores_only_among_the_verifiers_best(matmul_candidates, pingpong):
-    from tensortune.compat import ms
-    from tensortune.search.alt import FOCUS, STAT_KEYS, AltPolicy
-
-    ctx, cands = matmul_candidates
-    policy = AltPolicy(validity=False, pingpong=pingpong, audit=0.0,
-                       stats=dict.fromkeys(STAT_KEYS, 0), seed=0)  # fmt: skip
-    first = [1e-3 * (1 + i % 5) for i in range(20)]
-    policy.observe(ctx, cands[:20], [ms.runner.RunnerResult([t], None) for t in first])
-    policy.observe(ctx, cands[20:24], [ms.runner.RunnerResult([5e-3], None)] * 4)  # a stall
-    pool = cands[60:120]
-    scores = np.random.default_rng(3).permutation(len(pool)).astype(float)
-    allowed = np.ones(len(pool), dtype=bool)
-    allowed[np.argmax(scores)] = False  # the filter's word stands: the best is not eligible
-    picks = policy.explore(ctx, pool, allowed, 4, round_=2, scores=scores)
-    assert picks is not None and len(set(picks)) == 4 and allowed[picks].all()
-    best = set(np.argsort(-np.where(allowed, scores, -np.inf))[: FOCUS * 4].tolist())
-    # Unfocused, the ensemble reaches past the verifier's best (this pool, this seed).
-    assert set(picks) <= best if pingpong == 3 else not set(picks) <= best
-
-
 def test_draft_then_verify_tunes_with_alts_filter_and_ping_pong(tmp_path, target):
     from tensortune.search.draft_verify import DraftThenVerify
     from tensortune.tuning.tune import tune

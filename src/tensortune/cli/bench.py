@@ -52,8 +52,7 @@ def tune(
             metavar="NAME",
             help="default (MetaSchedule's) | draft | pretrained | moa | alt (pretrained with "
             "ALT's validity filter and ping-pong) | alt-adaptive (exploring only after a round "
-            "that did not improve the task) | alt-focused (alt-adaptive exploring only among the "
-            "verifier's best) | frozen (pretrained, never updated) | "
+            "that did not improve the task) | frozen (pretrained, never updated) | "
             "moa-ungated (MoA always trusting the adapted model); repeatable (default: the "
             "first four).",
         ),

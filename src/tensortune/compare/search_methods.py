@@ -14,8 +14,7 @@ Methods:
   ``--pretrained`` verifier never updated, and MoA's source adapted and always trusted;
 - ``alt`` (not run unless asked): ``pretrained`` with ALT's validity filter and
   uncertainty/score ping-pong (``search/alt.py``); its run keeps what the filter did;
-  ``alt-adaptive``: the same, exploring only after a round that did not improve the task;
-  ``alt-focused``: as ``alt-adaptive``, exploring only among the verifier's best candidates.
+  ``alt-adaptive``: the same, exploring only after a round that did not improve the task.
 
 Each method tunes into a store of its own; each seed runs them in another order
 (``run_order``).  The curve is the network latency estimate
@@ -47,10 +46,10 @@ from tensortune.workloads.resolve import resolve_tasks
 from tensortune.workloads.task import Task
 
 METHODS = ("default", "draft", "pretrained", "moa", "alt", "frozen", "moa-ungated",
-           "alt-adaptive", "alt-focused")  # fmt: skip
+           "alt-adaptive")  # fmt: skip
 DEFAULT_METHODS = METHODS[:4]
 # ALT's methods: the validity filter on, and which ping-pong (``search/alt.py``).
-ALT_PINGPONG = {"alt": 1, "alt-adaptive": 2, "alt-focused": 3}
+ALT_PINGPONG = {"alt": 1, "alt-adaptive": 2}
 # The model file each method's verifier comes from: --pretrained's or --moa-source's.
 _FROM_SOURCE = ("moa", "moa-ungated")
 # Saved runs of another version are measured again: 2 starts each clock after the one-off

@@ -17,11 +17,7 @@
   bought instead: a round explores only after a verifier's round that did not improve the
   task's best latency (and never twice in a row).  Fixed alternation spent half of a short
   budget on exploring and reached MetaSchedule's final latency later than the verifier alone
-  on three networks (benchmarks/RESULTS.md, "ALT's ping-pong in bench tune"), and the
-  adaptive one on two of three (stop 47).  ``pingpong=3`` explores when ``2`` does, but only
-  among the verifier's ``FOCUS`` x n best-scored candidates: the ensemble decides which of the
-  promising ones to learn from, not whether to leave them (in both earlier variants an
-  exploring round measured programs the verifier ranked far down the pool).
+  on three networks (benchmarks/RESULTS.md, "ALT's ping-pong in bench tune").
 
 ``stats`` (shared by every task's clone, like the strategy's timings) counts what the filter
 did: ``dropped`` (candidates it turned away, each once per fit: an upper bound of the
@@ -53,8 +49,6 @@ STAT_KEYS = ("dropped", "displaced", "audited", "audited_valid", "measured", "me
 MEMO_SIZE = 5000
 # Fewest measured programs (and successes) before the uncertainty ensemble is fitted.
 MIN_LABELLED = 8
-# ``pingpong=3``: an exploring round picks among the verifier's best FOCUS x n candidates.
-FOCUS = 4
 
 
 class AltPolicy:
@@ -137,25 +131,21 @@ class AltPolicy:
             self._decided[key] = True
         return out
 
-    def explore(self, context, pool: list, allowed: np.ndarray, n: int, round_: int,
-                scores: np.ndarray | None = None) -> list[int] | None:  # fmt: skip
+    def explore(self, context, pool: list, allowed: np.ndarray, n: int,
+                round_: int) -> list[int] | None:  # fmt: skip
         """An uncertainty round's picks (indices of ``pool``), or ``None``: the verifier picks
-        (an even round, or too few measurements to fit an ensemble on).  ``scores``: the
-        verifier's, which ``pingpong=3`` explores the best of (without them, all of ``pool``)."""
+        (an even round, or too few measurements to fit an ensemble on)."""
         from tensortune.costmodel.gbdt import XGBoostModel
 
         explored_last, self._explored = self._explored, False
         if not self.pingpong or (self.pingpong == 1 and round_ % 2 == 0):
             return None
-        if self.pingpong >= 2 and (explored_last or not self._stalled):
+        if self.pingpong == 2 and (explored_last or not self._stalled):
             return None
         costs = np.array(self._costs)
         if len(costs) < MIN_LABELLED or np.isfinite(costs).sum() < MIN_LABELLED // 2:
             return None
         where = np.flatnonzero(allowed)
-        if self.pingpong == 3 and scores is not None:
-            best_first = where[np.argsort(-np.asarray(scores)[where], kind="stable")]
-            where = np.sort(best_first[: FOCUS * n])
         best = costs[np.isfinite(costs)].min()
         labels = np.where(np.isfinite(costs), best / costs, 0.0)
         known = _programs(self._measured, labels)

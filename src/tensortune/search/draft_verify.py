@@ -76,7 +76,7 @@ OPTION_RANGES: dict[str, tuple[float, float]] = {
     "first_draft_generations": (0, math.inf), "draft_size": (1, math.inf),
     "redraft_every": (1, math.inf), "verify_mutants": (0, math.inf), "per_round": (1, math.inf),
     "eps": (0.0, 1.0), "init_measured_ratio": (0.0, 1.0), "build_cost_weight": (0.0, math.inf),
-    "blend": (0, 1), "validity": (0, 1), "pingpong": (0, 3), "audit": (0.0, 1.0),
+    "blend": (0, 1), "validity": (0, 1), "pingpong": (0, 2), "audit": (0.0, 1.0),
     "seeds": (0, 1), "threads": (0, math.inf),
 }  # fmt: skip
 
@@ -399,8 +399,7 @@ class DraftThenVerify(PySearchStrategy):
             with self._clock("alt"):
                 if not allowed.any():
                     allowed = self.alt.likeliest(self.context, pool, n)
-                uncertain = self.alt.explore(self.context, pool, allowed, n, self.rounds,
-                                             scores)  # fmt: skip
+                uncertain = self.alt.explore(self.context, pool, allowed, n, self.rounds)
         order = [i for i in np.argsort(-scores, kind="stable") if allowed[i]]
         if uncertain is not None:  # ALT's exploring round: the ensemble's picks
             greedy = uncertain
