@@ -140,14 +140,15 @@ def test_draft_then_verify_tunes_without_repeats(tmp_path, target):
 def test_one_seed_draws_the_same_rounds_twice(target):
     """Drafting on one thread (``threads=1``: ``tune_context`` makes the task's context so),
     a seed decides a search: two runs of one seed pick the same programs, round after round
-    (on two threads, up to 7 of a task's first 16 picks differed)."""
+    (on two threads, up to 7 of a task's first 16 picks differed); ALT's runs too, until ALT
+    acts."""
     from tensortune.compat import ms, structural_hash
     from tensortune.search.draft_verify import DraftThenVerify
     from tensortune.search.space import tune_context
 
-    def rounds() -> list[list[str]]:
+    def rounds(**alt: int) -> list[list[str]]:
         strategy = DraftThenVerify(population=64, draft_size=32, per_round=8, seeds=0,
-                                   threads=1)  # fmt: skip
+                                   threads=1, **alt)  # fmt: skip
         ctx = tune_context(_matmul(128), platform(target), seed=3, strategy=strategy)
         assert ctx.num_threads == 1
         spaces = ctx.space_generator.generate_design_space(ctx.mod)
@@ -168,6 +169,11 @@ def test_one_seed_draws_the_same_rounds_twice(target):
     first = rounds()
     assert [len(r) for r in first] == [8] * 4
     assert rounds() == first
+    # ALT draws from a stream of its own: with nothing failing, its filter stays idle and a
+    # ping-pong explores only after a round that bought nothing, so it picks the same rounds
+    # (the first two at least), and a benchmark compares it with the same seed's plain search.
+    assert rounds(validity=1) == first
+    assert rounds(validity=1, pingpong=2)[:2] == first[:2]
 
 
 def test_a_round_the_budget_cuts_short_picks_no_more_than_it_may_keep(tmp_path, target,

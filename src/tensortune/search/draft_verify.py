@@ -241,7 +241,12 @@ class DraftThenVerify(PySearchStrategy):
 
     def _initialize_with_tune_context(self, context) -> None:
         self.context = context
-        self.rng = np.random.default_rng(max(int(context.rand_state), 0))
+        seed = max(int(context.rand_state), 0)
+        self.rng = np.random.default_rng(seed)
+        # ALT draws from a stream of its own: with the filter idle (nothing failed) and no
+        # exploring round yet, an ALT search picks what plain draft-then-verify with the same
+        # seed picks, so a benchmark compares the two on the same programs until they differ.
+        self.alt_rng = np.random.default_rng([seed, 1])
         platform = Platform(json.loads(target_key(context.target)), current_hardware())
         self.platform = platform
         self.analyzer = TimedCostModel(AnalyzerCostModel(Analyzer(machine_for(platform))))
@@ -281,7 +286,7 @@ class DraftThenVerify(PySearchStrategy):
         self.analyzer_memo: dict[int, tuple[object, float]] = {}
         self.alt = (AltPolicy(validity=bool(self.validity), pingpong=int(self.pingpong),
                               audit=self.audit, stats=self.alt_stats,
-                              seed=int(self.rng.integers(1 << 30)), log=self.alt_log)
+                              seed=int(self.alt_rng.integers(1 << 30)), log=self.alt_log)
                     if self.validity or self.pingpong else None)  # fmt: skip
         earlier = getattr(self.records, "outcomes", None)
         if self.alt is not None and callable(earlier):
@@ -332,7 +337,7 @@ class DraftThenVerify(PySearchStrategy):
         if self.sampler is None:
             self.sampler = RandomSchedules(self.context.mod, self.platform,
                                            max(self.draft_size // 4, 1),
-                                           seed=int(self.rng.integers(1, 1 << 30)),
+                                           seed=int(self.alt_rng.integers(1, 1 << 30)),
                                            threads=self.sampling_threads)  # fmt: skip
         return self.sampler.draw()
 
@@ -386,11 +391,13 @@ class DraftThenVerify(PySearchStrategy):
             if self.alt is None:
                 break
             with self._clock("alt"):
-                allowed = self.alt.allowed(self.context, pool, self.rng)
+                allowed = self.alt.allowed(self.context, pool, self.alt_rng)
                 if refill == 0:  # refills' pools hold what replaced the turned-away ones
                     self.alt.count_displaced(scores, allowed, n)
-                # what it allowed stays for a refill to add to, its mutants too
-                self.cache = [pool[i] for i in np.flatnonzero(allowed)]
+                # What it allowed stays for a refill to add to, its mutants too.  An idle
+                # filter (allowing all) leaves the cache as plain draft-then-verify does.
+                if not allowed.all():
+                    self.cache = [pool[i] for i in np.flatnonzero(allowed)]
             if allowed.sum() >= n:
                 break
         if not pool:  # the design space is spent
