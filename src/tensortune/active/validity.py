@@ -55,14 +55,14 @@ class ValidityFilter:
         self.seed = seed
 
     def fit(self, per_store: list[np.ndarray], ok: np.ndarray) -> ValidityFilter:
-        import xgboost as xgb
-
         ok = np.asarray(ok, dtype=bool)
         if len(ok) != len(per_store):
             raise TensortuneError(f"{len(per_store)} programs but {len(ok)} outcomes")
         self.booster_ = None
         if min(int(ok.sum()), int((~ok).sum())) < self.min_each:
-            return self
+            return self  # XGBoost is not even imported (0.3 s) until failures are seen
+        import xgboost as xgb
+
         params = {"objective": "binary:logistic", "max_depth": self.max_depth, "eta": self.eta,
                   "min_child_weight": self.min_child_weight, "seed": self.seed, "nthread": 1,
                   "verbosity": 0}  # fmt: skip
@@ -76,10 +76,10 @@ class ValidityFilter:
 
     def p_valid(self, per_store: list[np.ndarray]) -> np.ndarray:
         """P(valid) per program; 1 for every program while the filter is not active."""
-        import xgboost as xgb
-
         if not self.active or not per_store:
             return np.ones(len(per_store))
+        import xgboost as xgb
+
         return self.booster_.predict(xgb.DMatrix(pooled(per_store))).astype(np.float64)
 
     def keep(self, per_store: list[np.ndarray]) -> np.ndarray:
