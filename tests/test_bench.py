@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import shutil
 import statistics
@@ -372,13 +373,19 @@ def test_a_run_ending_just_above_the_defaults_latency_counts_within_a_tolerance(
     assert summary["speedup_within_1pct"]["near"]["sem"] is None  # one seed: no spread
 
 
-def test_each_seed_runs_the_methods_in_another_order():
+def test_each_pair_of_seeds_runs_every_two_methods_in_both_orders():
+    """Later methods of a process run slower: what two methods are compared on must not be
+    which of them ran first."""
     methods = ["default", "frozen", "moa"]
-    orders = [run_order(methods, seed) for seed in range(3)]
+    orders = [run_order(methods, seed) for seed in range(6)]
     assert orders[0] == methods
-    assert sorted(orders[1]) == sorted(methods)
-    assert {order[0] for order in orders} == set(methods)  # each is first once
-    assert {order[-1] for order in orders} == set(methods)  # and last once
+    assert all(sorted(order) == sorted(methods) for order in orders)
+    for first in (0, 2, 4):
+        for a, b in itertools.combinations(methods, 2):
+            before = [o.index(a) < o.index(b) for o in orders[first : first + 2]]
+            assert sorted(before) == [False, True], (first, a, b)
+    assert len({tuple(order) for order in orders}) == 6  # every order of three, in six seeds
+    assert [run_order(["a", "b"], seed) for seed in range(2)] == [["a", "b"], ["b", "a"]]
 
 
 def test_the_cli_runs_each_seed_in_its_own_directory(tmp_path):

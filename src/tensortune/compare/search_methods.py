@@ -16,8 +16,8 @@ Methods:
   uncertainty/score ping-pong (``search/alt.py``); its run keeps what the filter did;
   ``alt-adaptive``: the same, exploring only after a round that did not improve the task.
 
-Each method tunes into a store of its own; each seed runs them in another order
-(``run_order``).  The curve is the network latency estimate
+Each method tunes into a store of its own; each seed runs them in another order, every two
+seeds every pair of methods in both orders (``run_order``).  The curve is the network latency estimate
 (Σ task weight x best latency) after every measured batch, against wall time and trials; the
 search-time speedup of a method is the default's total time over the time the method needed
 to reach the default's final latency (algorithms.md §1.6).  After the methods ran, every
@@ -253,15 +253,21 @@ def bench_tune(
 
 
 def run_order(methods: Sequence[str], seed: int) -> list[str]:
-    """The order in which seed ``seed`` runs ``methods``: rotated by the seed.
+    """The order in which seed ``seed`` runs ``methods``: an even seed rotates them by half the
+    seed, the odd seed after it runs that order backwards.
 
     Methods run one after another in one process, and later ones ran slower: in stop 45's
     eight seeds the third draft-then-verify method spent longer in its draft step than the
-    first in 7 of 8, by up to 18%, for as many trials (``benchmarks/RESULTS.md``, stop 46).
-    Rotating spreads that drift over the methods across seeds instead of charging it to
-    whichever is listed last."""
-    k = seed % len(methods) if methods else 0
-    return [*methods[k:], *methods[:k]]
+    first in 7 of 8, by up to 18%, for as many trials (``benchmarks/RESULTS.md``, stop 46);
+    in stop 69, whichever of two methods ran second took 2-15% longer for the same programs.
+    So every two seeds run every pair of methods in both orders (a rotation alone left the
+    second and third of three methods in one order in seeds 0 and 1), and six seeds run
+    three methods in all six orders."""
+    if not methods:
+        return []
+    k = (seed // 2) % len(methods)
+    order = [*methods[k:], *methods[:k]]
+    return order[::-1] if seed % 2 else order
 
 
 def _read_results(path: Path) -> dict:
