@@ -17,8 +17,9 @@ Methods:
   ``alt-adaptive``: the same, exploring only after a round that did not improve the task.
 
 Each method tunes into a store of its own; each seed runs them in another order, every two
-seeds every pair of methods in both orders (``run_order``).  The curve is the network latency estimate
-(Σ task weight x best latency) after every measured batch, against wall time and trials; the
+seeds every pair of methods in both orders (``run_order``).  The curve is the network
+latency estimate (Σ task weight x best latency) after every measured batch, against wall
+time and trials; the
 search-time speedup of a method is the default's total time over the time the method needed
 to reach the default's final latency (algorithms.md §1.6).  After the methods ran, every
 program a curve reads is timed again side by side and the speedups are given on that one
