@@ -260,7 +260,8 @@ def run_order(methods: Sequence[str], seed: int) -> list[str]:
     Methods run one after another in one process, and later ones ran slower: in stop 45's
     eight seeds the third draft-then-verify method spent longer in its draft step than the
     first in 7 of 8, by up to 18%, for as many trials (``benchmarks/RESULTS.md``, stop 46);
-    in stop 69, whichever of two methods ran second took 2-15% longer for the same programs.
+    in stop 69, whichever of two methods ran second reached a latency with the same programs
+    later in 9 of 11 pairs, by up to 13%.
     So every two seeds run every pair of methods in both orders (a rotation alone left the
     second and third of three methods in one order in seeds 0 and 1), and six seeds run
     three methods in all six orders."""
