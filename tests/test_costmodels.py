@@ -125,6 +125,16 @@ def test_every_model_refuses_data_it_cannot_learn_from(fitted, train, tmp_path):
         cls(**fitted.get_params()).fit(failed)
 
 
+def test_every_model_learns_where_most_tasks_only_failed(fitted, train):
+    """Online, a round of timeouts is a task of failures: training steps that hold only
+    those have no order to learn and are passed over, not refused."""
+    labels = np.where(train.groups == 0, train.labels, 0.0)
+    mostly_failed = ProgramSet(train.per_store, train.tokens, train.workload, train.hardware,
+                               train.groups, labels, train.lowered)  # fmt: skip
+    model = type(fitted)(**fitted.get_params()).fit(mostly_failed)
+    assert np.all(np.isfinite(model.predict(train)))
+
+
 def test_update_adds_new_measurements(fitted, train, test):
     model = type(fitted)(**fitted.get_params())
     model.update(train.subset(np.arange(120)))

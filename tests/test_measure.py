@@ -361,6 +361,22 @@ def test_a_worker_that_died_idle_is_replaced() -> None:
     assert first.pid not in [o.value for o in outcomes]
 
 
+@pytest.mark.timeout(120)
+def test_workers_that_keep_dying_before_their_first_job_end_the_map() -> None:
+    """A worker killed between batches is replaced; when its replacements die at start too,
+    the cause is the environment, not a kernel, and the map says so instead of spinning."""
+    from tensortune.measure.pool import WorkerPool
+
+    with WorkerPool(1) as pool:
+        first = pool.wait_ready()[0].process
+        first.kill()
+        first.wait()
+        pool.env["PYTHONHOME"] = "/nonexistent"  # every fresh interpreter dies at start
+        with pytest.raises(RuntimeError, match="in a row died before taking a job"):
+            pool.map("ping", [(), ()], timeout_s=60)
+        assert pool.restarts == 2
+
+
 def test_a_closed_pools_workers_serve_the_next_pool_of_the_same_environment(tmp_path, monkeypatch):
     """Reusing pools (a tuner's) hand their idle workers on: no second TVM import per tune()."""
     from tensortune.measure.pool import WorkerPool, close_idle_workers

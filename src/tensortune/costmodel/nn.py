@@ -174,7 +174,9 @@ class _RankModel(CostModel):
         for k in range(0, len(order), self.batch_chunks):
             picked = [chunks[i] for i in order[k : k + self.batch_chunks]]
             batch = data.subset(np.concatenate(picked))
-            labels = torch.from_numpy(batch.require_labels().astype(np.float32))
+            if not np.any(batch.labels > 0):  # only failures here: no order to learn
+                continue
+            labels = torch.from_numpy(batch.labels.astype(np.float32))
             loss = lambda_rank_loss(net(*self._inputs(batch)), labels,
                                     torch.from_numpy(batch.groups))  # fmt: skip
             if not loss.requires_grad:

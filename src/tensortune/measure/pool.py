@@ -27,6 +27,9 @@ from typing import Any
 
 _START_TIMEOUT_S = 120.0  # a cold TVM import on a loaded 2-core machine can take half a minute
 _ADOPT_TIMEOUT_S = 10.0  # an idle worker answers at once; one that does not is replaced
+# Fresh workers in a row that die before taking a job: then the cause is not a kernel (a broken
+# environment, the OOM killer during the TVM import), and replacing them again would spin.
+_START_FAILURES = 3
 
 
 @dataclass(frozen=True)
@@ -162,6 +165,7 @@ class WorkerPool:
         # A worker still owing an answer (a map that an interrupt ended, which TVM may turn
         # into an error that the run survives) would give it to this map's first job.
         idle = [self._replace(w) if w.busy else w for w in self.wait_ready()]
+        failed_starts = 0
         while pending or busy:
             while pending and idle:
                 w = idle.pop()
@@ -171,10 +175,16 @@ class WorkerPool:
                         w.wait_ready()
                     w.busy = True
                     w.conn.send((name, jobs[i]))
-                except (OSError, EOFError, RuntimeError):  # it died while idle (OOM killer...)
+                except (OSError, EOFError, RuntimeError) as e:  # died while idle (OOM killer...)
                     pending.append(i)
+                    failed_starts += 1
+                    if failed_starts >= _START_FAILURES:
+                        w.kill()
+                        raise RuntimeError(f"{failed_starts} measurement workers in a row died "
+                                           f"before taking a job (last: {e})") from None
                     idle.append(self._replace(w))
                     continue
+                failed_starts = 0
                 busy[w.conn] = (w, i, time.monotonic())
             now = time.monotonic()
             next_deadline = min(start + timeout_s for _, _, start in busy.values())
