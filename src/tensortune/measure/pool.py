@@ -180,8 +180,10 @@ class WorkerPool:
                     failed_starts += 1
                     if failed_starts >= _START_FAILURES:
                         w.kill()
-                        raise RuntimeError(f"{failed_starts} measurement workers in a row died "
-                                           f"before taking a job (last: {e})") from None
+                        raise RuntimeError(
+                            f"{failed_starts} measurement workers in a row died "
+                            f"before taking a job (last: {e})"
+                        ) from None
                     idle.append(self._replace(w))
                     continue
                 failed_starts = 0
