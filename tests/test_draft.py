@@ -260,6 +260,21 @@ def test_the_same_seed_draws_the_same_programs(target):
     assert first == again
 
 
+def test_every_seed_draws_its_own_programs(target):
+    """TVM turns seed 0 into 1: seeds 0 and 1 drew the same programs, and so did the first
+    two tasks of a seed-0 run (seeded 0 and 1); a 64-bit seed did not fit its engine."""
+    from tensortune.search.space import sample_candidates, tune_context
+
+    def drawn(seed: int) -> list[str]:
+        return [str(c.sch.trace) for c in sample_candidates(_matmul(64), platform(target), 8,
+                                                            seed=seed)]  # fmt: skip
+
+    assert drawn(0) != drawn(1)
+    states = {tune_context(_matmul(64), platform(target), seed=s).rand_state
+              for s in (0, 1, 2, 2**63 - 1)}  # fmt: skip
+    assert len(states) == 4
+
+
 def test_unroll_step_is_the_sampled_decision_the_postprocessor_applies(target):
     from tensortune.search.build_cost import unroll_step
     from tensortune.search.space import sample_candidates

@@ -293,8 +293,9 @@ class DraftThenVerify(PySearchStrategy):
             self.seen |= self.alt.warm_start(self.context, earlier(self.context.mod))
         self.seeded = self._seeds(design_spaces, database)  # after what ``seen`` knows
         # the seed a kernel without a record is built from: measured in the first round
-        self.analyzer_seed = (self.seeded[int(np.argmax(self._analyze(self.seeded)))]
-                              if self.seeded else None)  # fmt: skip
+        with self._clock("draft"):  # the analyzer's share goes to "analyzer", as elsewhere
+            self.analyzer_seed = (self.seeded[int(np.argmax(self._analyze(self.seeded)))]
+                                  if self.seeded else None)  # fmt: skip
         # The drafter never stops on its own: we count trials, it hands out drafts.
         if self.first_draft_generations != self.draft_generations:
             self.first_drafter = self._evolution(self.context, self.first_draft_generations)

@@ -32,10 +32,17 @@ def tune_context(
         space_generator="post-order-apply",
         search_strategy=strategy,
         task_name=task_name,
-        rand_state=seed,
+        rand_state=tvm_seed(seed),
         num_threads=threads,
         logger=logger,
     )  # fmt: skip
+
+
+def tvm_seed(seed: int) -> int:
+    """``seed`` (0 or more, any size) as a seed TVM's random engine keeps apart: it reduces a
+    seed modulo 2**31 - 1 and turns 0 into 1, so seeds 0 and 1 drew the same schedules (and
+    so did a seed-0 run's first two tasks, seeded 0 and 1), and a 64-bit seed did not fit."""
+    return 1 + seed % (2**31 - 2)
 
 
 class RandomSchedules:
@@ -76,8 +83,9 @@ class RandomSchedules:
 def sample_candidates(
     mod: tvm.IRModule, platform: Platform, count: int, *, seed: int = 0
 ) -> list[MeasureCandidate]:
-    """``count`` distinct random schedules of ``mod`` drawn from its design space, the same
-    ones for the same ``seed`` (drawn on one thread)."""
+    """``count`` random schedules of ``mod`` drawn from its design space, the same ones for
+    the same ``seed`` (drawn on one thread).  A small space can repeat a schedule: callers
+    that need distinct ones remove repeats (``select/samplers.py``)."""
     sampler = RandomSchedules(mod, platform, count, seed=seed, limit=count, threads=1)
     out = sampler.take(count)
     sampler.close()
