@@ -504,6 +504,40 @@ def test_batch_with_an_invalid_record_adds_nothing(store) -> None:
     assert store.count() == 2
 
 
+@pytest.mark.parametrize("secs", [(0.0,), (-1e-3,), (float("nan"),), (10**400,)])
+def test_a_record_every_read_would_refuse_is_not_written(store, secs) -> None:
+    """A time that is not positive seconds made every later query of its workload fail
+    ("record N is damaged"): refused when added, the store stays readable."""
+    before = fill(store, MM, [1e-3])
+    batch = make_records(store, MM, [2e-3, 3e-3])
+    batch[1] = dataclasses.replace(batch[1], run_secs=secs)
+    with pytest.raises(RecordsError, match="not positive seconds"):
+        store.add(batch)
+    assert list(store.query()) == before and store.summary()
+
+
+def test_a_timer_that_returns_no_positive_time_records_a_failure(store) -> None:
+    """From MetaSchedule (``commit_tuning_record``) or our runner, a zero or negative time is a
+    failed run, not a record that would rank first and make the store unreadable."""
+    from tensortune.records.convert import measured_records
+
+    mod, cands = sampled(MM, 2)
+    db = StoreDatabase(store, target=TARGET, run_id="r")
+    workload = db.commit_workload(mod)
+    db.commit_tuning_record(ms.database.TuningRecord(
+        cands[0].sch.trace, workload, run_secs=[0.0], target=tvm.target.Target(TARGET),
+        args_info=cands[0].args_info))  # fmt: skip
+    built = ms.builder.BuilderResult("/nowhere.so", None)
+    (ran,) = measured_records(
+        cands[1:], [built], [ms.runner.RunnerResult([-1e-6], None)],
+        workload_id=store.workload_id(mod, create=False), hardware_id=current_hardware().id,
+        target=target_key(TARGET), run_id="r",
+    )  # fmt: skip
+    assert (ran.status, ran.run_secs) == ("run_error", ()) and "timer" in ran.error
+    store.add([ran])
+    assert [r.status for r in store.query()] == ["run_error", "run_error"]
+
+
 def test_invalid_record_is_not_reported_as_corruption(store) -> None:
     batch = make_records(store, SM, [1e-3])
     batch[0] = dataclasses.replace(batch[0], workload_id=12345)

@@ -795,6 +795,8 @@ _DATASET_CRAFTED = {
     "a program without features rows": _first_row("trace_tokens", []),
     "an empty row inside features": _first_row("per_store", [None]),
     "a short hardware vector": _every_row("hardware_vector", [0.0]),
+    "a NaN among the features": _first_row("per_store", [[float("nan")] * F.PER_STORE_WIDTH]),
+    "an infinite hardware value": _first_row("hardware_vector", [float("inf")] * F.HARDWARE_WIDTH),
     "a cost of zero": _first_row("cost", 0.0),
     "a cost of NaN": _first_row("cost", float("nan")),
     "an infinite run time": _first_row("run_secs", [float("inf")]),
@@ -875,6 +877,12 @@ def test_lowered_features_unfinished_or_of_another_table_are_not_read(
     assert read_lowered(directory, ids) is None
     code, out, _ = cli("dataset", "info", str(directory))
     assert code == 0 and "stale" in out
+    # NaN says a program did not lower; an infinity is refused (XGBoost fails on it natively)
+    rows[ids[0]] = np.where(np.arange(LOWERED_WIDTH) == 0, np.nan, 1).astype(np.float32)
+    rows[ids[1]] = np.full(LOWERED_WIDTH, np.inf, np.float32)
+    _write(directory / LOWERED_FILE, rows, table=table, complete=True)
+    with pytest.raises(TensortuneError, match="infinity"):
+        read_lowered(directory, ids)
 
 
 @_FUZZ

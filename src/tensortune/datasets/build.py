@@ -437,6 +437,11 @@ def _column_problem(name: str, column, want) -> str | None:
         lengths = pc.min_max(pc.list_value_length(column)).as_py()
         if len(column) and lengths != {"min": width, "max": width}:
             return f"holds vectors of another width than {width}"
+        # A NaN or infinity trains a neural model into NaN scores and stops XGBoost with a
+        # native traceback: refused here, in one line.
+        values = pc.list_flatten(column)
+        if len(values) and not pc.all(pc.is_finite(values)).as_py():
+            return "holds a value that is not a finite number"
     if name == "label":
         bounds = pc.min_max(column).as_py()
         if pc.any(pc.is_nan(column)).as_py() or bounds["min"] < 0 or bounds["max"] > 1:

@@ -122,8 +122,10 @@ def _read(path: Path, table: str | None = None) -> tuple[dict[int, np.ndarray] |
     values = lowered.to_pylist()
     if any(v is None or len(v) != LOWERED_WIDTH for v in values):
         raise TensortuneError(f"{path}: a row's lowered features are not {LOWERED_WIDTH} numbers")
-    ids = ids.to_pylist()
-    rows = dict(zip(ids, np.asarray(values, np.float32).reshape(-1, LOWERED_WIDTH), strict=True))
+    matrix = np.asarray(values, np.float32).reshape(-1, LOWERED_WIDTH)
+    if np.isinf(matrix).any():  # NaN says a program did not lower; an infinity says nothing
+        raise TensortuneError(f"{path}: a row's lowered features hold an infinity")
+    rows = dict(zip(ids.to_pylist(), matrix, strict=True))
     return rows, meta.get(_COMPLETE_KEY, b"1") != b"0"
 
 

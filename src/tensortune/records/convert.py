@@ -7,7 +7,7 @@ import time
 
 from tensortune.compat import TVM_VERSION, ArgInfo, MeasureCandidate, TuningRecord, Workload, tvm
 from tensortune.measure.status import FAILED_COST, Status, classify
-from tensortune.records.schema import Record
+from tensortune.records.schema import Record, positive_seconds
 
 
 def to_plain(value: object) -> object:
@@ -98,6 +98,9 @@ def measured_records(
     for cand, built, ran in zip(candidates, builder_results, runner_results, strict=True):
         status = classify(built.error_msg, ran.error_msg)
         secs = tuple(float(s) for s in ran.run_secs or []) if status is Status.OK else ()
+        error = None if status is Status.OK else (built.error_msg or ran.error_msg)
+        if status is Status.OK and not positive_seconds(secs):
+            status, secs, error = Status.RUN_ERROR, (), f"the timer returned {list(secs)!r:.80}"
         records.append(
             Record(
                 workload_id=workload_id,
@@ -107,7 +110,7 @@ def measured_records(
                 args_info=args_info_text(cand.args_info),
                 run_secs=secs,
                 status=status.value,
-                error=None if status is Status.OK else (built.error_msg or ran.error_msg),
+                error=error,
                 run_id=run_id,
                 tvm_version=TVM_VERSION,
                 created_at=now,

@@ -30,7 +30,7 @@ from tensortune.records.convert import (
     to_tuning_record,
     trace_text,
 )
-from tensortune.records.schema import Record
+from tensortune.records.schema import Record, positive_seconds
 from tensortune.records.storage import RecordStore
 
 T = TypeVar("T")
@@ -96,7 +96,7 @@ class StoreDatabase(PyDatabase):
     @_kept
     def commit_tuning_record(self, record: TuningRecord) -> None:
         secs = [float(s) for s in record.run_secs or []]
-        ok = bool(secs) and max(secs) < FAILED_COST / 10
+        ok = bool(secs) and max(secs) < FAILED_COST / 10 and positive_seconds(secs)
         self.store.add([
             Record(
                 workload_id=self.store.workload_id(record.workload.mod),

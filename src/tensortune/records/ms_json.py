@@ -12,10 +12,10 @@ check, and a crafted graph that TVM accepts may still crash it later.
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 from tensortune.errors import RecordsError, shown
+from tensortune.records.schema import positive_seconds
 from tensortune.workloads.sources import workload_entry_problem
 
 WORKLOADS, RECORDS = "database_workload.json", "database_tuning_record.json"
@@ -106,7 +106,7 @@ def _check_record(entry: object, workloads: int | None) -> None:
         isinstance(run_secs, list) and all(type(s) in (int, float) for s in run_secs)
     ):  # a null among them crashes TVM
         raise _Malformed("run_secs is not a list of numbers")
-    if run_secs and not all(math.isfinite(s) and s > 0 for s in run_secs):
+    if run_secs and not positive_seconds(run_secs):
         # Kept, a zero, negative or NaN time would rank as the fastest schedule of its task.
         raise _Malformed("run_secs holds a time that is not a positive finite number")
     if not (isinstance(target, dict) and type(target.get("kind")) is str):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import statistics
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,6 +19,15 @@ from tensortune.errors import RecordsError, last_line
 # v4: records.origin (where a schedule came from, when it was not measured from scratch here:
 #     ``origin_of``).
 SCHEMA_VERSION = 4
+
+
+def positive_seconds(secs: object) -> bool:
+    """Whether ``secs`` is a list (or tuple) of run times every read of a store accepts:
+    positive seconds that fit a float (a zero or negative time would rank as the fastest
+    schedule of its task; an integer past a float's range overflows)."""
+    return isinstance(secs, list | tuple) and all(
+        type(x) in (int, float) and 0 < x <= sys.float_info.max for x in secs
+    )
 
 
 def trace_hash(trace: str) -> str:

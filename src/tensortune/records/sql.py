@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import abc
 import json
-import math
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -28,6 +27,7 @@ from tensortune.records.schema import (
     Record,
     StoredWorkload,
     TaskSource,
+    positive_seconds,
     read_module,
     trace_hash,
 )
@@ -112,8 +112,7 @@ def _run_secs(text: object, rid: object) -> tuple[float, ...]:
         secs = json.loads(text) if isinstance(text, str) else None
     except (ValueError, RecursionError):
         secs = None
-    if not (isinstance(secs, list) and all(
-            type(x) in (int, float) and 0 < x < math.inf for x in secs)):  # fmt: skip
+    if not positive_seconds(secs):
         raise RecordsError(f"record {rid} is damaged: its run times are not a list of "
                            "positive seconds")  # fmt: skip
     return tuple(float(x) for x in secs)
@@ -251,6 +250,12 @@ class SQLStore(RecordStore):
     # -- records -----------------------------------------------------------------------------
 
     def add(self, records: Iterable[Record]) -> None:
+        records = list(records)
+        for r in records:  # what every later read would refuse is refused before it is written
+            if not positive_seconds(r.run_secs):
+                raise RecordsError(f"a record to add ({r.status}) has run times that are not "
+                                   f"positive seconds: {list(r.run_secs)!r:.80}")  # fmt: skip
+            _target_text(r.target, "a record to add")
         # uids are fixed before the first try, so a retried transaction adds nothing twice.
         rows = [
             (
@@ -328,7 +333,7 @@ class SQLStore(RecordStore):
         )]  # fmt: skip
         for name, wid, _, target, _, _, best in rows:
             _target_text(target, f"a record of workload {wid} ({name})")
-            if best is not None and not (type(best) in (int, float) and 0 < best < math.inf):
+            if best is not None and not positive_seconds([best]):
                 raise RecordsError(f"a record of workload {wid} ({name}) is damaged: its cost "
                                    f"is {best!r}, not positive seconds")  # fmt: skip
         return rows
