@@ -183,6 +183,31 @@ def test_import_again_skips_everything(filled, fresh, tmp_path: Path) -> None:
     assert fresh.count() == 5
 
 
+def test_the_same_database_imported_from_another_directory_is_skipped(
+    filled, fresh, tmp_path: Path
+) -> None:
+    """The stand-in hardware is named by the files, not by where they lie: a moved database,
+    or a colleague's copy imported into a shared store, adds nothing twice.  A stand-in an
+    earlier version registered with its directory in its name is found by the files too."""
+    import shutil
+
+    store, _, _ = filled
+    export_records(store, tmp_path / "export")
+    first = import_records(fresh, tmp_path / "export")
+    shutil.copytree(tmp_path / "export", tmp_path / "moved")
+    again = import_records(fresh, tmp_path / "moved")
+    assert (again.records, again.skipped, again.hardware_id) == (0, 5, first.hardware_id)
+
+    older = fresh.hardware()[first.hardware_id]
+    older = dataclasses.replace(older, cpu_model=f"unknown (imported from {tmp_path / 'export'})")
+    other = open_records(f"sqlite:///{tmp_path / 'other.db'}")
+    old_id = other.register_hardware(older)
+    assert old_id != first.hardware_id
+    added = import_records(other, tmp_path / "moved")
+    assert (added.records, added.hardware_id) == (5, old_id) and set(other.hardware()) == {old_id}
+    other.close()
+
+
 def test_import_measured_here(filled, fresh, tmp_path: Path) -> None:
     store, mm, _ = filled
     export_records(store, tmp_path / "export")

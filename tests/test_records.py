@@ -546,6 +546,32 @@ def test_invalid_record_is_not_reported_as_corruption(store) -> None:
     assert "corrupt" not in str(info.value)
 
 
+def test_a_commit_that_fails_leaves_no_transaction_open(sqlite_store) -> None:
+    """A COMMIT can fail after the writes went through (an I/O error on the log): a
+    transaction left open would hold the write lock against every other process."""
+    store = sqlite_store
+    before = fill(store, MM, [1e-3])
+    real = store._db
+
+    class FailingCommit:
+        def __getattr__(self, name: str):
+            return getattr(real, name)
+
+        def execute(self, sql: str, *args):
+            if sql == "COMMIT":
+                raise sqlite3.OperationalError("disk I/O error")
+            return real.execute(sql, *args)
+
+    store._db = FailingCommit()
+    with pytest.raises(RecordsError, match="I/O"):
+        store.add(make_records(store, MM, [2e-3], seed=1))
+    store._db = real
+    assert not real.in_transaction
+    assert list(store.query()) == before
+    store.add(make_records(store, MM, [3e-3], seed=2))  # the store takes writes again
+    assert store.count() == 2
+
+
 def _fill_disk(store) -> tuple[list[Record], list[Record]]:
     """Records already there, and a batch too large for the pages left."""
     before = fill(store, MM, [1e-3, 2e-3])

@@ -186,7 +186,7 @@ def import_records(
                 now,
             )
         )
-    store.add(batch)  # one transaction: a failed import leaves nothing behind
+    store.add(batch)  # one transaction: a failed import adds no record (its workloads stay)
     return Transfer(len(workload_ids), len(batch), skipped, hw_id)
 
 
@@ -196,12 +196,15 @@ def _import_hardware(store: RecordStore, src: Path, measured_here: bool) -> str:
     digest = hashlib.sha256()
     for f in _FILES:
         digest.update((src / f).read_bytes())
-    stand_in = Hardware(
-        cpu_model=f"unknown (imported from {src.resolve()})",
-        arch="unknown",
-        cores=0,
-        isa=(f"import-{digest.hexdigest()[:12]}",),
-    )
+    tag = (f"import-{digest.hexdigest()[:12]}",)
+    # The files alone name the stand-in: the same database imported from another directory
+    # (moved, or a colleague's copy into a shared store) finds its records already there.
+    # Stand-ins registered before named their directory too; one of them is reused.
+    for hw_id, known in store.hardware().items():
+        if known.arch == "unknown" and known.isa == tag:
+            return hw_id
+    stand_in = Hardware(cpu_model="unknown (imported from a MetaSchedule database)",
+                        arch="unknown", cores=0, isa=tag)  # fmt: skip
     return store.register_hardware(stand_in)
 
 

@@ -140,12 +140,13 @@ class SQLiteStore(SQLStore):
             db.execute("BEGIN IMMEDIATE")
             try:
                 out = fn(db)
+                db.execute("COMMIT")  # can fail too (a full disk, an I/O error on the log)
             except BaseException:
-                # SQLite has already rolled back by itself after some errors (a full disk).
+                # SQLite has already rolled back by itself after some errors (a full disk);
+                # a transaction left open would keep the write lock from every other process.
                 if db.in_transaction:
                     db.execute("ROLLBACK")
                 raise
-            db.execute("COMMIT")
             return out
         except sqlite3.OperationalError as e:
             raise RecordsError(f"records store {self.path}: {self._why(e)}") from None
