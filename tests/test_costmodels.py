@@ -265,3 +265,6 @@ def test_model_settings_from_text():
     for text in ("five", "2.5"):
         with pytest.raises(TensortuneError, match=f"members='{text}': expected int"):
             model_settings("pacm", {"members": text})
+    # A negative seed passed here, then stopped a neural model's fit with NumPy's error.
+    with pytest.raises(TensortuneError, match=r"seed=-1 is out of range"):
+        model_settings("mlp", {"seed": "-1"})

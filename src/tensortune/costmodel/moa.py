@@ -36,7 +36,9 @@ def can_adapt(model: object) -> bool:
 class MomentumAdapted(CostModel):
     """Wraps a fitted neural model (``mlp``, ``tlp``, ``pacm``) for online adaptation.
 
-    Saving writes the adapted inner model (a plain model file of its own kind).
+    Saving writes the network it predicts with (``trusted``: the adapted one, unless the gate
+    has seen the pre-trained one rank new measurements better), as a plain model file of its
+    own kind.
     """
 
     kind = "moa"

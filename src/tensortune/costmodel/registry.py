@@ -55,7 +55,7 @@ SETTING_RANGES: dict[str, tuple[float, float]] = {
     "n_rounds": (1, 100_000), "refine_rounds": (0, 100_000), "max_depth": (1, 64),
     "eta": (_SMALL, 1), "learning_rate": (_SMALL, 1), "min_child_weight": (0, 1e9),
     "gamma": (0, 1e9), "num_leaves": (2, 131_072), "min_data_in_leaf": (0, 1e9),
-    "threads": (0, 4096), "lowered": (0, 1), "seed": (-(2**63), 2**63 - 1),
+    "threads": (0, 4096), "lowered": (0, 1), "seed": (0, 2**63 - 1),
     "hidden": (1, 16_384), "pattern_hidden": (1, 16_384), "hardware_hidden": (1, 16_384),
     "heads": (1, 256), "max_tokens": (1, 4096), "epochs": (1, 100_000),
     "refine_epochs": (0, 100_000), "lr": (_SMALL, 10), "weight_decay": (0, 10),
