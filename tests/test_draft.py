@@ -462,6 +462,44 @@ def test_draft_then_verify_scores_the_mutants_with_the_cache_in_one_call(tmp_pat
         assert fresh.verifier_screens is screens
 
 
+def test_an_online_model_relabels_earlier_rounds_by_the_tasks_best_and_groups_by_task(
+    matmul_candidates,
+):
+    """As MetaSchedule's XGBModel does: each update, every measured program is labelled by its
+    task's best run so far and grouped by task.  Labelled once when measured, a round kept
+    the best of its moment (its fastest at 1.0 beside a faster one found later), and a
+    ranking loss never compared programs of two rounds."""
+    from tensortune.compat import ms
+    from tensortune.costmodel.gbdt import XGBoostModel
+    from tensortune.costmodel.ms_adapter import LearnedCostModel
+    from tensortune.search.space import sample_candidates, tune_context
+
+    context, cands = matmul_candidates
+    mod = parse_spec("matmul:32,32,32").to_module()
+    other, other_cands = tune_context(mod, platform()), sample_candidates(mod, platform(), 4)
+    adapter = LearnedCostModel(XGBoostModel(n_rounds=5), platform(), online=True)
+
+    def measured(ctx, batch, secs) -> None:
+        adapter.update(ctx, batch, [ms.runner.RunnerResult(None if s is None else [s],
+                                                           None if s else "boom")
+                                    for s in secs])  # fmt: skip
+
+    measured(other, other_cands[:2], [None, None])  # nothing of that task ran: no scale yet
+    assert not adapter.model.fitted
+    measured(context, cands[:4], [2e-3, 4e-3, None, 8e-3])
+    assert adapter.model.seen_.labels.tolist() == [1.0, 0.5, 0.0, 0.25]
+    measured(context, cands[4:6], [1e-3, 2e-3])
+    seen = adapter.model.seen_
+    assert seen.labels.tolist() == [0.5, 0.25, 0.0, 0.125, 1.0, 0.5]
+    assert set(seen.groups.tolist()) == {int(seen.groups[0])}  # one task, one group
+    measured(other, other_cands[2:4], [5e-4, 1e-3])  # its earlier failures join, labelled 0
+    seen = adapter.model.seen_  # in the order measured
+    assert len(seen) == 10
+    assert seen.labels[:2].tolist() == [0.0, 0.0] and seen.labels[-2:].tolist() == [1.0, 0.5]
+    groups = seen.groups.tolist()
+    assert groups[:2] == groups[-2:] == [groups[0]] * 2 and groups[0] != groups[2]
+
+
 def test_held_back_candidates_score_below_every_passed_one():
     from tensortune.costmodel.ms_adapter import held_back_below
 

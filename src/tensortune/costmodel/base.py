@@ -60,14 +60,15 @@ class CostModel(abc.ABC):
     @abc.abstractmethod
     def fit(self, data: ProgramSet) -> CostModel: ...
 
-    def update(self, data: ProgramSet) -> CostModel:
+    def update(self, data: ProgramSet, *, seen: ProgramSet | None = None) -> CostModel:
         """Learn from new measurements too, starting from what the model already knows.
 
         Everything passed to ``update`` is kept (``seen_``); a fitted model is refined on it
-        (see :meth:`_refine`), an unfitted one fitted.
+        (see :meth:`_refine`), an unfitted one fitted.  ``seen``: everything measured so far,
+        ``data`` among it, as the caller labels it now; it replaces what was kept (a search
+        relabels its earlier measurements by each task's best so far, and groups them by task).
         """
-        seen = getattr(self, "seen_", None)
-        self.seen_ = data if seen is None else _concat(seen, data)
+        self.seen_ = _kept(self, data, seen)
         return self._refine(self.seen_) if self.fitted else self.fit(self.seen_)
 
     def _refine(self, data: ProgramSet) -> CostModel:
@@ -112,6 +113,14 @@ class CostModel(abc.ABC):
             os.replace(partial, path)
         finally:
             partial.unlink(missing_ok=True)
+
+
+def _kept(model: CostModel, data: ProgramSet, seen: ProgramSet | None) -> ProgramSet:
+    """What ``model`` keeps after an update with ``data`` (``CostModel.update``)."""
+    if seen is not None:
+        return seen
+    before = getattr(model, "seen_", None)
+    return data if before is None else _concat(before, data)
 
 
 def _concat(a: ProgramSet, b: ProgramSet) -> ProgramSet:

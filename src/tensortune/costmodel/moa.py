@@ -21,7 +21,7 @@ import copy
 
 import numpy as np
 
-from tensortune.costmodel.base import CostModel, _concat, pair_accuracy
+from tensortune.costmodel.base import CostModel, _kept, pair_accuracy
 from tensortune.costmodel.data import ProgramSet
 from tensortune.costmodel.nn import _RankModel
 from tensortune.costmodel.registry import load_cost_model
@@ -76,12 +76,11 @@ class MomentumAdapted(CostModel):
         self._retrain()
         return self
 
-    def update(self, data: ProgramSet) -> MomentumAdapted:
+    def update(self, data: ProgramSet, *, seen: ProgramSet | None = None) -> MomentumAdapted:
         if self.pretrained_ is not None and self.retrains_ and data.labels is not None:
             for name, net in (("adapted", self.model), ("pretrained", self.pretrained_)):
                 self.right_pairs_[name] += _right_pairs(net.predict(data), data)
-        seen = getattr(self, "seen_", None)
-        self.seen_ = data if seen is None else _concat(seen, data)
+        self.seen_ = _kept(self, data, seen)
         self.updates_ += 1
         if self.updates_ % self.every == 0 and np.any(self.seen_.labels > 0):
             self._retrain()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import weakref
 
 import numpy as np
@@ -9,7 +10,7 @@ import numpy as np
 from tensortune import features as F
 from tensortune.compat import PyCostModel, derived_object, ms, structural_hash
 from tensortune.costmodel.base import CostModel
-from tensortune.costmodel.data import ProgramSet
+from tensortune.costmodel.data import ProgramSet, concat_programs
 from tensortune.costmodel.registry import load_cost_model
 from tensortune.errors import TensortuneError
 from tensortune.features.lowered import lowered_features_batch
@@ -89,6 +90,8 @@ class LearnedCostModel(PyCostModel):
         self.platform = resolve_platform(platform, measurable=False)
         self.online = online
         self._best: dict[str, float] = {}  # per task: the fastest run measured so far
+        # Per measured batch: its task, its programs' features and run times (inf: failed).
+        self._measured: list[tuple[str, ProgramSet, np.ndarray]] = []
         self._workload: dict[str, np.ndarray] = {}
         self._hardware = F.hardware_vector(self.platform)
         self._memo: dict[str, list] = {}  # per program: per-store, tokens, lowered (or None)
@@ -169,11 +172,27 @@ class LearnedCostModel(PyCostModel):
         ran = costs[np.isfinite(costs)]
         best = min(self._best.get(key, np.inf), ran.min() if len(ran) else np.inf)
         self._best[key] = best
+        self._measured.append(
+            (key, self._features(context, candidates, lowered=self.model.uses_lowered), costs)
+        )
         if not np.isfinite(best):  # nothing of the task has run yet: no scale to label on
             return
-        data = self._features(context, candidates, lowered=self.model.uses_lowered)
-        data.labels = np.where(np.isfinite(costs), best / costs, 0.0)
-        self.model.update(data)
+        seen = self._labelled()
+        self.model.update(seen.subset(np.arange(len(seen) - len(costs), len(seen))), seen=seen)
+
+    def _labelled(self) -> ProgramSet:
+        """Every measured program labelled by its task's best run so far (``best / cost``, 0
+        for a failure) and grouped by task, as MetaSchedule's XGBModel relabels at every
+        update.  Labelled once, when measured, a batch kept its task's best of that moment,
+        and one faster program later left the earlier ones rated above it; grouped by batch,
+        a ranking loss never compared programs of two rounds.  Tasks with nothing that ran
+        are left out (no scale to label on); the batch measured last comes last."""
+        tasks = {key: i for i, key in enumerate(dict.fromkeys(k for k, _, _ in self._measured))}
+        return concat_programs([
+            dataclasses.replace(data, groups=np.full(len(data), tasks[key], np.int64),
+                                labels=np.where(np.isfinite(costs), self._best[key] / costs, 0.0))
+            for key, data, costs in self._measured if np.isfinite(self._best[key])
+        ])  # fmt: skip
 
     def save(self, path: str) -> None:
         self.model.save(path)
