@@ -167,7 +167,8 @@ def train(
                                      held_out=split_networks(split))  # fmt: skip
     if out is not None:
         estimator.save(out)
-    return TrainResult(estimator, scores, len(train_set), int(test_mask.sum()), fit_seconds,
+    # The programs scored (rows without features are left out of both sets alike).
+    return TrainResult(estimator, scores, len(train_set), int(scores["programs"]), fit_seconds,
                        per_second)  # fmt: skip
 
 
