@@ -253,6 +253,21 @@ def test_a_rerun_with_another_seed_measures_again(bench):
     assert saved["seed"] == 1
 
 
+def test_runs_saved_with_the_other_fast_math_setting_are_measured_again(bench, tmp_path):
+    """Approximating exp/tanh/erf keeps the tasks' names: a saved run of the other setting
+    would otherwise be compared with runs of other kernels."""
+    import shutil
+
+    from conftest import TARGET
+
+    work, _ = bench
+    shutil.copy(work / "results.json", tmp_path / "results.json")
+    again = bench_tune([SPEC], trials_per_task=8, work_dir=tmp_path, target=TARGET,
+                       methods=["default"], retime=0, fast_math=False)  # fmt: skip
+    assert set(again.runs) == {"default"}  # the saved draft run was dropped, not kept
+    assert json.loads((tmp_path / "results.json").read_text())["fast_math"] is False
+
+
 def test_runs_saved_by_another_version_of_the_benchmark_are_measured_again(bench, tmp_path):
     from conftest import TARGET
 
@@ -344,6 +359,9 @@ def test_seeds_are_summarized_by_their_median_speedup():
     assert summary["final_latency"]["fast"] == [1.0, 1.0, 1.2]
     never = summarize_seeds([seed(0, None), seed(1, None), seed(2, 2.0)])
     assert never["speedup"]["fast"]["median"] is None  # most seeds never reached it
+    # Over two seeds, one that got there: not a median of 2.0, half of a speedup of 4.0.
+    half = summarize_seeds([seed(0, 2.5), seed(1, None)])["speedup"]["fast"]
+    assert (half["median"], half["mean"], half["reached"]) == (None, 2.0, 1)
 
 
 def test_a_seed_whose_default_set_no_goal_counts_as_unreached_not_as_missing():

@@ -90,3 +90,18 @@ def test_the_by_hardware_folds_hold_out_a_machine_with_all_its_configurations():
     train, test = split_masks(columns, specs[0][1])
     assert test.tolist() == [True, True, False, True, False]
     assert train.tolist() == [False, False, True, False, True]
+
+
+def test_a_studys_spread_is_the_sample_standard_deviation_of_the_runs_that_scored():
+    """Three seeds: the sample sd (n - 1), not the population's, which understated it by 18%;
+    a run whose metric is undefined counts in no figure of that metric."""
+    import statistics
+
+    from tensortune.compare.summary import mean_and_sd
+
+    rows = [{"arm": "a", "pca": v} for v in (0.80, 0.85, 0.90, float("nan"))]
+    rows.append({"arm": "b", "pca": 0.7})
+    a, b = mean_and_sd(rows, ("arm",), ("pca",))
+    assert a["pca"] == pytest.approx(0.85)
+    assert a["pca_std"] == pytest.approx(statistics.stdev([0.80, 0.85, 0.90]))
+    assert np.isnan(b["pca_std"])  # one run has no spread to speak of

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated
 
@@ -632,7 +633,7 @@ def hardware(
               {"model": "left", "arm": "left", "PCA": "right", "top-1 score": "right",
                "top-5 score": "right"})  # fmt: skip
     for e in result.summary():
-        cells = (f"{e[k]:.3f} ± {e[k + '_std']:.3f}" for k in RANK_METRICS)
+        cells = (_mean_sd(e, k) for k in RANK_METRICS)
         t.add_row(e["model"], e["arm"], *cells)
     print_table(t)
 
@@ -681,7 +682,7 @@ def splits(
                "PCA over by-network": "right"})  # fmt: skip
     for e in result.summary():
         over = e["pca_over_by_network"]
-        cells = (f"{e[k]:.3f} ± {e[k + '_std']:.3f}" for k in RANK_METRICS)
+        cells = (_mean_sd(e, k) for k in RANK_METRICS)
         t.add_row(e["model"], e["split"], str(e["folds"]), *cells,
                   "-" if over is None else f"{over:+.3f}")  # fmt: skip
     print_table(t)
@@ -691,6 +692,12 @@ def splits(
                       f"its other repeats, {ceiling['programs']} programs): PCA "
                       f"{ceiling['pca']:.3f}, top-1 score {ceiling['top1_score']:.3f}, top-5 "
                       f"score {ceiling['top5_score']:.3f}")  # fmt: skip
+
+
+def _mean_sd(entry: dict, key: str) -> str:
+    """A study table's cell: the mean ± the sample standard deviation (none of one run)."""
+    sd = entry[f"{key}_std"]
+    return f"{entry[key]:.3f} ± " + ("-" if math.isnan(sd) else f"{sd:.3f}")
 
 
 def _print_json(result) -> None:
@@ -739,7 +746,7 @@ def _print_study(result, as_json: bool, plot: Path | None, *, picked: str, count
                "top-5 in slow half": "right"})  # fmt: skip
     for e in result.summary():
         t.add_row(e["model"], e["selector"], f"{e['measured']} ({e['fraction']:.0%})",
-                  *(f"{e[k]:.3f} ± {e[k + '_std']:.3f}"
+                  *(_mean_sd(e, k)
                     for k in ("pca", "top1_score", "top5_score", "overestimation")))  # fmt: skip
     print_table(t)
     if plot is not None:

@@ -55,8 +55,10 @@ ALT_PINGPONG = {"alt": 1, "alt-adaptive": 2}
 _FROM_SOURCE = ("moa", "moa-ungated")
 # Saved runs of another version are measured again: 2 starts each clock after the one-off
 # process costs and drafts a task's first candidates without evolution; 3 adapts the
-# pre-trained verifier as MoA does; 4 gates MoA; 5 measures register-blocked seeds first.
-RESULTS_VERSION = 5
+# pre-trained verifier as MoA does; 4 gates MoA; 5 measures register-blocked seeds first; 6
+# seeds TVM apart (``search.space.tvm_seed``: seeds 0 and 1 drew alike) and relabels online
+# measurements by each task's best.
+RESULTS_VERSION = 6
 
 
 @dataclass
@@ -103,6 +105,9 @@ class BenchResult:
     target: dict
     runs: dict[str, MethodRun] = field(default_factory=dict)
     seed: int = 0
+    # Whether the tasks' float32 exp/tanh/erf were approximated (``resolve_tasks``): it keeps
+    # their names, so a saved run is reused only with the same setting.
+    fast_math: bool = True
 
     @property
     def speedup(self) -> dict[str, float | None]:
@@ -149,6 +154,7 @@ class BenchResult:
         out = {
             "version": RESULTS_VERSION, "tasks": self.tasks,
             "trials_per_task": self.trials_per_task, "target": self.target, "seed": self.seed,
+            "fast_math": self.fast_math,
             "methods": {k: asdict(v) for k, v in self.runs.items()},
             "final_latency": {k: v.final_latency for k, v in self.runs.items()},
             "speedup": self.speedup, "trial_ratio": self.trial_ratio,
@@ -226,7 +232,8 @@ def bench_tune(
     work = Path(work_dir)
     work.mkdir(parents=True, exist_ok=True)
     saved = work / "results.json"
-    result = BenchResult([t.name for t in tasks], trials_per_task, platform.target, seed=seed)
+    result = BenchResult([t.name for t in tasks], trials_per_task, platform.target, seed=seed,
+                         fast_math=fast_math)  # fmt: skip
     if saved.is_file():
         result.runs = _saved_runs(_read_results(saved), result)
     ran = False
@@ -286,13 +293,13 @@ def _read_results(path: Path) -> dict:
 
 
 def _saved_runs(old: dict, result: BenchResult) -> dict[str, MethodRun]:
-    """The runs of a saved ``results.json`` made with the same version, tasks, budget, target
-    and seed (none otherwise)."""
+    """The runs of a saved ``results.json`` made with the same version, tasks, budget, target,
+    seed and fast-math setting (none otherwise)."""
     per_task = old.get("trials_per_task", old.get("trials"))  # "trials" before the rename
     same = (old.get("version"), old.get("tasks"), per_task, old.get("target"),
-            old.get("seed", 0))  # fmt: skip
+            old.get("seed", 0), old.get("fast_math"))  # fmt: skip
     if same != (RESULTS_VERSION, result.tasks, result.trials_per_task, result.target,
-                result.seed):  # fmt: skip
+                result.seed, result.fast_math):  # fmt: skip
         return {}
     known = set(MethodRun.__dataclass_fields__)  # a file from another version may hold more
     runs = {}

@@ -66,8 +66,9 @@ def summarize_seeds(results: Sequence[BenchResult]) -> dict:
     ``retimed_trial_ratio``, ``retimed_speedup_within_1pct``, ...
 
     A seed where the method never got there is ``None`` in the per-seed lists and counts as 0
-    in the median and the mean (slower than any speedup); a median of 0 is reported as
-    ``None``: most seeds never got there."""
+    in the median and the mean (slower than any speedup).  The median is ``None`` unless more
+    than half the seeds got there: otherwise it would be 0 or, over an even number of seeds,
+    half a speedup that no seed had."""
     out: dict[str, dict] = {}
     within = {within_key(t): t for t in TOLERANCES}
     keys: list[tuple[str, float | None, bool]] = [
@@ -92,10 +93,12 @@ def summarize_seeds(results: Sequence[BenchResult]) -> dict:
 
 
 def _spread(per_seed: list[float | None]) -> dict:
-    """Per-seed values with their median, mean, standard error of the mean and how many seeds
+    """Per-seed values with their median (``None`` unless more than half got a value: then the
+    middle ones are all real values), mean, standard error of the mean and how many seeds
     got a value (unreached seeds count as 0)."""
     values = [x or 0.0 for x in per_seed]
+    reached = sum(x is not None for x in per_seed)
     sem = statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else None
-    return {"seeds": per_seed, "median": statistics.median(values) or None,
-            "mean": statistics.fmean(values), "sem": sem,
-            "reached": sum(x is not None for x in per_seed)}  # fmt: skip
+    return {"seeds": per_seed,
+            "median": statistics.median(values) if 2 * reached > len(values) else None,
+            "mean": statistics.fmean(values), "sem": sem, "reached": reached}  # fmt: skip

@@ -31,8 +31,8 @@ def study_args(seeds: Sequence[int], **names: Sequence[str]) -> tuple[list[int],
 
 def mean_and_sd(rows: Sequence[dict], by: Sequence[str], metrics: Sequence[str]) -> list[dict]:
     """One entry per distinct value of the ``by`` keys, in order of first appearance: those
-    keys, ``runs``, and each metric's mean and standard deviation (``{metric}_std``; NaN runs
-    left out, as a metric undefined on a fold is)."""
+    keys, ``runs``, and each metric's mean and sample standard deviation (``{metric}_std``, NaN
+    for fewer than two values; NaN runs left out, as a metric undefined on a fold is)."""
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for r in rows:
         groups[tuple(r[k] for k in by)].append(r)
@@ -43,6 +43,6 @@ def mean_and_sd(rows: Sequence[dict], by: Sequence[str], metrics: Sequence[str])
             vals = np.array([r[m] for r in runs], dtype=float)
             kept = vals[~np.isnan(vals)]
             entry[m] = float(kept.mean()) if len(kept) else float("nan")
-            entry[f"{m}_std"] = float(kept.std()) if len(kept) else float("nan")
+            entry[f"{m}_std"] = float(kept.std(ddof=1)) if len(kept) > 1 else float("nan")
         out.append(entry)
     return out
