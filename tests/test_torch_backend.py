@@ -112,6 +112,35 @@ def test_two_modules_of_one_class_each_get_their_own_weights(tmp_path, monkeypat
     assert torch_backend.stats.built == built + (2 if kept > 1 else 3)
 
 
+def test_weights_changed_in_place_get_a_build_of_their_own(tmp_path):
+    """load_state_dict (or an optimizer step) keeps the tensors and Dynamo does not compile
+    again: the build must not go on with the weights it baked in."""
+    opts = {"records": f"sqlite:///{tmp_path / 'none.db'}", "target": TARGET}
+    torch.manual_seed(2)
+    m, x = torch.nn.Linear(8, 8).eval(), torch.randn(2, 8)
+    f = torch.compile(m, backend="tensortune", options=opts)
+    built = torch_backend.stats.built
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")  # untuned
+        torch.testing.assert_close(f(x), m(x), rtol=1e-4, atol=1e-5)
+        m.load_state_dict({k: torch.randn_like(v) for k, v in m.state_dict().items()})
+        torch.testing.assert_close(f(x), m(x), rtol=1e-4, atol=1e-5)
+    assert torch_backend.stats.built == built + 2
+
+
+def test_a_broken_store_is_an_error_not_an_untuned_build(tmp_path):
+    """Only a store that does not exist yet builds untuned with a warning: a corrupt file or a
+    mistyped URL would otherwise run the model hundreds of times slower, silently tuned."""
+    bad = tmp_path / "bad.db"
+    bad.write_bytes(b"not a database" * 100)
+    for url in (f"sqlite:///{bad}", f"sqllite:///{tmp_path / 'r.db'}"):
+        torch._dynamo.reset()
+        f = torch.compile(torch.nn.Linear(4, 4).eval(), backend="tensortune",
+                          options={"records": url, "target": TARGET})  # fmt: skip
+        with pytest.raises(Exception, match=r"not a database|unsupported records URL"):
+            f(torch.randn(1, 4))
+
+
 def test_an_unknown_option_is_refused():
     compiled = torch.compile(Block().eval(), backend="tensortune", options={"record": "x"})
     with pytest.raises(Exception, match="unknown tensortune backend option 'record'"):

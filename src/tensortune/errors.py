@@ -35,6 +35,10 @@ class RecordsError(TensortuneError):
     """The records store cannot be opened, is corrupt, foreign, or cannot be written."""
 
 
+class NoStoreError(RecordsError):
+    """A reader was pointed at a store file that does not exist (none was created)."""
+
+
 class TargetError(TensortuneError):
     """A target that is not a JSON object, or that TVM rejects."""
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tensortune.deploy.host_call import HostCall
-from tensortune.errors import RecordsError, TensortuneError, WorkloadError
+from tensortune.errors import NoStoreError, TensortuneError, WorkloadError
 from tensortune.records import DEFAULT_URL
 
 _OPTIONS = {"records": DEFAULT_URL, "target": None, "fast_math": True, "winograd": True}
@@ -121,17 +121,18 @@ def tensortune_backend(gm: Any, example_inputs: list, options: dict | None = Non
 
 
 def _weights_key(weights: list) -> tuple:
-    """Which tensors a build's weights are: their storage and layout (the same module's
-    parameters, changed in place, keep theirs: an inference build does not see such changes)."""
+    """Which weights a build baked in: their tensors' storage and layout, and the version
+    PyTorch counts up at every in-place change (``load_state_dict``, an optimizer step), so
+    that changed weights get a build of their own instead of the old constants."""
     return tuple((w.untyped_storage().data_ptr(), w.storage_offset(), tuple(w.shape),
-                  tuple(w.stride()), str(w.dtype)) for w in weights)  # fmt: skip
+                  tuple(w.stride()), str(w.dtype), w._version) for w in weights)  # fmt: skip
 
 
 def _state_inputs(gm: Any, example_inputs: list) -> set[int]:
     """The inputs that are the module's parameters and buffers: Dynamo hands them over as
     graph inputs, and they are baked into the build as constants (so batch norms fold into
-    convolutions and the kernels are the ones ``tune --model`` tuned).  An inference build:
-    weights changed after compiling are not seen."""
+    convolutions and the kernels are the ones ``tune --model`` tuned); weights changed later
+    get a build of their own (``_weights_key``)."""
     import torch
     from torch._subclasses.fake_tensor import FakeTensor
 
@@ -181,7 +182,7 @@ def _build(gm: Any, inputs: tuple, platform: Any, opts: dict) -> tuple[Any, int,
                    fast_math=bool(opts["fast_math"]), winograd=bool(opts["winograd"]))  # fmt: skip
     try:
         store = open_records(opts["records"], create=False)
-    except RecordsError as e:
+    except NoStoreError as e:  # not tuned yet; a store that is broken or unreachable raises
         # Built as from an empty store, not by tvm.compile: its bare loops ran gpt2-block
         # hundreds of times slower than eager (see deploy.unrecorded).
         warnings.warn(f"tensortune: {e}; no kernel has a tuned record", stacklevel=3)

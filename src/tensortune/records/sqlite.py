@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from tensortune.errors import RecordsError
+from tensortune.errors import NoStoreError, RecordsError
 from tensortune.records.schema import SCHEMA_VERSION, trace_hash
 from tensortune.records.sql import TABLES, Cursor, SQLStore, T, statements
 
@@ -64,7 +64,7 @@ class SQLiteStore(SQLStore):
         if not memory:
             check_file(path)
             if not create and not Path(path).is_file():
-                raise RecordsError(f"no records store at {path}")
+                raise NoStoreError(f"no records store at {path}")
         try:
             self._db = sqlite3.connect(
                 path, timeout=30.0, isolation_level=None, check_same_thread=False
