@@ -339,6 +339,7 @@ def test_tune_on_the_farm_records_the_remote_hardware(stated: str, cli: Cli, tmp
                          "replay-trace", "--cost-model", "random", "--records", url,
                          "--json")  # fmt: skip
     assert code == 0, err
+    assert "outputs are not checked against the workload" in err  # --check is on by default
     result = json.loads(out)
     other = other_hardware()
     assert result["hardware_id"] == other.id and result["tasks"][0]["ok"] == 8

@@ -8,6 +8,7 @@ MetaSchedule one) is used as it is and left to the caller to close.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -56,6 +57,12 @@ class MeasureSession:
             self._owned.append(runner)
         self.runner = runner
         self.checks = check_correctness and runner in self._owned
+        if check_correctness and not self.checks:
+            # A farm's or a caller's runner times what it is given and compares nothing:
+            # said, not left for a wrong program to become the stored best unnoticed.
+            warnings.warn(f"tensortune: outputs are not checked against the workload: the "
+                          f"runner ({type(runner).__name__}) is not tensortune's local one",
+                          stacklevel=2)  # fmt: skip
 
     def wait_ready(self) -> None:
         """Block until the session's own workers have started (clocks start after this)."""

@@ -306,7 +306,8 @@ def tune(
     (``tensortune serve``), recording under their hardware.
     ``trials_per_round`` defaults to 64, lowered (down to 8) so that each task gets a round.
     ``fast_math`` approximates float32 ``exp``/``tanh``/``erf`` so they vectorize; outputs
-    are then checked against the exact workload (``tensortune.workloads.fast_math``).
+    are then checked against the exact workload (``tensortune.workloads.fast_math``) by our
+    local runner; a farm or a runner of the caller's checks nothing, and a warning says so.
     ``winograd`` runs a model's eligible 3×3 convolutions as Winograd F(4×4, 3×3) or F(2×2, 3×3)
     (``tensortune.workloads.winograd``).  A loaded ``Model`` keeps what it was loaded with.
     ``input_shapes`` fixes an ONNX model's dynamic input dimensions
