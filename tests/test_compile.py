@@ -225,3 +225,21 @@ def test_weights_are_laid_out_for_the_tuned_kernels_once_at_compile_time(tmp_pat
     assert not _rewrites_weights_at_run_time(applied)
     report = compile_model(model, records=url, target=TARGET, repeat=2, rounds=1)
     assert report.max_abs_error < 1e-4
+
+
+def test_a_tuned_build_whose_outputs_are_wrong_is_not_shipped(model, tmp_path, monkeypatch):
+    """``compile --out`` checks the build it ships against TVM's untuned build of the model:
+    a wrong program in the store (imported, or measured without a check) stops it."""
+    from tensortune.deploy import compile as deploy
+
+    torch.manual_seed(7)  # the same network with other weights: wrong outputs, right shapes
+    other = load_model(TinyMLP().eval(), example_inputs=(torch.randn(4, 32),),
+                       target=tvm.target.Target(TARGET))  # fmt: skip
+    monkeypatch.setattr(deploy, "build_tuned", lambda db, mod, platform: tvm.compile(
+        other.mod, target=platform.tvm_target))  # fmt: skip
+    url = f"sqlite:///{tmp_path / 'empty.db'}"
+    open_records(url).close()
+    with pytest.raises(TensortuneError, match="no artifact written"):
+        compile_model(model, records=url, target=TARGET, repeat=1, rounds=1,
+                      out=tmp_path / "m.tt")  # fmt: skip
+    assert not (tmp_path / "m.tt").exists()

@@ -171,6 +171,17 @@ def _build_and_time(m, store: RecordStore, platform: Platform, repeat: int, roun
         report = _report(m, store, platform, statuses, timed, torch_rounds)
         if out is not None:
             from tensortune.deploy.artifact import save_artifact
+
+            # A wrong program in the store (imported, unmeasured, a kernel whose check was
+            # off) must not ship: the untuned build is TVM's own lowering of the same model.
+            scale = max([1.0, *(float(np.abs(o).max()) for o in timed[0][0] if o.size)])
+            if not report.max_abs_error <= OUTPUT_TOLERANCE * scale:  # NaN fails too
+                raise TensortuneError(
+                    f"the tuned build's outputs differ from the untuned build's by "
+                    f"{report.max_abs_error:.3g} (allowed {OUTPUT_TOLERANCE * scale:.3g}): "
+                    "no artifact written; a record in the store gives a wrong program",
+                    param="out",
+                )
             from tensortune.records import redact
 
             extra = {"records": redact(store.url), "tuned_seconds": report.tuned_seconds,
@@ -182,6 +193,12 @@ def _build_and_time(m, store: RecordStore, platform: Platform, repeat: int, roun
                 builds["tuned"], out, model=m, target=platform.target, threads=threads,
                 extra=extra, library=libraries["tuned"]))  # fmt: skip
     return report
+
+
+# How far a shipped build's outputs may stray from the untuned build's, relative to the
+# largest output (at least 1): tuned kernels reorder float32 sums (1e-6 to 7e-5 seen on the
+# zoo's networks, benchmarks/RESULTS.md), a wrong program is off by the outputs' own size.
+OUTPUT_TOLERANCE = 1e-3
 
 
 def _report(m, store: RecordStore, platform: Platform, statuses: list[TaskStatus],
