@@ -4,7 +4,8 @@ For each network, in one process on one machine:
 
 1. the network is tuned for a wall-clock budget (``tune(max_seconds=)``, the recommended
    search) into its own store in the work dir; a rerun keeps what was tuned and does not tune
-   again (delete the store to start over);
+   again (delete the store to start over; a store whose tuning was interrupted is tuned for
+   the budget again on top, and its summary says ``resumed``: its earlier time is unknown);
 2. the tuned build (also as shipped: its artifact read back by ``tensortune.load``, and the
    ``torch.compile`` backend on the same store), PyTorch eager, ``torch.compile`` (Inductor),
    ONNX Runtime and OpenVINO (fp32: OpenVINO is told ``INFERENCE_PRECISION_HINT=f32``, else it
@@ -197,14 +198,18 @@ def bench_e2e(
         model = load_model(net, target=platform.tvm_target)
         store = work / f"{net}.db"
         tuned_info = work / f"{net}-tune.json"
-        if tuned_info.exists():
+        if tuned_info.exists() and store.exists():
             info = json.loads(tuned_info.read_text())
             say(f"{net}: tuned before ({info['trials']} trials in {info['seconds']:.0f} s)")
         else:
-            say(f"{net}: tuning for {max_seconds:.0f} s")
+            # The store decides: deleted, it is tuned anew; there without its summary, its
+            # tuning was interrupted and goes on, and the time before is not known.
+            resumed = store.exists()
+            say(f"{net}: tuning for {max_seconds:.0f} s"
+                + (" more (resuming an interrupted tuning)" if resumed else ""))  # fmt: skip
             r = tune(model=model, max_seconds=max_seconds, records=f"sqlite:///{store}",
                      target=platform, work_dir=work / "work")  # fmt: skip
-            info = {"trials": r.trials_total, "seconds": r.seconds}
+            info = {"trials": r.trials_total, "seconds": r.seconds, "resumed": resumed}
             tuned_info.write_text(json.dumps(info))
         systems = _set_up(model, store, platform, anchors, work, say)
         say(f"{net}: timing {', '.join(n for n, s in systems.items() if not s[1].missing)} "
