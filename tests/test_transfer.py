@@ -315,3 +315,15 @@ def test_fraction_of_maximum_speedup_is_the_papers_formula():
     assert r.fraction_of_max == pytest.approx(0.25)  # (1.5 - 1) / (3 - 1)
     assert r.search_time_ratio == pytest.approx(5.0)
     assert r.warm_time_share == pytest.approx(0.4)
+
+
+@pytest.mark.parametrize(("name", "value"), [("per_kernel", 0), ("rounds", 0), ("rounds", 1.5)])
+def test_settings_are_checked_before_anything_is_measured(tmp_path, name, value):
+    """``rounds`` is compile_model's: checked there, it failed after every kernel's timings."""
+    from tensortune.errors import TensortuneError
+
+    out = tmp_path / "out.db"
+    with pytest.raises(TensortuneError, match="whole number of at least 1"):
+        transfer(f"sqlite:///{tmp_path / 'none.db'}", ["matmul:32,32,32"],
+                 records=f"sqlite:///{out}", target=TARGET, **{name: value})  # fmt: skip
+    assert not out.exists()

@@ -150,8 +150,11 @@ def transfer(
     and timed against its untuned build (``compile_model``, ``rounds`` rounds).
     ``progress(index, kernel)`` is called after each kernel.
     """
-    if per_kernel < 1:
-        raise TensortuneError(f"must be at least 1, not {per_kernel}", param="per_kernel")
+    # Checked now, not after every kernel was measured (``rounds`` is compile_model's).
+    for name, value in (("per_kernel", per_kernel), ("rounds", rounds)):
+        if type(value) is not int or value < 1:
+            raise TensortuneError(f"must be a whole number of at least 1, not {value!r}",
+                                  param=name)  # fmt: skip
     from tensortune.workloads.resolve import resolve_tasks
 
     with about("target"):
