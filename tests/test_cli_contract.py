@@ -176,6 +176,8 @@ BAD = {
         "aarch64",
     ),
     "a time budget of centuries": ([*TUNE, "--time", "99999999h"], "--time"),
+    "an hour and thirty of what": ([*TUNE, "--time", "1h30"], "--time", "1h30m"),
+    "input shapes for an operator": ([*TUNE, "--input-shape", "x=1,2"], "--input-shape:"),
     "more trials than TVM counts": ([*TUNE, "--trials", str(10**20)], "--trials"),
     "a padded input over int32": (
         ["tune", "-w", "conv2d_nchw:1,8,8,1,1,1,100000,50000", "--target", TJ],

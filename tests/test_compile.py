@@ -243,3 +243,15 @@ def test_a_tuned_build_whose_outputs_are_wrong_is_not_shipped(model, tmp_path, m
         compile_model(model, records=url, target=TARGET, repeat=1, rounds=1,
                       out=tmp_path / "m.tt")  # fmt: skip
     assert not (tmp_path / "m.tt").exists()
+
+
+def test_a_missing_store_is_said_before_the_model_is_imported(tmp_path, monkeypatch):
+    import tensortune.workloads.models as models
+
+    def no_import(*args, **kwargs):
+        raise AssertionError("the model was imported before the store was opened")
+
+    monkeypatch.setattr(models, "load_model", no_import)
+    with pytest.raises(TensortuneError, match="no records store"):
+        compile_model("resnet18", records=f"sqlite:///{tmp_path / 'typo.db'}", target=TARGET)
+    assert not (tmp_path / "typo.db").exists()

@@ -98,6 +98,7 @@ _OPTION_NAMES = {
     "max_trials_per_task": "--trials-per-task",
     "hardware_id": "--hardware",
     "sources": "--from",
+    "input_shapes": "--input-shape",
 }
 
 
@@ -157,9 +158,14 @@ _DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\
 
 def parse_duration(text: str, param: str) -> float:
     """Seconds in ``20m``, ``90s``, ``90``, ``1h30m``, ``1.5h``; a one-line error otherwise."""
-    m = _DURATION.fullmatch(text.strip().lower())
+    plain = text.strip().lower()
+    m = _DURATION.fullmatch(plain)
     if m is None or not any(m.groups()):
         raise TensortuneError(f"expected a duration such as 20m, 90s or 1h30m, got {text!r}",
+                              param=param)  # fmt: skip
+    if m.group(3) and (m.group(1) or m.group(2)) and not plain.endswith("s"):
+        # "1h30" read as 1 h 30 s would be a surprise: a unit after the last number, please
+        raise TensortuneError(f"{text!r}: give the last number its unit, e.g. 1h30m",
                               param=param)  # fmt: skip
     h, mins, secs = (float(g) if g else 0.0 for g in m.groups())
     seconds = 3600 * h + 60 * mins + secs

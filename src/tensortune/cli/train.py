@@ -233,10 +233,10 @@ def finetune(
     summary: dict = {"samples": result.samples, "tasks": result.tasks, "steps": result.steps,
                      "out": str(out)}  # fmt: skip
     if result.samples < samples and not as_json:
-        console.print(f"[yellow]fine-tuned on {result.samples} programs, not the {samples} asked "
+        console.print(f"fine-tuned on {result.samples} programs, not the {samples} asked "
                       "for: the records have no more successful ones"
-                      f"{f' (at most {PER_TASK} a task with --seed)' if seed is not None else ''}"
-                      "[/yellow]")  # fmt: skip
+                      f"{f' (at most {PER_TASK} a task with --seed)' if seed is not None else ''}",
+                      style="yellow")  # fmt: skip
     if test_records is not None:
         after = run_evaluate(load_cost_model(out), test_records=test_records,
                              measured_here=True)  # fmt: skip

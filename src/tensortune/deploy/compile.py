@@ -114,13 +114,14 @@ def compile_model(
         platform = resolve_platform(target)
         platform.check_runs_here()  # the build is timed here
     tvm_target = platform.tvm_target
-    with about("model"):
-        if isinstance(model, Model):
-            m = model
-        else:
-            m = load_model(model, target=tvm_target, fast_math=fast_math, winograd=winograd,
-                           input_shapes=input_shapes)  # fmt: skip
+    # The store first: a mistyped URL is said before a model import of seconds to minutes.
     with interruptible(), records_from(records, create=False) as store:
+        with about("model"):
+            if isinstance(model, Model):
+                m = model
+            else:
+                m = load_model(model, target=tvm_target, fast_math=fast_math,
+                               winograd=winograd, input_shapes=input_shapes)  # fmt: skip
         return _build_and_time(m, store, platform, repeat, rounds, retime, out)
 
 
