@@ -256,6 +256,24 @@ _SCRIPTS = {
 }  # fmt: skip
 
 
+def _copy(shape: str) -> str:
+    """A TVMScript copy kernel of ``shape``: the sizes an operator spec refuses, in a file."""
+    dims = shape.strip("()").rstrip(",").split(",")
+    loops = ", ".join(f"i{k}" for k in range(len(dims)))
+    axes = ", ".join(f"v{k}" for k in range(len(dims)))
+    return ("from tvm.script import tirx as T\n\n@T.prim_func(s_tir=True)\n"
+            f"def copy(A: T.Buffer({shape}, 'float32'), B: T.Buffer({shape}, 'float32')):\n"
+            f"    for {loops} in T.grid({', '.join(dims)}):\n"
+            "        with T.sblock('B'):\n"
+            f"            {axes} = T.axis.remap('{'S' * len(dims)}', [{loops}])\n"
+            f"            B[{axes}] = A[{axes}]\n")  # fmt: skip
+
+
+_SCRIPTS["empty"] = (_copy("(0, 16)"), "empty")
+_SCRIPTS["past int32"] = (_copy("(100000, 100000)"), "int32")
+_SCRIPTS["larger than a workload may be"] = (_copy("(40000, 20000)"), "GiB")
+
+
 @pytest.mark.parametrize("case", sorted(_SCRIPTS))
 def test_a_tvmscript_file_that_cannot_be_tuned_is_refused_before_anything(
     cli: Cli, store, tmp_path: Path, case: str

@@ -54,16 +54,40 @@ class OpSpec:
         from tensortune.compat import tvm
 
         tensors = OPS[self.op].build(**self.params)
-        for t in tensors:
-            # TIR indexes buffers with int32 unless told otherwise: a larger tensor's flat
-            # index wraps around, and the kernel reads and writes out of bounds.
-            elements = math.prod(int(d) for d in t.shape)
-            if elements > INT32_MAX:
-                raise WorkloadError(
-                    f"'{self}': tensor {t.name} would hold {elements:,} elements, more than "
-                    f"int32 indexing allows ({INT32_MAX:,})"
-                )
-        return tvm.IRModule({"main": tvm.te.create_prim_func(tensors)})
+        mod = tvm.IRModule({"main": tvm.te.create_prim_func(tensors)})
+        check_arguments(mod, f"'{self}'")
+        return mod
+
+
+# What a workload's buffers may take in all: each candidate timed allocates them (a model's
+# inputs have the same limit, ``models.MAX_INPUT_BYTES``), and a reference check runs the
+# untuned kernel on them.
+MAX_ARGUMENT_BYTES = 4 << 30
+
+
+def check_arguments(mod: tvm.IRModule, what: str) -> None:
+    """A one-line ``WorkloadError`` for buffers of ``mod["main"]`` a tuner cannot use: empty
+    ones, ones past int32 indexing, or more than ``MAX_ARGUMENT_BYTES`` in all."""
+    from tensortune.compat import tvm
+
+    total = 0
+    for param in mod["main"].params:
+        ty = param.ty
+        shape = getattr(ty, "shape", None)  # a buffer's (a scalar parameter has none)
+        if shape is None:
+            continue
+        elements = math.prod(int(d) for d in shape)
+        if elements == 0:
+            raise WorkloadError(f"{what}: buffer {param} is empty (a dimension of 0)")
+        # TIR indexes buffers with int32 unless told otherwise: a larger tensor's flat
+        # index wraps around, and the kernel reads and writes out of bounds.
+        if elements > INT32_MAX:
+            raise WorkloadError(f"{what}: tensor {param} would hold {elements:,} elements, more "
+                                f"than int32 indexing allows ({INT32_MAX:,})")  # fmt: skip
+        total += elements * tvm.DataType(str(ty.dtype)).bits // 8
+    if total > MAX_ARGUMENT_BYTES:
+        raise WorkloadError(f"{what}: its buffers take {total / 2**30:.1f} GiB, more than the "
+                            f"{MAX_ARGUMENT_BYTES >> 30} GiB a workload may")  # fmt: skip
 
 
 def _out(size: int, k: int, stride: int, pad: int) -> int:

@@ -10,7 +10,7 @@ import struct
 from pathlib import Path
 
 from tensortune.errors import WorkloadError, last_line
-from tensortune.workloads.ops import parse_spec
+from tensortune.workloads.ops import check_arguments, parse_spec
 from tensortune.workloads.task import Task
 
 
@@ -72,6 +72,7 @@ def _task_from_tvmscript(path: Path) -> Task:
             dims = ", ".join(str(d) for d in shape)
             raise WorkloadError(f"{path}: buffer {param} has a symbolic shape ({dims}); a "
                                 "workload to tune needs static shapes")  # fmt: skip
+    check_arguments(mod, str(path))
     return Task(name=f"{path.stem}.{name}", mod=mod, flop=estimate_flop(mod), source=str(path))
 
 
