@@ -246,10 +246,21 @@ def _onnx_inputs(
     for value in inputs:
         tensor = value.type.tensor_type
         dtypes[value.name] = np.dtype(tensor_dtype_to_np_dtype(tensor.elem_type))
-        if value.name in overrides:
-            shapes[value.name] = [int(d) for d in overrides[value.name]]
-            continue
         dims = [d.dim_value if d.dim_value > 0 else None for d in tensor.shape.dim]
+        if value.name in overrides:
+            given = [int(d) for d in overrides[value.name]]
+            # Checked here: TVM's importer fails deep inside on a wrong rank or size, with
+            # lines on both streams and a message cut short.
+            fixed = [(d, g) for d, g in zip(dims, given, strict=False) if d is not None]
+            if tensor.HasField("shape") and (
+                len(given) != len(dims) or any(d != g for d, g in fixed)
+            ):
+                declared = [d or dim.dim_param or "?" for d, dim in zip(dims, tensor.shape.dim,
+                                                                        strict=True)]  # fmt: skip
+                raise WorkloadError(f"input shape {value.name}={','.join(map(str, given))} does "
+                                    f"not fit the model's {declared}")  # fmt: skip
+            shapes[value.name] = given
+            continue
         if not tensor.HasField("shape") or None in dims:
             shown = [d.dim_value or d.dim_param or "?" for d in tensor.shape.dim] or "unknown rank"
             raise WorkloadError(
