@@ -255,3 +255,17 @@ def test_a_missing_store_is_said_before_the_model_is_imported(tmp_path, monkeypa
     with pytest.raises(TensortuneError, match="no records store"):
         compile_model("resnet18", records=f"sqlite:///{tmp_path / 'typo.db'}", target=TARGET)
     assert not (tmp_path / "typo.db").exists()
+
+
+def test_what_strays_is_judged_on_floating_outputs_with_equal_infinities_agreeing():
+    import numpy as np
+
+    from tensortune.deploy.compile import OUTPUT_TOLERANCE, _stray
+
+    logp = np.array([-np.inf, -0.5, 20.0], np.float32)
+    assert _stray([logp], [logp.copy()]) == (0.0, OUTPUT_TOLERANCE * 20.0)
+    flipped = np.array([3], np.int64)  # an argmax flipped on a near tie is not judged
+    assert _stray([logp, flipped], [logp, np.array([0], np.int64)])[0] == 0.0
+    assert _stray([np.array([np.nan, 1.0])], [np.array([0.0, 1.0])])[0] == np.inf
+    assert _stray([np.array([np.inf])], [np.array([-np.inf])])[0] == np.inf
+    assert _stray([np.array([1.5, 2.0])], [np.array([1.0, 2.0])]) == (0.5, OUTPUT_TOLERANCE * 2)

@@ -131,7 +131,10 @@ def test_a_version_2_store_is_refused(postgres_url: str) -> None:
 
 
 def test_reading_an_empty_database_writes_nothing(postgres_url: str) -> None:
-    with pytest.raises(RecordsError, match="no tensortune records store"):
+    from tensortune.errors import NoStoreError
+
+    # not there yet, as a missing SQLite file: the torch backend builds untuned on it
+    with pytest.raises(NoStoreError, match="no tensortune records store"):
         open_records(postgres_url, create=False)
     with psycopg.connect(postgres_url) as conn:
         assert conn.execute("SELECT count(*) FROM pg_tables WHERE schemaname = 'public'"

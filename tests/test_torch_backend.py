@@ -128,6 +128,17 @@ def test_weights_changed_in_place_get_a_build_of_their_own(tmp_path):
     assert torch_backend.stats.built == built + 2
 
 
+def test_a_module_made_in_inference_mode_compiles(tmp_path):
+    """Its parameters are inference tensors, which count no in-place changes."""
+    opts = {"records": f"sqlite:///{tmp_path / 'none.db'}", "target": TARGET}
+    with torch.inference_mode():
+        m, x = torch.nn.Linear(8, 8).eval(), torch.randn(2, 8)
+        f = torch.compile(m, backend="tensortune", options=opts)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # untuned
+            torch.testing.assert_close(f(x), m(x), rtol=1e-4, atol=1e-5)
+
+
 def test_a_broken_store_is_an_error_not_an_untuned_build(tmp_path):
     """Only a store that does not exist yet builds untuned with a warning: a corrupt file or a
     mistyped URL would otherwise run the model hundreds of times slower, silently tuned."""

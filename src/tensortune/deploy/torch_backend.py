@@ -125,7 +125,13 @@ def _weights_key(weights: list) -> tuple:
     PyTorch counts up at every in-place change (``load_state_dict``, an optimizer step), so
     that changed weights get a build of their own instead of the old constants."""
     return tuple((w.untyped_storage().data_ptr(), w.storage_offset(), tuple(w.shape),
-                  tuple(w.stride()), str(w.dtype), w._version) for w in weights)  # fmt: skip
+                  tuple(w.stride()), str(w.dtype), _version(w)) for w in weights)  # fmt: skip
+
+
+def _version(w: Any) -> int:
+    """PyTorch's count of in-place changes; -1 for a tensor made in ``inference_mode``, which
+    counts none (and can be changed in place only there)."""
+    return -1 if w.is_inference() else w._version
 
 
 def _state_inputs(gm: Any, example_inputs: list) -> set[int]:

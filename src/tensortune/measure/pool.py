@@ -165,6 +165,7 @@ class WorkerPool:
         # A worker still owing an answer (a map that an interrupt ended, which TVM may turn
         # into an error that the run survives) would give it to this map's first job.
         idle = [self._replace(w) if w.busy else w for w in self.wait_ready()]
+        fresh: set[int] = set()  # workers this map started in place of dead ones
         failed_starts = 0
         while pending or busy:
             while pending and idle:
@@ -177,14 +178,17 @@ class WorkerPool:
                     w.conn.send((name, jobs[i]))
                 except (OSError, EOFError, RuntimeError) as e:  # died while idle (OOM killer...)
                     pending.append(i)
-                    failed_starts += 1
+                    failed_starts += id(w) in fresh  # an old idle one says nothing of starts
                     if failed_starts >= _START_FAILURES:
                         w.kill()
+                        self._workers.remove(w)  # the next map starts one anew
                         raise RuntimeError(
                             f"{failed_starts} measurement workers in a row died "
                             f"before taking a job (last: {e})"
                         ) from None
-                    idle.append(self._replace(w))
+                    replacement = self._replace(w)
+                    fresh.add(id(replacement))
+                    idle.append(replacement)
                     continue
                 failed_starts = 0
                 busy[w.conn] = (w, i, time.monotonic())

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from tensortune.errors import RecordsError
+from tensortune.errors import NoStoreError, RecordsError
 from tensortune.records.schema import SCHEMA_VERSION
 from tensortune.records.sql import TABLE_NAMES, TABLES, Cursor, SQLStore, T
 
@@ -177,7 +177,7 @@ class PostgresStore(SQLStore):
                                "not a tensortune records store")  # fmt: skip
         if not present:
             if not create:
-                raise RecordsError(f"{self.name} holds no tensortune records store")
+                raise NoStoreError(f"{self.name} holds no tensortune records store")
             self._create(cur, _DDL)
             return
         version = self._schema_version(dict(cur.execute("SELECT key, value FROM meta").fetchall()))

@@ -249,16 +249,15 @@ def _onnx_inputs(
         dims = [d.dim_value if d.dim_value > 0 else None for d in tensor.shape.dim]
         if value.name in overrides:
             given = [int(d) for d in overrides[value.name]]
-            # Checked here: TVM's importer fails deep inside on a wrong rank or size, with
-            # lines on both streams and a message cut short.
-            fixed = [(d, g) for d, g in zip(dims, given, strict=False) if d is not None]
-            if tensor.HasField("shape") and (
-                len(given) != len(dims) or any(d != g for d, g in fixed)
-            ):
+            # Checked here: TVM's importer fails deep inside on a wrong rank, with lines on
+            # both streams and a message cut short.  A fixed size may be overridden (a model
+            # exported at batch 1 may run at 8 where its graph does not hard-code it).
+            if tensor.HasField("shape") and len(given) != len(dims):
                 declared = [d or dim.dim_param or "?" for d, dim in zip(dims, tensor.shape.dim,
                                                                         strict=True)]  # fmt: skip
-                raise WorkloadError(f"input shape {value.name}={','.join(map(str, given))} does "
-                                    f"not fit the model's {declared}")  # fmt: skip
+                raise WorkloadError(f"input shape {value.name}={','.join(map(str, given))} has "
+                                    f"{len(given)} dimensions; the model's has {len(dims)}: "
+                                    f"{declared}")  # fmt: skip
             shapes[value.name] = given
             continue
         if not tensor.HasField("shape") or None in dims:

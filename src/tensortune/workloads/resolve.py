@@ -52,9 +52,9 @@ def resolve_tasks(
             return load_model(model, target=platform.tvm_target, fast_math=fast_math,
                               winograd=winograd, input_shapes=input_shapes).tasks  # fmt: skip
     if input_shapes:  # operators and databases have their shapes: not silently dropped
-        raise TensortuneError("input shapes fix an ONNX model's dynamic dimensions; these "
-                              f"{given[0].replace('_', ' ')} have fixed shapes",
-                              param="input_shapes")  # fmt: skip
+        what = "operators" if given[0] == "workloads" else "database's workloads"
+        raise TensortuneError(f"input shapes fix an ONNX model's dynamic dimensions; the "
+                              f"{what} have fixed shapes", param="input_shapes")  # fmt: skip
     if workloads:
         from tensortune.workloads.sources import task_from_spec
 
