@@ -36,7 +36,8 @@ class RecordsError(TensortuneError):
 
 
 class NoStoreError(RecordsError):
-    """A reader was pointed at a store file that does not exist (none was created)."""
+    """A reader was pointed at a store not made yet: a SQLite file that does not exist, or a
+    PostgreSQL database without the tables (none is created)."""
 
 
 class TargetError(TensortuneError):
@@ -79,6 +80,14 @@ def check_seed(seed: object, param: str = "seed") -> int:
         raise TensortuneError(f"must be a whole number from 0 to 2**63 - 1, not {seed!r}",
                               param=param)  # fmt: skip
     return seed
+
+
+def check_count(value: object, param: str, least: int = 1) -> int:
+    """A count (rounds, repeats, ...): a whole number of at least ``least``."""
+    if type(value) is not int or value < least:
+        raise TensortuneError(f"must be a whole number of at least {least}, not {value!r}",
+                              param=param)  # fmt: skip
+    return value
 
 
 def check_writable(path: str | os.PathLike | None, param: str, *, directory: bool = False,

@@ -177,10 +177,10 @@ class LearnedCostModel(PyCostModel):
         )
         if not np.isfinite(best):  # nothing of the task has run yet: no scale to label on
             return
-        seen = self._labelled()
-        self.model.update(seen.subset(np.arange(len(seen) - len(costs), len(seen))), seen=seen)
+        batches = self._labelled()
+        self.model.update(batches[-1], seen=concat_programs(batches))
 
-    def _labelled(self) -> ProgramSet:
+    def _labelled(self) -> list[ProgramSet]:
         """Every measured program labelled by its task's best run so far (``best / cost``, 0
         for a failure) and grouped by task, as MetaSchedule's XGBModel relabels at every
         update.  Labelled once, when measured, a batch kept its task's best of that moment,
@@ -188,11 +188,11 @@ class LearnedCostModel(PyCostModel):
         a ranking loss never compared programs of two rounds.  Tasks with nothing that ran
         are left out (no scale to label on); the batch measured last comes last."""
         tasks = {key: i for i, key in enumerate(dict.fromkeys(k for k, _, _ in self._measured))}
-        return concat_programs([
+        return [
             dataclasses.replace(data, groups=np.full(len(data), tasks[key], np.int64),
                                 labels=np.where(np.isfinite(costs), self._best[key] / costs, 0.0))
             for key, data, costs in self._measured if np.isfinite(self._best[key])
-        ])  # fmt: skip
+        ]  # fmt: skip
 
     def save(self, path: str) -> None:
         self.model.save(path)

@@ -12,7 +12,13 @@ from pathlib import Path
 
 import numpy as np
 
-from tensortune.errors import TensortuneError, about, check_writable, interruptible
+from tensortune.errors import (
+    TensortuneError,
+    about,
+    check_count,
+    check_writable,
+    interruptible,
+)
 from tensortune.hardware import Platform, resolve_platform
 from tensortune.measure.executable import MIN_REPEAT_S, timing_repeats
 from tensortune.measure.pool import WorkerPool
@@ -105,9 +111,7 @@ def compile_model(
     """
     check_writable(out, "out", parents=True)
     for name, value, least in (("repeat", repeat, 1), ("rounds", rounds, 1), ("retime", retime, 0)):
-        if type(value) is not int or value < least:
-            raise TensortuneError(f"must be a whole number of at least {least}, not {value!r}",
-                                  param=name)  # fmt: skip
+        check_count(value, name, least)
     from tensortune.workloads.models import Model, load_model
 
     with about("target"):
@@ -171,8 +175,6 @@ def _build_and_time(m, store: RecordStore, platform: Platform, repeat: int, roun
                                 between_rounds)  # fmt: skip
         report = _report(m, store, platform, statuses, timed, torch_rounds)
         if out is not None:
-            from tensortune.deploy.artifact import save_artifact
-
             # A wrong program in the store (imported, unmeasured, a kernel whose check was
             # off) must not ship: the untuned build is TVM's own lowering of the same model.
             stray, allowed = _stray(timed[1][0], timed[0][0])
@@ -183,6 +185,7 @@ def _build_and_time(m, store: RecordStore, platform: Platform, repeat: int, roun
                     "gives a wrong program",
                     param="out",
                 )
+            from tensortune.deploy.artifact import save_artifact
             from tensortune.records import redact
 
             extra = {"records": redact(store.url), "tuned_seconds": report.tuned_seconds,

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tensortune.errors import TensortuneError, about
+from tensortune.errors import TensortuneError, about, check_count
 from tensortune.hardware import Platform, resolve_platform
 from tensortune.records import DEFAULT_URL, RecordStore, records_from
 from tensortune.records.schema import origin_of, trace_hash
@@ -151,10 +151,8 @@ def transfer(
     ``progress(index, kernel)`` is called after each kernel.
     """
     # Checked now, not after every kernel was measured (``rounds`` is compile_model's).
-    for name, value in (("per_kernel", per_kernel), ("rounds", rounds)):
-        if type(value) is not int or value < 1:
-            raise TensortuneError(f"must be a whole number of at least 1, not {value!r}",
-                                  param=name)  # fmt: skip
+    check_count(per_kernel, "per_kernel")
+    check_count(rounds, "rounds")
     from tensortune.workloads.resolve import resolve_tasks
 
     with about("target"):
