@@ -13,7 +13,7 @@ import pytest
 from test_costmodels import synthetic
 
 from tensortune.active import SELECTORS, grow, make_selector, pool_from_programs
-from tensortune.active.selectors import _distances, _ensemble_spread
+from tensortune.active.selectors import _distances, _ensemble_spread, _percentiles
 from tensortune.compare.active_learning import overestimation, study
 from tensortune.costmodel.gbdt import XGBoostModel
 from tensortune.errors import TensortuneError
@@ -96,6 +96,27 @@ def test_biased_diversity_leans_to_fast_programs_and_plain_diversity_does_not(po
     assert mean_label["balto"] > 1.3 * mean_label["random"], mean_label
     assert mean_label["balto-weighted"] > 1.3 * mean_label["random"], mean_label
     assert mean_label["diversity"] < mean_label["random"], mean_label  # what BALTO fixes
+
+
+def test_biased_selectors_do_not_favour_the_last_rows_among_programs_rated_alike(pool, seeded):
+    labelled, _ = seeded
+
+    class Flat:  # a model that cannot tell programs apart (few labels give many such ties)
+        fitted = True
+
+        def predict(self, programs):
+            return np.zeros(len(programs))
+
+    flat = Flat()
+    assert np.all(_percentiles(np.array([2.0, 1.0, 1.0, 1.0]), np.zeros(4, int))
+                  == [1.0, 0.5, 0.5, 0.5])  # fmt: skip
+    for name in ("balto", "balto-weighted"):
+        where = []  # each pick's place among its task's rows, 0 = first, 1 = last
+        for seed in range(5):
+            for p in make_selector(name).select(pool, labelled, flat, 12, seed=seed):
+                rows = np.flatnonzero(pool.task == pool.task[p])
+                where.append(np.searchsorted(rows, p) / (len(rows) - 1))
+        assert 0.3 < np.mean(where) < 0.7, (name, np.mean(where))
 
 
 def test_uncertainty_picks_where_the_bootstrap_ensemble_disagrees(pool, seeded):
@@ -250,6 +271,10 @@ def test_a_selection_is_a_dataset_that_train_reads(tmp_path):
     assert sorted(table["program_id"]) == sorted(ids[data.pool_rows[at[1]]].tolist())
     result = train(tmp_path / "picks", cost_model="xgb", params=FAST_XGB, split="by-task")
     assert 0 < result.metrics["pca"] <= 1
+    # A selection of the selection, holding out what its card says (the CLI's default).
+    again = select_dataset(tmp_path / "picks", "random", 0.5, tmp_path / "again",
+                           held_out=tuple(card["held_out"]))  # fmt: skip
+    assert again["programs"] == round(0.5 * card["programs"])
     cli = [sys.executable, "-m", "tensortune.cli.app"]
     out = subprocess.run([*cli, "dataset", "info", str(tmp_path / "picks"), "--json"],
                          capture_output=True, text=True, check=True)  # fmt: skip
@@ -259,6 +284,16 @@ def test_a_selection_is_a_dataset_that_train_reads(tmp_path):
                           "--hardware", HW], capture_output=True, text=True)  # fmt: skip
     assert bad.returncode != 0 and "unknown selector 'nosuch'" in bad.stderr
     assert len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_selecting_from_an_empty_dataset_is_refused_in_one_line(tmp_path):
+    from tensortune.datasets.shipped import dataset_path
+    from tensortune.datasets.subset import write_subset
+
+    write_subset(dataset_path("default"), np.zeros(0, int), tmp_path / "empty",
+                 description="no programs")  # fmt: skip
+    with pytest.raises(TensortuneError, match="holds no programs"):
+        select_dataset(tmp_path / "empty", "random", 0.5, tmp_path / "out")
 
 
 def test_bench_al_prints_json_and_draws_its_plot(tmp_path, cli):

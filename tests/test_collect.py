@@ -134,6 +134,45 @@ def test_a_selector_collects_its_budget_in_rounds_and_resumes(tiny, tmp_path):
                        records=other, work_dir=tmp_path / "w")  # fmt: skip
     with pytest.raises(TensortuneError, match="unknown selector"):
         collect_active([tiny], config=SMALL[0], selector="nosuch", records=url)
+    # One name is one network, not a list of its letters (as collect takes it).
+    with pytest.raises(TensortuneError, match="unknown network 'nosuch-net'"):
+        collect_active("nosuch-net", config=SMALL[0], records=url)
+
+
+def test_a_selectors_collection_stops_after_the_batch_in_flight(monkeypatch):
+    """Ctrl-C once: what is measured is recorded, and no further batch is measured."""
+    from tensortune import errors
+    from tensortune.collect.active import _measure
+    from tensortune.records import convert
+
+    monkeypatch.setattr(convert, "measured_records", lambda batch, *a, **k: list(batch))
+    added: list = []
+
+    class Session:
+        def measure(self, batch):
+            errors._interrupted.set()  # what the first Ctrl-C leaves (errors.interruptible)
+            return [None] * len(batch), [None] * len(batch)
+
+    class Store:
+        def add(self, records):
+            added.extend(records)
+
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            _measure(Store(), Session(), list(range(64)), {}, "run")
+    finally:
+        errors._interrupted.clear()
+    assert added == list(range(16))  # the first batch of 16, recorded; none after it
+
+
+def test_every_configuration_is_checked_before_a_selector_measures(cli, tmp_path):
+    db = tmp_path / "r.db"
+    code, _, err = cli("dataset", "collect", "-w", "softmax:128,768", "--sampler", "balto",
+                       "--config", "avx2-1c", "--config", "nosuch", "--records",
+                       f"sqlite:///{db}", "--work-dir", str(tmp_path / "w"))  # fmt: skip
+    assert code == 2 and "unknown hardware configuration 'nosuch'" in err, err
+    assert len(err.strip().splitlines()) == 1
+    assert not db.exists()  # nothing measured for avx2-1c first
 
 
 def test_collection_can_keep_the_heaviest_tasks_and_leave_out_a_held_out_network(tiny):

@@ -3,6 +3,8 @@ keeps its settings, and refuses what it cannot use."""
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import json
 import zipfile
 
@@ -94,6 +96,15 @@ def test_every_model_round_trips_through_its_file(fitted, test, tmp_path):
     again = load_cost_model(path)
     assert type(again) is type(fitted) and again.get_params() == fitted.get_params()
     assert np.allclose(again.predict(test), fitted.predict(test))
+    # Settings given as numpy numbers (a seed drawn from a generator) or True for an integer:
+    # the file holds them as the types loading demands.
+    model = copy.deepcopy(fitted)
+    ints = {k: v for k, v in model.get_params().items() if type(v) is int}
+    model.set_params(**{k: np.int64(v) for k, v in ints.items()})
+    if "lowered" in ints and not ints["lowered"]:
+        model.lowered = False
+    model.save(path)
+    assert load_cost_model(path).get_params() == fitted.get_params()
 
 
 def test_settings_live_in_init_and_learned_state_in_trailing_underscores(fitted):
@@ -141,6 +152,21 @@ def test_update_adds_new_measurements(fitted, train, test):
     model.update(train.subset(np.arange(120, 240)))
     assert len(model.seen_) == len(train)
     assert np.all(np.isfinite(model.predict(test)))
+
+
+def test_every_model_learns_from_a_handful_of_programs(fitted, test):
+    """A few-shot fine-tuning or a search's first batch: a dozen programs, fitted anew or
+    added to what a fitted model knows."""
+    few = synthetic(12, seed=11)
+    for model in (type(fitted)(**fitted.get_params()).fit(few),
+                  copy.deepcopy(fitted).update(few)):  # fmt: skip
+        assert np.all(np.isfinite(model.predict(test)))
+
+
+def test_every_model_scores_programs_without_trace_tokens(fitted, test):
+    """A search caches features without tokens until a token-reading model comes in."""
+    bare = dataclasses.replace(test, tokens=[t[:0] for t in test.tokens])
+    assert np.all(np.isfinite(fitted.predict(bare)))
 
 
 def test_files_from_elsewhere_are_refused(fitted, tmp_path):
@@ -256,7 +282,7 @@ def test_lowered_features_are_read_only_by_a_model_told_to(kind, train, test):
 
 
 def test_model_settings_from_text():
-    from tensortune.costmodel.registry import model_settings
+    from tensortune.costmodel.registry import check_settings, model_settings, new_model
 
     assert model_settings("pacm", {"members": "5", "lr": "1e-3"}) == {"members": 5, "lr": 1e-3}
     assert model_settings("mlp", {"lr": "1"}) == {"lr": 1.0}
@@ -268,3 +294,15 @@ def test_model_settings_from_text():
     # A negative seed passed here, then stopped a neural model's fit with NumPy's error.
     with pytest.raises(TensortuneError, match=r"seed=-1 is out of range"):
         model_settings("mlp", {"seed": "-1"})
+    # Attention splits its width among its heads: torch stopped the first fit otherwise.
+    with pytest.raises(TensortuneError, match="heads=3 does not divide hidden=256"):
+        new_model("hwattn", 0, model_settings("hwattn", {"heads": "3"}))
+    with pytest.raises(TensortuneError, match="heads=4 does not divide pattern_hidden=30"):
+        check_settings("pacm", {"pattern_hidden": 30})
+    assert new_model("tlp", 0, {"heads": 3, "hidden": 96}).heads == 3
+    from tensortune.cli.bench import _model_params  # one --param at a time, checked as a whole
+
+    assert _model_params(["hwattn.hidden=96", "hwattn.heads=3"]) == {
+        "hwattn": {"hidden": 96, "heads": 3}}  # fmt: skip
+    with pytest.raises(TensortuneError, match="heads=3 does not divide hidden=256"):
+        _model_params(["hwattn.heads=3"])

@@ -334,6 +334,7 @@ def test_moa_moves_the_momentum_copy_by_one_minus_m(tmp_path):
     keys = {}
     for members in (1, 2):  # an ensemble's members all move, each towards its own retrain
         base = MLPModel(hidden=16, epochs=2, chunk=16, members=members).fit(synthetic(60, 3))
+        given = {k: v.clone() for k, v in base.net_.state_dict().items()}
         moa = MomentumAdapted(base, momentum=0.9, every=2, epochs=1)
         before = {k: v.clone() for k, v in moa.momentum_state_.items()}
         batch = synthetic(30, seed=4)
@@ -348,6 +349,8 @@ def test_moa_moves_the_momentum_copy_by_one_minus_m(tmp_path):
             assert torch.allclose(v, expected, atol=1e-6)
             assert not torch.equal(v, before[k])
         assert np.all(np.isfinite(moa.predict(batch)))
+        # the caller's model is not the one adapted
+        assert all(torch.equal(v, given[k]) for k, v in base.net_.state_dict().items())
     assert keys[2] == 2 * keys[1]
     with pytest.raises(TensortuneError, match="fitted neural"):
         MomentumAdapted(MLPModel())

@@ -115,6 +115,10 @@ def test_a_shipped_dataset_answers_to_its_name_unless_a_directory_has_it(tmp_pat
     (tmp_path / "ttset-cpu-v1").mkdir()  # the user's own directory of that name wins
     assert dataset_path("ttset-cpu-v1") == Path("ttset-cpu-v1")
     assert dataset_path("no-such-dataset") == Path("no-such-dataset")
+    for short in ("pool", "default"):  # the short names too: ./pool is the user's own data
+        assert dataset_path(short) != Path(short)
+        (tmp_path / short).mkdir()
+        assert dataset_path(short) == Path(short)
 
 
 def test_the_pool_keeps_its_held_out_networks_kernels_apart():

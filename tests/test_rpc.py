@@ -349,6 +349,33 @@ def test_tune_on_the_farm_records_the_remote_hardware(stated: str, cli: Cli, tmp
         assert store.count(hardware_id=other.id, ok_only=True) == 8
 
 
+def test_the_target_is_checked_against_the_servers_cpu_not_this_ones(
+    lab: Lab, stated: str, cli: Cli
+) -> None:
+    import dataclasses
+
+    from tensortune.hardware.fingerprint import ISA_FLAGS
+
+    # Servers with every x86 extension run code for a Sapphire Rapids, whatever CPU tunes.
+    every = tuple(f for f in ISA_FLAGS if f not in ("asimd", "sve", "sve2"))
+    amx = dataclasses.replace(other_hardware(), arch="x86_64", isa=every)
+    lab.serve("amx", how="stated", hardware=amx)
+    spr = {"kind": "llvm", "mcpu": "sapphirerapids", "num-cores": 2}
+    code, out, err = cli("tune", "-w", "matmul:16,16,16", "--target", json.dumps(spr),
+                         "--runner", lab.url("amx"), "--dry-run", "--json")  # fmt: skip
+    assert code == 0, err
+    assert json.loads(out)["hardware"] == amx.id
+    # Servers without AVX-512 cannot run AVX-512 code, though this machine may.
+    code, _, err = cli("tune", "-w", "matmul:16,16,16", "--target", json.dumps(
+        {**spr, "mcpu": "skylake-avx512"}), "--runner", stated, "--dry-run")  # fmt: skip
+    assert code == 2 and "avx512f" in err and "Other CPU 9000 (test)) lacks" in err, err
+    assert len(err.strip().splitlines()) == 1
+    # A server that could not read its CPU's flags says nothing to refuse a target by.
+    from tensortune.hardware import Platform
+
+    Platform(spr, dataclasses.replace(amx, isa=())).check_runs_here()
+
+
 def test_servers_under_one_key_must_be_the_same_hardware(lab: Lab) -> None:
     lab.serve("mixed", how="stated", hardware=other_hardware())
     lab.serve("mixed", how="cli")

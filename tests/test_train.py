@@ -174,6 +174,7 @@ def test_the_shipped_models_load_and_serve_the_nearest_configuration():
 
     from tensortune.costmodel.registry import load_cost_model
     from tensortune.costmodel.shipped import shipped_model
+    from tensortune.hardware import config_of, nearest_config
 
     def shipped(mcpu: str, cores: int) -> str:
         return shipped_model(platform({"kind": "llvm", "mcpu": mcpu, "num-cores": cores}))
@@ -183,6 +184,12 @@ def test_the_shipped_models_load_and_serve_the_nearest_configuration():
     assert near.endswith("avx512-2c.ttm")
     # avx512-1c is a configuration of ours with no shipped model: the nearest shipped one serves
     assert shipped("skylake-avx512", 1).endswith("avx512-2c.ttm")
+    # AVX-512 turned off (a guest's default target when it hides it): AVX2 code, AVX2's model
+    off = ["-avx512f", "-avx512bw", "-avx512cd", "-avx512dq", "-avx512vl"]
+    hidden = {"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 2, "mattr": off}
+    assert config_of(hidden) is None and nearest_config(hidden) == "avx2-2c"
+    assert config_of({"kind": "llvm", "mcpu": "haswell", "num-cores": 1, "mattr": []}) == "avx2-1c"
+    assert shipped_model(platform(hidden)).endswith("avx2-1c.ttm")
     model = load_cost_model(near)
     assert model.fitted and model.provenance_["train_programs"] > 1000
 
@@ -242,6 +249,9 @@ def test_a_network_held_out_is_the_one_its_top_k_scores_are_of():
     assert scores["top1_score"] == alone["top1_score"]
     assert scores["top5_score"] == alone["top5_score"]
     assert split_networks("by-network:bert-base") == ["bert-base"]
+    featureless = {**columns, "per_store": [None] * len(columns["per_store"])}
+    with pytest.raises(TensortuneError, match="no test rows with features"):
+        score_model(model, featureless, test, card)
     # evaluate scores a model on its split as train did
     from tensortune.train.trainer import evaluate
 

@@ -14,8 +14,10 @@ from __future__ import annotations
 import base64
 import io
 import json
+import math
 import os
 import pickle
+import re
 import shutil
 import sqlite3
 import struct
@@ -234,6 +236,10 @@ _XGB_CRAFTED: dict[str, Callable[[dict], None]] = {
         num_feature="500"),
     "iterations past the trees": lambda m: m["learner"]["gradient_booster"]["model"][
         "iteration_indptr"].append(99),
+    # These loaded and predicted NaN for every program.
+    "a NaN leaf value": _set(split_conditions=(0, math.nan), base_weights=(0, math.nan)),
+    "a base score that is no number": lambda m: m["learner"]["learner_model_param"].update(
+        base_score="[nan]"),
 }  # fmt: skip
 
 
@@ -246,6 +252,27 @@ def test_crafted_xgboost_trees_are_refused(
     path = model_file(tmp_path / "m.ttm", parts(models["xgb"])[0], _ubjson(model))
     message = refused(lambda: load_cost_model(path))
     assert message is not None and "its trees are damaged or foreign" in message
+    check_model_file(cli, path, dataset)
+
+
+@pytest.mark.parametrize("damage", ["a NaN weight", "a zero input scale"])
+def test_network_weights_that_predict_nan_are_refused(
+    cli: Cli, models: dict[str, Path], dataset: Path, tmp_path: Path, damage: str
+) -> None:
+    import torch
+
+    from tensortune.costmodel.nn import _NUMPY_ARRAY_GLOBALS
+
+    meta, state = parts(models["mlp"])
+    with torch.serialization.safe_globals(_NUMPY_ARRAY_GLOBALS):
+        saved = torch.load(io.BytesIO(state), weights_only=True)
+    if damage == "a NaN weight":
+        next(v for v in saved["net"].values() if v.is_floating_point())[0] = math.nan
+    else:
+        saved["scale"][3] = 0
+    path = model_file(tmp_path / "m.ttm", meta, _torch_bytes(saved))
+    message = refused(lambda: load_cost_model(path))
+    assert message is not None and ("NaN" in message or "scale" in message), message
     check_model_file(cli, path, dataset)
 
 
@@ -288,7 +315,16 @@ _LGBM_CRAFTED: dict[str, Callable[[str], str]] = {
     "a categorical split without categories": _lgbm_line("decision_type", 0, "1"),
     "a NUL byte": _lgbm("num_leaves=", "num_le\x00aves="),
     "fewer features than computed here": _lgbm("max_feature_idx=192", "max_feature_idx=3"),
+    # Loaded, and predicted NaN (its tree_sizes rewritten to fit, as a crafted file would be).
+    "a NaN leaf value": lambda t: _sized(_lgbm_line("leaf_value", 0, "nan")(t)),
 }
+
+
+def _sized(text: str) -> str:
+    """LightGBM model text with ``tree_sizes`` stating its trees' lengths again."""
+    trees = re.split(r"(?=Tree=\d+\n)", text[text.index("Tree=0") : text.index("end of trees")])
+    sizes = " ".join(str(len(b)) for b in trees[1:])
+    return re.sub(r"(?m)^tree_sizes=.*$", f"tree_sizes={sizes}", text, count=1)
 
 
 @pytest.mark.parametrize("case", list(_LGBM_CRAFTED))
@@ -883,6 +919,25 @@ def test_lowered_features_unfinished_or_of_another_table_are_not_read(
     _write(directory / LOWERED_FILE, rows, table=table, complete=True)
     with pytest.raises(TensortuneError, match="infinity"):
         read_lowered(directory, ids)
+
+
+def test_a_workloads_file_without_a_task_the_table_uses_is_refused_in_one_line(
+    cli: Cli, dataset: Path, tmp_path: Path
+) -> None:
+    """Both files pass their checksums (a crafted card), but a program's task has no module."""
+    from tensortune.datasets.build import file_sha256
+
+    directory = tmp_path / "ds"
+    shutil.copytree(dataset, directory)
+    first = pq.read_table(directory / "programs.parquet", columns=["task_id"]).column(0)[0]
+    workloads = pq.read_table(directory / "workloads.parquet")
+    pq.write_table(workloads.filter(pc.not_equal(workloads.column("task_id"), first)),
+                   directory / "workloads.parquet")  # fmt: skip
+    card = json.loads((directory / "card.json").read_text())
+    card["files"]["workloads.parquet"] = file_sha256(directory / "workloads.parquet")
+    (directory / "card.json").write_text(json.dumps(card))
+    message = one_error(cli("dataset", "lower", "--dataset", str(directory)))
+    assert f"no module for task {first.as_py()}" in message
 
 
 @_FUZZ

@@ -137,8 +137,9 @@ class BaltoSelector(Selector):
         if view.score is None:
             return _uniform(view, quota, rng)
         n_random = _share(quota, self.explore, rng)
-        top = np.argsort(-view.score, kind="stable")[: max(ALPHA * (quota - n_random),
-                                                           quota - n_random)]  # fmt: skip
+        # Best first; ties in random order, not the pool's.
+        order = np.lexsort((rng.uniform(size=len(view.score)), -view.score))
+        top = order[: max(ALPHA * (quota - n_random), quota - n_random)]
         chosen = k_center(view, top, quota - n_random, rng)
         return _plus_random(chosen, len(view.candidates), n_random, rng)
 
@@ -257,13 +258,17 @@ def _quotas(task: np.ndarray, free: np.ndarray, batch: int,
 
 def _percentiles(pred: np.ndarray, task: np.ndarray) -> np.ndarray:
     """Each prediction's rank within its task, scaled to (0, 1]: scores of ranking models are
-    only comparable within a task, and their scale differs from model to model."""
+    only comparable within a task, and their scale differs from model to model.  Tied
+    predictions share their mean rank: a model fitted on a few programs predicts many ties,
+    and ranking them by pool order would favour the rows stored last (a collection's evolved
+    programs, in a dataset)."""
     out = np.zeros(len(pred))
     pred = np.nan_to_num(np.asarray(pred, np.float64), nan=-np.inf)  # NaN: rated slowest
     for t in np.unique(task):
         idx = np.flatnonzero(task == t)
-        ranks = np.argsort(np.argsort(pred[idx], kind="stable"), kind="stable")
-        out[idx] = (ranks + 1) / len(idx)
+        _, where, counts = np.unique(pred[idx], return_inverse=True, return_counts=True)
+        below = np.cumsum(counts) - counts  # programs rated lower than each distinct value
+        out[idx] = (below + (counts + 1) / 2)[where.ravel()] / len(idx)
     return out
 
 

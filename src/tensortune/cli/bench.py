@@ -717,7 +717,7 @@ def _shares(text: str, param: str) -> list[float]:
 
 def _model_params(param: list[str] | None) -> dict[str, dict]:
     """``--param KIND.KEY=VALUE`` options as each model kind's settings."""
-    from tensortune.costmodel.registry import model_settings
+    from tensortune.costmodel.registry import check_settings, model_settings
     from tensortune.errors import TensortuneError, about
 
     settings: dict[str, dict] = {}
@@ -727,6 +727,8 @@ def _model_params(param: list[str] | None) -> dict[str, dict]:
             if not name:
                 raise TensortuneError(f"expected KIND.KEY=VALUE, got {key}={value}")
             settings.setdefault(kind, {}).update(model_settings(kind, {name: value}))
+        for kind, given in settings.items():  # as a whole: a width and its heads go together
+            check_settings(kind, given)
     return settings
 
 

@@ -139,12 +139,14 @@ def collect(
                     "exclude": "--exclude-network"})  # fmt: skip
         if sampler != "random":
             from tensortune.collect.active import collect_active
+            from tensortune.collect.programs import check_configs
             from tensortune.errors import TensortuneError
 
             if worker:
                 raise TensortuneError("a selector's collection runs alone: drop --worker",
                                       param="--sampler")  # fmt: skip
-            # One configuration at a time, each with its own model.
+            # One configuration at a time, each with its own model; all checked first.
+            check_configs(configs, param="config")
             runs = [collect_active(network or None, config=name, selector=sampler,
                                    budget=trials_per_task, rounds=rounds, records=records,
                                    work_dir=work_dir, progress=progress, heaviest=heaviest,

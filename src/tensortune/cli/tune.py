@@ -137,8 +137,9 @@ def tune(
         bool,
         typer.Option(
             "--cold-weights/--hot-weights",
-            help="Time kernels whose weights outgrow the L2 caches with those weights evicted "
-            "first, as they run inside a model (the default), or time every kernel hot, "
+            help="Time kernels whose arguments after the first (weights, outputs) outgrow "
+            "the L2 caches with them evicted first, as they run inside a model (the "
+            "default), or time every kernel hot, "
             "called again and again on the same arguments.",
         ),
     ] = True,

@@ -30,6 +30,8 @@ from tensortune.collect.programs import (
     CollectResult,
     CollectStep,
     Progress,
+    as_list,
+    check_configs,
     register_tasks,
     tasks_to_collect,
 )
@@ -38,8 +40,6 @@ from tensortune.errors import TensortuneError, about, interrupted, interruptible
 from tensortune.hardware import (
     HardwareConfig,
     Platform,
-    get_config,
-    resolve_platform,
 )
 from tensortune.records import DEFAULT_URL, RecordStore, records_from
 from tensortune.workloads.task import Task
@@ -123,10 +123,10 @@ def collect_active(
         from tensortune.costmodel.registry import model_class
 
         model_cls = model_class(model)
-    with about("config"):
-        hw_config = config if isinstance(config, HardwareConfig) else get_config(config)
-        platform = resolve_platform(hw_config.target)
-        platform.check_runs_here()
+    # One name where a list is expected is one item (a string is not a list of letters).
+    networks = None if networks is None else as_list(networks)
+    exclude, workloads = as_list(exclude), as_list(workloads)
+    (hw_config,), (platform,) = check_configs([config], param="config")
     with about("networks"):
         by_network = tasks_to_collect(networks, platform, workloads=workloads,
                                       heaviest=heaviest, exclude=exclude)  # fmt: skip
@@ -238,6 +238,8 @@ def _measure(store: RecordStore, session, cands: list, where: dict, run_id: str)
     from tensortune.records.convert import measured_records
 
     for k in range(0, len(cands), BATCH):
+        if interrupted():  # Ctrl-C: what is measured is recorded; stop here
+            raise KeyboardInterrupt
         batch = cands[k : k + BATCH]
         built, ran = session.measure(batch)
         store.add(measured_records(batch, built, ran, run_id=run_id, **where))

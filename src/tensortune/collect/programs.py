@@ -161,8 +161,24 @@ def _evolution() -> object:
     return ms.search_strategy.EvolutionarySearch(population_size=128)
 
 
-def _items(value: object) -> list:
+def as_list(value: object) -> list:
+    """``value`` as a list of items; one name (a string or path) is one item, not its letters."""
     return [value] if isinstance(value, str | os.PathLike) else list(value)  # type: ignore[call-overload]
+
+
+def check_configs(
+    configs: Sequence[str | HardwareConfig], *, param: str = "configs"
+) -> tuple[list[HardwareConfig], list[Platform]]:
+    """The hardware configurations named and their platforms, every one checked to run on this
+    machine before anything is measured: a bad last one must not surface after hours spent
+    on the first."""
+    with about(param):
+        hw_configs = [c if isinstance(c, HardwareConfig) else get_config(c)
+                      for c in as_list(configs)]  # fmt: skip
+        platforms = [resolve_platform(c.target) for c in hw_configs]
+        for p in platforms:
+            p.check_runs_here()
+    return hw_configs, platforms
 
 
 def collect(
@@ -199,8 +215,8 @@ def collect(
     from tensortune.select.samplers import RandomSampler
 
     # One name where a list is expected is one item (a string is not a list of letters).
-    networks = None if networks is None else _items(networks)
-    configs, exclude, workloads = _items(configs), _items(exclude), _items(workloads)
+    networks = None if networks is None else as_list(networks)
+    configs, exclude, workloads = as_list(configs), as_list(exclude), as_list(workloads)
     if programs_per_task < 1:
         raise TensortuneError(f"must be positive, not {programs_per_task}",
                               param="programs_per_task")  # fmt: skip
@@ -209,11 +225,7 @@ def collect(
     if not 0 <= evolved_share <= 1:
         raise TensortuneError(f"must be from 0 to 1, not {evolved_share}", param="evolved_share")
     sampler = sampler or RandomSampler()
-    with about("configs"):
-        hw_configs = [c if isinstance(c, HardwareConfig) else get_config(c) for c in configs]
-        platforms = [resolve_platform(c.target) for c in hw_configs]
-        for p in platforms:
-            p.check_runs_here()
+    hw_configs, platforms = check_configs(configs)
     with about("networks"):
         by_network = tasks_to_collect(networks, platforms[0], workloads=workloads,
                                       heaviest=heaviest, exclude=exclude)  # fmt: skip

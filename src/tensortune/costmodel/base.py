@@ -68,8 +68,10 @@ class CostModel(abc.ABC):
         ``data`` among it, as the caller labels it now; it replaces what was kept (a search
         relabels its earlier measurements by each task's best so far, and groups them by task).
         """
-        self.seen_ = _kept(self, data, seen)
-        return self._refine(self.seen_) if self.fitted else self.fit(self.seen_)
+        kept = _kept(self, data, seen)
+        out = self._refine(kept) if self.fitted else self.fit(kept)
+        self.seen_ = kept  # only once learned: the data of a failed update is not kept
+        return out
 
     def _refine(self, data: ProgramSet) -> CostModel:
         """Default refinement: refit from scratch."""
@@ -90,6 +92,19 @@ class CostModel(abc.ABC):
         return any(k.endswith("_") and not k.startswith("_") and k not in bookkeeping
                    for k in vars(self))  # fmt: skip
 
+    def _saved_params(self) -> dict:
+        """The settings as a model file holds them, in the types loading demands (each of its
+        default's type): a numpy number as JSON's, ``True`` for an integer setting as 1."""
+        defaults = {n: p.default for n, p in inspect.signature(type(self)).parameters.items()}
+        out = {}
+        for name, value in self.get_params().items():
+            value = value.item() if isinstance(value, np.generic) else value
+            wanted = type(defaults.get(name))
+            if wanted is int and isinstance(value, bool):
+                value = int(value)
+            out[name] = value
+        return out
+
     def save(self, path: str | Path) -> None:
         from importlib.metadata import version
 
@@ -99,7 +114,7 @@ class CostModel(abc.ABC):
         if not self.fitted:
             raise TensortuneError("save: the model has not been fitted")
         meta = {"format": FORMAT, "format_version": FORMAT_VERSION, "kind": self.kind,
-                "params": self.get_params(), "feature_schema": schema_hash(),
+                "params": self._saved_params(), "feature_schema": schema_hash(),
                 "lowered_version": LOWERED_VERSION if self.uses_lowered else None,
                 "tensortune": version("tensortune"),
                 "provenance": getattr(self, "provenance_", None)}  # fmt: skip

@@ -67,7 +67,7 @@ class ProgramSet:
         model summing its rows' outputs then adds one term per program for them, not one per
         block (a program of three blocks would count them three times).
         """
-        counts = np.array([len(p) for p in self.per_store])
+        counts = np.array([len(p) for p in self.per_store], dtype=np.int64)  # int when empty
         program_of_row = np.repeat(np.arange(len(self)), counts)
         rows = np.concatenate(self.per_store) if len(self) else np.zeros((0, 164), np.float32)
         context = np.concatenate([self.workload, self.hardware], axis=1)
@@ -96,13 +96,20 @@ class ProgramSet:
             return [np.asarray(columns[name][i], dtype=np.float32).reshape(
                 len(columns[name][i]), -1) for i in keep]  # fmt: skip
 
+        from tensortune import features as F
+
+        def table(name: str, width: int) -> np.ndarray:
+            if not keep:  # (0, width), as models and concatenation expect
+                return np.zeros((0, width), np.float32)
+            return np.asarray([columns[name][i] for i in keep], np.float32)
+
         lowered = columns.get("lowered")
         return cls(
             lowered=None if lowered is None else np.asarray(lowered, np.float32)[keep],
             per_store=arr("per_store"),
             tokens=arr("trace_tokens"),
-            workload=np.asarray([columns["workload_embedding"][i] for i in keep], np.float32),
-            hardware=np.asarray([columns["hardware_vector"][i] for i in keep], np.float32),
+            workload=table("workload_embedding", F.WORKLOAD_WIDTH),
+            hardware=table("hardware_vector", F.HARDWARE_WIDTH),
             groups=np.array([codes[k] for k in keys], dtype=np.int64),
             labels=np.asarray([columns["label"][i] for i in keep], dtype=np.float64),
         )

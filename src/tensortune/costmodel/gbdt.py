@@ -15,6 +15,7 @@ from tensortune.costmodel.base import CostModel
 from tensortune.costmodel.data import ProgramSet, one_program
 from tensortune.costmodel.progress import report
 from tensortune.costmodel.trees import lightgbm_booster, xgboost_booster
+from tensortune.errors import TensortuneError
 
 
 def _pack_sum_objective(program_of_row: np.ndarray, labels: np.ndarray):
@@ -76,7 +77,7 @@ class XGBoostModel(CostModel):
         return self
 
     def _refine(self, data: ProgramSet) -> XGBoostModel:
-        """More trees, fitted to the new data on top of the trained ones."""
+        """More trees on top of the trained ones, fitted to ``data``: all ``update`` kept."""
         return self._boost(data, self.refine_rounds, self.booster_)
 
     def predict(self, data: ProgramSet) -> np.ndarray:
@@ -112,7 +113,7 @@ class LightGBMModel(CostModel):
         return self._boost(data, self.n_rounds, None)
 
     def _refine(self, data: ProgramSet) -> LightGBMModel:
-        """More trees, fitted to the new data on top of the trained ones."""
+        """More trees on top of the trained ones, fitted to ``data``: all ``update`` kept."""
         return self._boost(data, self.refine_rounds, self.booster_)
 
     def _boost(self, data: ProgramSet, rounds: int, start) -> LightGBMModel:
@@ -121,15 +122,28 @@ class LightGBMModel(CostModel):
         labels = data.require_labels()
         rows, program_of_row = data.blocks(self.uses_lowered)
         objective = _pack_sum_objective(program_of_row, labels)
+        # LightGBM drops every feature it cannot split with ``min_data_in_leaf`` rows a side and
+        # then refuses to train: a few-shot fine-tuning or a search's first batch (16 programs)
+        # has fewer rows than that, so small data gets leaves of a quarter of its rows.
+        leaf = max(1, min(self.min_data_in_leaf, len(rows) // 4))
         params = {"objective": lambda pred, _: objective(pred), "num_leaves": self.num_leaves,
-                  "learning_rate": self.learning_rate, "min_data_in_leaf": self.min_data_in_leaf,
-                  "seed": self.seed, "num_threads": self.threads, "verbosity": -1}  # fmt: skip
+                  "learning_rate": self.learning_rate, "min_data_in_leaf": leaf,
+                  "min_data_in_bin": min(3, leaf), "seed": self.seed,
+                  "num_threads": self.threads, "verbosity": -1}  # fmt: skip
 
         def reported(env) -> None:
             report(env.iteration - env.begin_iteration + 1, rounds)
 
-        self.booster_ = lgb.train(params, lgb.Dataset(rows), num_boost_round=rounds,
-                                  init_model=start, callbacks=[reported])  # fmt: skip
+        try:
+            self.booster_ = lgb.train(params, lgb.Dataset(rows), num_boost_round=rounds,
+                                      init_model=start, callbacks=[reported])  # fmt: skip
+        except lgb.basic.LightGBMError as e:
+            if "num_features" not in str(e):  # not "no feature it can split on"
+                raise
+            if start is not None:
+                return self  # a refinement on these rows learns nothing: keep the trees
+            raise TensortuneError(f"LightGBM finds nothing to split on in these {len(rows)} "
+                                  "blocks' rows: too few, or too much alike") from None  # fmt: skip
         return self
 
     def predict(self, data: ProgramSet) -> np.ndarray:

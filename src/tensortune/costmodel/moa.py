@@ -45,7 +45,8 @@ class MomentumAdapted(CostModel):
 
     def __init__(self, model: _RankModel | str, momentum: float = 0.99, every: int = 4,
                  epochs: int = 10, gate: bool = True) -> None:  # fmt: skip
-        self.model = load_cost_model(model) if isinstance(model, str) else model
+        # A copy: adapting retrains this network, and the caller's model must stay as given.
+        self.model = load_cost_model(model) if isinstance(model, str) else copy.deepcopy(model)
         if not can_adapt(self.model):
             raise TensortuneError(
                 "MoA adapts a fitted neural cost model (mlp, tlp, pacm or hwattn)"

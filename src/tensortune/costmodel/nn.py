@@ -238,6 +238,8 @@ class _RankModel(CostModel):
         if not (isinstance(scale, np.ndarray) and scale.dtype == np.float32
                 and scale.shape == (width,)):  # fmt: skip
             raise TensortuneError(f"its input scale is not {width} float32 numbers")
+        if not np.all(np.isfinite(scale) & (scale > 0)):  # fit makes each at least 1e-6
+            raise TensortuneError("its input scale holds a number that is not finite and positive")
         # Each member has weights of its own: more members than tensors is a lie, and building
         # them could take any time.
         if not isinstance(net, dict) or not 1 <= self.members <= len(net):
@@ -248,6 +250,8 @@ class _RankModel(CostModel):
             k: (getattr(v, "shape", None), getattr(v, "dtype", None)) for k, v in net.items()
         }:
             raise TensortuneError("its weights do not fit its settings")
+        if not all(torch.isfinite(v).all() for v in net.values() if v.is_floating_point()):
+            raise TensortuneError("its weights hold NaN or infinite numbers")
 
 
 def _torch_load_failure(e: Exception) -> str:
@@ -382,4 +386,8 @@ class TLPModel(_RankModel):
         import torch
 
         x, mask = self._padded(data)
+        # Attention needs one unmasked key per program: a program without tokens (features a
+        # search cached before a token-reading model came in) scores its padding, not NaN.
+        if len(mask) and mask.shape[1]:
+            mask[:, 0] = True
         return torch.from_numpy(x / self.scale_), torch.from_numpy(mask)

@@ -64,6 +64,21 @@ SETTING_RANGES: dict[str, tuple[float, float]] = {
 }  # fmt: skip
 
 
+# The width each kind's attention splits among its heads.
+_ATTENDED = {"tlp": "hidden", "hwattn": "hidden", "pacm": "pattern_hidden"}
+
+
+def _check_heads(kind: str, given: dict, defaults: dict) -> None:
+    """Attention splits its width evenly among its heads (torch refuses it otherwise, deep
+    inside the first fit)."""
+    width = _ATTENDED.get(kind)
+    if width is None or not {"heads", width} & given.keys():
+        return
+    heads, dim = given.get("heads", defaults["heads"]), given.get(width, defaults[width])
+    if isinstance(heads, int) and isinstance(dim, int) and heads > 0 and dim % heads:
+        raise TensortuneError(f"{kind} setting heads={heads} does not divide {width}={dim}")
+
+
 def _check_range(kind: str, name: str, value: object) -> None:
     low, high = SETTING_RANGES.get(name, (-math.inf, math.inf))
     if isinstance(value, int | float) and not low <= value <= high:
@@ -89,7 +104,7 @@ def model_settings(kind: str, raw: dict[str, str]) -> dict[str, object]:
             raise TensortuneError(f"{kind} setting {name}={text!r}: expected "
                                   f"{kind_of.__name__}") from None  # fmt: skip
         _check_range(kind, name, out[name])
-    return out
+    return out  # how they go together (heads and width) is checked on them all: check_settings
 
 
 def new_model(kind: str, seed: int, settings: dict | None = None) -> CostModel:
@@ -193,4 +208,5 @@ def check_settings(kind: str, params: object) -> dict:
             raise TensortuneError(f"{kind} setting {name}={shown(value)} is not a finite "
                                   f"{kind_of.__name__}")  # fmt: skip
         _check_range(kind, name, value)
+    _check_heads(kind, params, defaults)
     return params

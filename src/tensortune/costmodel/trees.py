@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -70,6 +71,13 @@ def _check_xgboost(model: object, width: int) -> None:
         raise _Damaged(f"it reads {features} features per row, this tensortune computes {width}")
     if _int_text(param, "num_target") != 1 or _int_text(param, "num_class") != 0:
         raise _Damaged("it predicts more than one value per row")
+    base = param.get("base_score")  # added to every prediction: "[5E-1]" (XGBoost 3), "5E-1"
+    try:
+        finite = math.isfinite(float(str(base).strip("[]")))
+    except ValueError:
+        finite = False
+    if not finite:
+        raise _Damaged(f"base_score {shown(base)} is not a finite number")
     booster = _field(learner, "gradient_booster", dict)
     if booster.get("name") != "gbtree":
         raise _Damaged(f"booster {shown(booster.get('name'))}, not gbtree")
@@ -118,6 +126,9 @@ def _check_xgboost_tree(tree: object, width: int) -> None:
         raise _Damaged("default_left holds a value other than 0 and 1")
     for name in ("split_conditions", "base_weights", "loss_changes", "sum_hessian"):
         _numbers(tree, name, n)
+    # What a prediction adds up (a leaf's value is its split condition) and compares with.
+    if not all(math.isfinite(v) for k in ("split_conditions", "base_weights") for v in tree[k]):
+        raise _Damaged("a split or leaf value that is not a finite number")
     if parents[0] not in _XGB_NO_PARENT:
         raise _Damaged("the root has a parent")
     reached = _walk(0, n, lambda i: (left[i], right[i]) if left[i] != -1 or right[i] != -1
@@ -367,6 +378,9 @@ def _check_lightgbm_tree(block: str, k: int, width: int) -> None:
         if len(tokens) != count[where] or not all(form.fullmatch(t) for t in tokens):
             what = "integers" if integers else "numbers"
             raise _Damaged(f"{key} does not hold {count[where]} {what}")
+    if not all(math.isfinite(float(t)) for k in ("leaf_value", "threshold", "shrinkage")
+               if k in read for t in fields[k]):  # fmt: skip
+        raise _Damaged("a split or leaf value that is not a finite number")
     if fields["num_cat"] != ["0"] or fields.get("is_linear", ["0"]) != ["0"]:
         raise _Damaged("categorical or linear (tensortune's models have neither)")
     if leaves == 1:

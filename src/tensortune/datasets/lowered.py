@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tensortune.datasets.build import LOWERED, load_table, load_workloads
+from tensortune.datasets.build import LOWERED, WORKLOADS, load_table, load_workloads
 from tensortune.datasets.shipped import dataset_path
 from tensortune.errors import TensortuneError, last_line
 from tensortune.features.lowered import (
@@ -44,8 +44,10 @@ _SAVE_EVERY = 512  # programs between checkpoints
 
 def read_lowered(dataset: str | Path, program_ids: list[int]) -> np.ndarray | None:
     """``(len(program_ids), LOWERED_WIDTH)`` features of these programs of ``dataset`` (NaN
-    where one could not be lowered or was not computed yet); None when the dataset has no
-    lowered file or one from another feature version (``dataset lower`` recomputes it)."""
+    where one could not be lowered or the file lacks it); None when the dataset has no
+    lowered file, or one that is not the finished features of this table in this feature
+    version: another version's, a killed run's checkpoint, another table's (``dataset
+    lower`` recomputes it)."""
     rows, complete = _read_current(Path(dataset_path(dataset)))
     if rows is None or not complete:
         return None
@@ -184,6 +186,10 @@ def _compute(directory: Path, columns: dict, todo: list[int], done: dict, path: 
     from tensortune.measure.pool import WorkerPool
 
     modules = load_workloads(directory)
+    missing = sorted({int(columns["task_id"][i]) for i in todo} - modules.keys())
+    if missing:  # the table and its workloads file disagree (both pass their checksums)
+        raise TensortuneError(f"{directory / WORKLOADS}: no module for task {missing[0]}, "
+                              "which the programs table uses")  # fmt: skip
     pool = WorkerPool(workers, reuse=True)
     finished = since_save = 0
     try:

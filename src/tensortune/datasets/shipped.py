@@ -17,9 +17,11 @@ def dataset_path(dataset: str | Path) -> Path:
     """The directory of ``dataset``: a shipped dataset's name (``default``, ``pool``,
     ``ttset-cpu-v5``, ...) or a directory (which wins over a shipped name)."""
     name = str(dataset)
+    given = Path(dataset)
+    if given.is_dir():  # a user's ./pool is theirs: reading or overwriting the shipped one
+        return given  # instead would lose their data
     if name in SHIPPED_DATASETS:
         return SHIPPED_DATASETS[name]
-    given = Path(dataset)
     shipped = _DATA / name
     if not given.exists() and given.name == name and (shipped / "card.json").is_file():
         return shipped

@@ -19,7 +19,7 @@ from tensortune.errors import (
     check_writable,
     interruptible,
 )
-from tensortune.hardware import Platform, resolve_platform
+from tensortune.hardware import Platform, check_runs_here, resolve_platform
 from tensortune.measure.executable import MIN_REPEAT_S, timing_repeats
 from tensortune.measure.pool import WorkerPool
 from tensortune.records import DEFAULT_URL, RecordStore, records_from
@@ -116,7 +116,7 @@ def compile_model(
 
     with about("target"):
         platform = resolve_platform(target)
-        platform.check_runs_here()  # the build is timed here
+        check_runs_here(platform.target)  # the build is timed here, whatever hardware it names
     tvm_target = platform.tvm_target
     # The store first: a mistyped URL is said before a model import of seconds to minutes.
     with interruptible(), records_from(records, create=False) as store:

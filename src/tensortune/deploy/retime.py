@@ -46,7 +46,7 @@ def retime_best(
 
     chosen: dict[int, Retimed] = {}
     where = {"hardware_id": platform.hardware.id, "target": platform.key}
-    # Timed as tuning timed them: kernels whose weights outgrow L2 cold, as in the model.
+    # Timed as tuning timed them: kernels whose weights and outputs outgrow L2 cold.
     with MeasureSession(platform, builder=builder, runner=runner,
                         timing=model_timing(platform)) as session:  # fmt: skip
         for task in tasks:

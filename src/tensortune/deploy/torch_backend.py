@@ -71,10 +71,10 @@ def tensortune_backend(gm: Any, example_inputs: list, options: dict | None = Non
     if not leaves or not all(isinstance(x, torch.Tensor) for x in leaves):
         return _eager(gm, "its outputs are not all tensors")
 
-    from tensortune.hardware import resolve_platform
+    from tensortune.hardware import check_runs_here, resolve_platform
 
     platform = resolve_platform(opts["target"])
-    platform.check_runs_here()  # its code runs in this process: SIGILL would end it
+    check_runs_here(platform.target)  # its code runs in this process: SIGILL would end it
     # TVM sizes its thread pool once per process, when first used.
     os.environ.setdefault("TVM_NUM_THREADS", str(platform.threads))
 

@@ -11,6 +11,7 @@ from tensortune.hardware.configs import (
 from tensortune.hardware.fingerprint import Hardware, cpuinfo, current_hardware, usable_cores
 from tensortune.hardware.target import (
     Platform,
+    check_runs_here,
     default_target,
     parse_target,
     resolve_platform,
@@ -23,6 +24,7 @@ __all__ = [
     "Hardware",
     "HardwareConfig",
     "Platform",
+    "check_runs_here",
     "config_of",
     "cpuinfo",
     "current_hardware",

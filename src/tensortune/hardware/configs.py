@@ -61,9 +61,13 @@ def get_config(name: str) -> HardwareConfig:
 
 
 def config_of(target: dict) -> str | None:
-    """The name of the configuration ``target`` is, if it is one of ours."""
+    """The name of the configuration ``target`` is, if it is one of ours.  A target that adds an
+    ``mattr`` (e.g. turning AVX-512 off, as this machine's default target does on a guest that
+    hides it) is taken for none of ours, since it may build other code."""
     for name, config in CONFIGS.items():
-        if all(target.get(k) == v for k, v in config.target.items()):
+        wanted = {**config.target, "mattr": config.target.get("mattr") or None}
+        given = {**target, "mattr": target.get("mattr") or None}  # TVM writes none as []
+        if all(given.get(k) == v for k, v in wanted.items()):
             return name
     return None
 

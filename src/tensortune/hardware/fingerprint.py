@@ -19,7 +19,7 @@ from pathlib import Path
 
 # Flags that change what LLVM may emit or how fast it runs; the rest of /proc/cpuinfo's flags
 # (virtualisation quirks, mitigations) would only split identical hardware into many ids.
-_ISA_FLAGS = (
+ISA_FLAGS = (
     "sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512dq", "avx512vl",
     "avx512_vnni", "avx512_bf16", "avx512_fp16", "avx_vnni", "amx_tile", "amx_int8", "amx_bf16",
     "asimd", "sve", "sve2",
@@ -131,6 +131,6 @@ def current_hardware() -> Hardware:
         cpu_model=info.get("model name") or platform.processor() or "unknown",
         arch=platform.machine(),
         cores=usable_cores(),
-        isa=tuple(f for f in _ISA_FLAGS if f in flags),
+        isa=tuple(f for f in ISA_FLAGS if f in flags),
         caches=_caches(),
     )

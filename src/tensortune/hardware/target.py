@@ -17,7 +17,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 from tensortune.errors import TargetError, last_line
-from tensortune.hardware.fingerprint import Hardware, current_hardware, usable_cores
+from tensortune.hardware.fingerprint import ISA_FLAGS, Hardware, current_hardware, usable_cores
 
 if TYPE_CHECKING:
     from tensortune.compat import tvm
@@ -109,6 +109,23 @@ def check_runs_here(target: dict) -> None:
         raise TargetError(
             f"target {json.dumps(target)} uses {', '.join(lacking)}, which this CPU lacks: "
             "its code cannot run here (leave --target out for this CPU's own)"
+        )
+
+
+def check_runs_on(target: dict, hardware: Hardware) -> None:
+    """``check_runs_here`` for the machine ``hardware`` describes: this one, or a device farm's
+    servers, whose code is built here and run there.  For another machine only the instruction
+    sets its fingerprint records are judged (``ISA_FLAGS``: SIMD and matrix extensions)."""
+    if hardware.id == current_hardware().id:
+        return check_runs_here(target)
+    if not hardware.isa:  # a server that could not read its CPU's flags: nothing to judge by
+        return None
+    known = {f for f in target_isa(target) if cpuinfo_name(f) in ISA_FLAGS}
+    lacking = sorted(f for f in known if cpuinfo_name(f) not in hardware.isa)
+    if lacking:
+        raise TargetError(
+            f"target {json.dumps(target)} uses {', '.join(lacking)}, which the measuring "
+            f"machine ({hardware.cpu_model}) lacks: its code cannot run there"
         )
 
 
@@ -273,8 +290,9 @@ class Platform:
         _check_measurable(self.target)
 
     def check_runs_here(self) -> None:
-        """Refuse a target whose code this machine's CPU cannot run (``check_runs_here``)."""
-        check_runs_here(self.target)
+        """Refuse a target whose code the CPU that times it cannot run: this machine's, or a
+        farm's (``check_runs_on``)."""
+        check_runs_on(self.target, self.hardware)
 
 
 # Architecture names that LLVM triples and the kernel spell differently.

@@ -57,7 +57,7 @@ from tensortune.compat import (
     tvm_ffi,
     tvm_rpc,
 )
-from tensortune.errors import TensortuneError, last_line
+from tensortune.errors import TensortuneError, about, last_line
 from tensortune.hardware import Hardware, Platform, current_hardware
 from tensortune.measure.affinity import keep_caller_off_pool_cores
 from tensortune.measure.runner import TimingConfig
@@ -343,6 +343,8 @@ def farm_runner(
     """
     servers = farm_servers(farm)
     remote = remote_platform(platform, farm, servers)
+    with about("target"):
+        remote.check_runs_here()  # every candidate would die of SIGILL on the servers
     threads, cores = remote.threads, remote.hardware.cores
     if threads > cores:  # more threads than cores: every timing would compete with itself
         raise TensortuneError(

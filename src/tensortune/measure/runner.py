@@ -79,9 +79,10 @@ class TimingConfig:
 
 
 def model_timing(platform: Platform) -> TimingConfig:
-    """How tuning times candidates unless told otherwise: hot, except kernels whose weights
+    """How tuning times candidates unless told otherwise: hot, except kernels whose arguments
+    after the first (weights, and outputs too: a large output counts, even with no weight)
     outgrow the L2 caches of the cores they run on (1 MiB a core where the machine does not
-    say), which inside a model read those weights from memory."""
+    say), which inside a model read and write them in memory."""
     return TimingConfig(cold_bytes=platform.hardware.caches.get("L2", 1 << 20) * platform.threads)
 
 

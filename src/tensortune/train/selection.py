@@ -34,6 +34,8 @@ def pool_mask(columns: dict, held_out: Sequence[str],
     tasks occur in none of the ``held_out`` networks; and that hardware."""
     hw = np.asarray(columns["hardware"])
     choices = sorted(set(hw.tolist()))
+    if not choices:  # e.g. a recheck that dropped every row
+        raise TensortuneError("the dataset holds no programs")
     if hardware is None and len(choices) > 1:
         raise TensortuneError(f"the dataset holds several hardware ({', '.join(choices)}): "
                               "name one", param="hardware")  # fmt: skip
@@ -86,7 +88,10 @@ def select_dataset(dataset: str | Path, selector: str, fraction: float, out: str
                               "directory", param="out")  # fmt: skip
     check_out_dir(out, overwrite=overwrite)  # before the selection, not after
     columns, card = dataset_columns(dataset)
-    unknown = [n for n in held_out if n not in card["networks"]]
+    # A network the source was already held out from (a selection's card names them) has no
+    # tasks left to remove: holding it out again is what the card's default asks.
+    gone = set(card.get("held_out") or [])
+    unknown = [n for n in held_out if n not in card["networks"] and n not in gone]
     if unknown:
         raise TensortuneError(f"{unknown[0]} is not a network of {card.get('name')}; it has: "
                               f"{', '.join(card['networks'])}", param="held_out")  # fmt: skip

@@ -104,6 +104,8 @@ def score_model(model: CostModel, columns: dict, test: np.ndarray, card: dict,
     when the test rows are held-out networks' (a network that shares one kernel with them
     would otherwise count as a network of one kernel)."""
     data = ProgramSet.from_columns(columns, test)
+    if not len(data):
+        raise TensortuneError("no test rows with features to score the model on")
     start = time.perf_counter()
     pred = model.predict(data)
     per_second = len(data) / max(time.perf_counter() - start, 1e-9)

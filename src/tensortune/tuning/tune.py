@@ -199,10 +199,12 @@ def plan_tune(
     records: str | RecordStore | None = None,
     work_dir: str | os.PathLike | None = None,
     seed: int = 0,
+    runs_elsewhere: bool = False,
 ) -> TunePlan:
     """Resolve and check what ``tune`` is given, cheapest first; writes no records store (the
     ``warm_start`` stores are read, for their schedules).  ``records`` and ``work_dir``, when
-    given, are checked for their form only: nothing is opened or created."""
+    given, are checked for their form only: nothing is opened or created.  ``runs_elsewhere``:
+    a device farm runs the code, so the target is not checked against this machine's CPU."""
     from tensortune.costmodel.factory import cost_model_from
     from tensortune.records import check_url
     from tensortune.search.factory import default_verifier, strategy_from
@@ -230,7 +232,8 @@ def plan_tune(
                               param="max_seconds")  # fmt: skip
     with about("target"):
         platform = resolve_platform(target)
-        platform.check_runs_here()
+        if not runs_elsewhere:  # a farm's servers are checked when it is reached (rpc.py)
+            platform.check_runs_here()
     prototype = strategy_from(strategy, draft_options)
     if cost_model == "auto":
         cost_model = default_verifier(prototype, platform)
@@ -313,8 +316,9 @@ def tune(
     ``input_shapes`` fixes an ONNX model's dynamic input dimensions
     (``{"input": [1, 3, 224, 224]}``).
     ``timing`` says how candidates are timed; by default hot (the kernel called again and
-    again on the same arguments), except kernels whose weights outgrow the L2 caches, which
-    are timed with them evicted (``measure.runner.model_timing``), as they run in a model.
+    again on the same arguments), except kernels whose arguments after the first (weights
+    and outputs) outgrow the L2 caches, which are timed with them evicted
+    (``measure.runner.model_timing``), as they run in a model.
     ``TimingConfig()`` times every kernel hot.
     ``warm_start`` (records store URLs or stores) seeds the search with schedules tuned for
     other kernels: before searching, each task not yet tuned times up to ``warm_per_kernel``
@@ -322,6 +326,7 @@ def tune(
     search's first population starts from the best of them.
     """
     start = time.monotonic()
+    farmed = isinstance(runner, str) and runner.strip() != "local"
     plan = plan_tune(workloads, model=model, workloads_from=workloads_from, trials=trials,
                      max_seconds=max_seconds, target=target, strategy=strategy,
                      draft_options=draft_options, cost_model=cost_model,
@@ -329,7 +334,8 @@ def tune(
                      max_trials_per_task=max_trials_per_task, fast_math=fast_math,
                      winograd=winograd, warm_start=warm_start,
                      warm_per_kernel=warm_per_kernel, input_shapes=input_shapes,
-                     records=records, work_dir=work_dir, seed=seed)  # fmt: skip
+                     records=records, work_dir=work_dir, seed=seed,
+                     runs_elsewhere=farmed)  # fmt: skip
     if progress is not None and not isinstance(progress, TuneProgress):
         progress = _BatchCallback(progress)
     farm = None
