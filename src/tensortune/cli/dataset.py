@@ -146,12 +146,12 @@ def collect(
                 raise TensortuneError("a selector's collection runs alone: drop --worker",
                                       param="--sampler")  # fmt: skip
             # One configuration at a time, each with its own model; all checked first.
-            check_configs(configs, param="config")
-            runs = [collect_active(network or None, config=name, selector=sampler,
+            checked, _ = check_configs(configs, param="config")
+            runs = [collect_active(network or None, config=config, selector=sampler,
                                    budget=trials_per_task, rounds=rounds, records=records,
                                    work_dir=work_dir, progress=progress, heaviest=heaviest,
                                    exclude=exclude_network or (), workloads=workload or ())
-                    for name in configs]  # fmt: skip
+                    for config in checked]  # fmt: skip
             result = CollectResult(runs[0].records_url, configs, runs[0].tasks,
                                    sum(r.measured for r in runs))  # fmt: skip
         else:

@@ -181,6 +181,7 @@ def tune(
 
     Example: tensortune tune -w matmul:512,512,512 --trials 64 --records sqlite:///r.db
     """
+    from tensortune.measure.rpc import names_a_farm
     from tensortune.measure.runner import TimingConfig
     from tensortune.tuning.tune import plan_tune, tune
 
@@ -202,7 +203,7 @@ def tune(
            "max_trials_per_task": trials_per_task, "fast_math": fast_math,
            "winograd": winograd, "warm_start": warm_start or None,
            "input_shapes": input_shapes(input_shape)}  # fmt: skip
-    remote = runner.strip() != "local"
+    remote = names_a_farm(runner)
     if dry_run:
         if remote:  # the plan is for the farm's hardware: ask it, start no runner
             api["target"] = _farm_platform(runner, target)

@@ -384,13 +384,18 @@ def _session_with_threads(rpc_config: object, threads: int) -> object:
     return session
 
 
+def names_a_farm(spec: object) -> bool:
+    """Whether a runner the user named (``"local"``, ``None``, a URL) is a device farm."""
+    return isinstance(spec, str) and spec.strip() != "local"
+
+
 def runner_from(
     spec: str | None, platform: Platform, timing: TimingConfig | None = None
 ) -> tuple[FarmRunner | None, Platform]:
     """The runner a user named and the platform to record under: ``(None, platform)`` for
     ``"local"`` (or ``None``): the caller's own runner measures here; for
     ``rpc://HOST:PORT/KEY``, :func:`farm_runner`'s."""
-    if spec is None or (isinstance(spec, str) and spec.strip() == "local"):
+    if not names_a_farm(spec):
         return None, platform
     return farm_runner(parse_runner_url(spec), platform, timing)
 
@@ -566,6 +571,7 @@ __all__ = [
     "describe",
     "farm_runner",
     "farm_servers",
+    "names_a_farm",
     "parse_address",
     "parse_runner_url",
     "register_functions",

@@ -325,8 +325,9 @@ def tune(
     transferred schedules (``tensortune.transfer``; they count toward ``trials``), and the
     search's first population starts from the best of them.
     """
+    from tensortune.measure.rpc import names_a_farm, runner_from
+
     start = time.monotonic()
-    farmed = isinstance(runner, str) and runner.strip() != "local"
     plan = plan_tune(workloads, model=model, workloads_from=workloads_from, trials=trials,
                      max_seconds=max_seconds, target=target, strategy=strategy,
                      draft_options=draft_options, cost_model=cost_model,
@@ -335,13 +336,11 @@ def tune(
                      winograd=winograd, warm_start=warm_start,
                      warm_per_kernel=warm_per_kernel, input_shapes=input_shapes,
                      records=records, work_dir=work_dir, seed=seed,
-                     runs_elsewhere=farmed)  # fmt: skip
+                     runs_elsewhere=names_a_farm(runner))  # fmt: skip
     if progress is not None and not isinstance(progress, TuneProgress):
         progress = _BatchCallback(progress)
     farm = None
     if isinstance(runner, str):
-        from tensortune.measure.rpc import runner_from
-
         # The farm's servers time the candidates: records carry their hardware, not ours.
         with about("runner"):
             farm, plan.platform = runner_from(runner, plan.platform, timing)
