@@ -150,7 +150,8 @@ def test_tune_warm_start_counts_the_transferred_schedules(cli: Cli, source: str,
                          "random", "--work-dir", "w", "--json")  # fmt: skip
     assert code == 0, err
     result = json.loads(out)
-    assert result["trials_before"] == 1  # the one transferred schedule, before the search
+    assert result["trials_before"] == 0  # a fresh store
+    assert result["trials_warm_start"] == 1  # the one transferred schedule, before the search
     assert result["trials_total"] == 8
     found = origins(url)
     assert len(found) == 8

@@ -321,6 +321,9 @@ def test_draft_options_are_checked_and_a_clone_keeps_every_setting():
     assert copy.settings() == strategy.settings() != DraftThenVerify().settings()
     # per_round=None: as many as the tuner asks for each round
     assert DraftThenVerify(per_round=None)._inst.clone().per_round is None
+    # whole numbers given as floats (settings read from JSON), defaults included, are ints
+    floats = DraftThenVerify(per_round=16.0, population=256.0, eps=1)
+    assert [type(floats.per_round), type(floats.population), type(floats.eps)] == [int, int, float]
 
 
 def test_moa_moves_the_momentum_copy_by_one_minus_m(tmp_path):

@@ -735,6 +735,7 @@ def test_a_record_committed_twice_is_kept_once(store) -> None:
 def test_leases_of_a_tuner_that_dies_beside_this_one_are_freed_while_it_runs(
     store, monkeypatch
 ) -> None:
+    import socket
     import subprocess
     import sys
 
@@ -749,9 +750,15 @@ def test_leases_of_a_tuner_that_dies_beside_this_one_are_freed_while_it_runs(
     dead = subprocess.run([sys.executable, "-c", "from tensortune.search.leases import "
                            "worker_name; print(worker_name())"], capture_output=True, text=True,
                           check=True).stdout.strip()  # fmt: skip
-    store.claim(wid, hw, tgt, _hashes(batch), worker=dead, seconds=600)
-    assert budget.left(wid) == 3  # its claims no longer hold the budget back
-    assert store.lease_holders() == set()
+    # Same host name, another pid namespace (a container, a VM of the same name): its pids
+    # mean nothing here, and its leases are not freed.
+    host, pid = socket.gethostname(), dead.split("/")[1]
+    elsewhere = [f"{host}/{pid}/1/x", f"{dead.split('/')[0]}0/{pid}/1/x"]
+    for other, h in zip(elsewhere, _hashes(batch)[1:], strict=True):
+        store.claim(wid, hw, tgt, [h], worker=other, seconds=600)
+    store.claim(wid, hw, tgt, _hashes(batch)[:1], worker=dead, seconds=600)
+    assert budget.left(wid) == 1  # the dead tuner's claim no longer holds the budget back
+    assert store.lease_holders() == set(elsewhere)
     budget.close()
 
 
@@ -858,6 +865,10 @@ def test_under_a_deadline_first_rounds_share_the_time_left(tmp_path: Path) -> No
     assert budget(-5).left(waiting[0]) == MIN_FIRST_ROUND
     assert budget(-5).left(wids[0]) == 0
     assert budget(-15).left(waiting[0]) == 0
+    # a tenth of the whole budget, though this object was made late in it (after a warm start)
+    late = SharedBudget(store, wids, hw, tgt, total=1000, per_task=1000,
+                        deadline=time.monotonic() - 5, span=100.0)  # fmt: skip
+    assert late.left(waiting[0]) == MIN_FIRST_ROUND
     store.add(make_records(store, "matmul:4,16,16", [1e-3], name="mm"))
     store.add(make_records(store, "matmul:8,16,16", [1e-3], name="mm"))
     assert 24 <= budget(100).left(wids[0]) <= 25  # one other waits

@@ -363,6 +363,21 @@ def test_unknown_strategy_is_rejected_before_the_store_is_opened(tmp_path):
     assert not (tmp_path / "r.db").exists() and not (tmp_path / "w").exists()
 
 
+@pytest.mark.parametrize(
+    ("name", "value"), [("task_scheduler", "Gradient"), ("task_scheduler", 3), ("progress", True)]
+)
+def test_a_scheduler_or_progress_nothing_can_use_is_refused_before_the_store_is_opened(
+    tmp_path, name, value
+):
+    # TVM would refuse the scheduler's name once warm-start schedules were timed, and a
+    # progress that cannot be called broke the run after its first batch
+    with pytest.raises(TensortuneError) as e:
+        tune(["matmul:8,8,8"], trials=2, records=f"sqlite:///{tmp_path}/r.db",
+             work_dir=tmp_path / "w", target=TARGET, **{name: value})  # fmt: skip
+    assert e.value.param == name and repr(value) in str(e.value)
+    assert not (tmp_path / "r.db").exists() and not (tmp_path / "w").exists()
+
+
 def test_records_of_another_target_do_not_count_toward_the_budget(tmp_path):
     url = f"sqlite:///{tmp_path / 'r.db'}"
     tune(["matmul:16,16,16"], trials=2, records=url, work_dir=tmp_path / "w", **FAST)

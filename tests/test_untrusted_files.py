@@ -1043,6 +1043,11 @@ _STORE_DAMAGED: dict[str, Callable[[Path], None]] = {
     "run times that are not JSON": _sql("UPDATE records SET run_secs = 'oops' WHERE id = 1"),
     "run times that are text": _sql("""UPDATE records SET run_secs = '["a"]' WHERE id = 1"""),
     "a negative cost": _sql("UPDATE records SET cost = -1 WHERE cost IS NOT NULL"),
+    # the least cost is the best record: one that is not its run times' median would be chosen
+    "a cost that is not the median of its run times": _sql(
+        "UPDATE records SET cost = cost / 10 WHERE id = 1"),
+    "a cost on a failed run": _sql(
+        "UPDATE records SET status = 'run_error', run_secs = '[]' WHERE id = 1"),
     "a target that is not JSON": _sql("UPDATE records SET target = 'nope'"),
     "hardware described without a CPU": _sql(
         """UPDATE hardware SET description = '{"arch": "x"}'"""),

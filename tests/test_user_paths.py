@@ -170,3 +170,12 @@ def test_tune_a_metaschedule_database_s_workloads(cli: Cli) -> None:
                        "sqlite:///b.db", "--json"))  # fmt: skip
     assert sorted(t["name"] for t in result["tasks"]) == sorted([MM, "softmax:8,64"])
     assert result["trials_before"] == 0 and result["trials_total"] == 4
+    # A database that holds a workload twice tunes it once: as two tasks, its records would
+    # count twice toward the budget (a rerun would stop at half of it).
+    workloads = Path("db", "database_workload.json")
+    workloads.write_text(workloads.read_text() * 2)
+    result = _json(cli("tune", "--workloads-from", "db", "--trials", "6", "--records",
+                       "sqlite:///b.db", "--json"))  # fmt: skip
+    assert sorted(t["name"] for t in result["tasks"]) == sorted([MM, "softmax:8,64"])
+    assert result["trials_before"] == 4 and result["trials_total"] == 6
+    assert sum(t["trials"] for t in result["tasks"]) == 6

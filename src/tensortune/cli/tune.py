@@ -121,8 +121,8 @@ def tune(
         int | None,
         typer.Option(
             metavar="N",
-            help="Candidates measured per round (default: 64, fewer so that each "
-            "task gets a round).",
+            help="Candidates measured per round (default: 64, 32 under --time, fewer so "
+            "that each task gets a round).",
         ),
     ] = None,
     check: Annotated[

@@ -91,7 +91,7 @@ TABLE_NAMES = ("meta", "hardware", "workloads", "records", "task_sources", "clai
 
 COLUMNS = (
     "workload_id, hardware_id, target, trace, args_info, run_secs, status, error, run_id, "
-    "tvm_version, created_at, id, uid, origin"
+    "tvm_version, created_at, id, uid, origin, cost"
 )
 
 
@@ -100,9 +100,15 @@ def statements(ddl: str) -> list[str]:
 
 
 def row_to_record(row: tuple) -> Record:
-    w, h, t, trace, args, secs, status, err, run, ver, at, rid, uid, origin = row
-    return Record(w, h, _target_text(t, f"record {rid}"), trace, args, _run_secs(secs, rid),
-                  status, err, run, ver, at, rid, uid, origin)  # fmt: skip
+    w, h, t, trace, args, secs, status, err, run, ver, at, rid, uid, origin, cost = row
+    record = Record(w, h, _target_text(t, f"record {rid}"), trace, args, _run_secs(secs, rid),
+                    status, err, run, ver, at, rid, uid, origin)  # fmt: skip
+    # Queries rank by the cost column ("best" is its least): it must say what the run times
+    # say, or an edited row would be chosen (a failed one handed to MetaSchedule as the best).
+    if cost != (record.cost if record.ok else None):
+        raise RecordsError(f"record {rid} is damaged: its cost is {cost!r}, not the median of "
+                           "its run times (none for a failed measurement)")  # fmt: skip
+    return record
 
 
 def _run_secs(text: object, rid: object) -> tuple[float, ...]:

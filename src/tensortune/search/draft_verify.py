@@ -191,8 +191,9 @@ class DraftThenVerify(PySearchStrategy):
         # round of 8): checked here, as the command line checks --draft-option.
         # per_round=None (the tuner's count) is the one setting that is not a number
         given = {k: v for k, v in self.settings().items() if k != "per_round" or v is not None}
-        for name, value in check_options(given).items():
-            setattr(self, name, value)
+        checked, defaults = check_options(given), option_defaults()
+        for name, value in given.items():  # per_round=16.0 (JSON) slices as 16, not a float
+            setattr(self, name, checked.get(name, type(defaults[name])(value)))
 
     @property
     def sampling_threads(self) -> int | str:

@@ -5,7 +5,8 @@ Resuming already counts what the store holds; leases (``RecordStore.claim``) add
 workers are measuring right now.  Before a batch is measured, :class:`Leased` claims its
 candidates and keeps only those it got, up to what the shared budget still allows; the
 transaction that commits their records ends the leases.  A worker that dies leaves leases that
-expire after ``seconds`` by the database's clock; on its own machine a rerun frees them at once
+expire by the database's clock after ``seconds`` or ``LEASE_SECONDS_PER_CANDIDATE`` per
+candidate of their batch, whichever is longer; on its own machine a rerun frees them at once
 (the process that held them is gone), so a killed run loses at most the batch it had in flight
 (with ``search/scheduler.py``'s task scheduler, which commits each round as soon as it is timed).
 """
@@ -13,6 +14,7 @@ expire after ``seconds`` by the database's clock; on its own machine a rerun fre
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import math
 import os
@@ -21,6 +23,7 @@ import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import psutil
 
@@ -69,16 +72,30 @@ def candidate_hash(candidate) -> str:
 
 
 def worker_name() -> str:
-    """This process, as leases name it: host, pid and the process's start time (a pid is
+    """This process, as leases name it: machine, pid and the process's start time (a pid is
     reused; a pid with its start time is not)."""
     started = int(psutil.Process().create_time() * 1000)
-    return f"{socket.gethostname()}/{os.getpid()}/{started}/{uuid.uuid4().hex[:6]}"
+    return f"{_machine()}/{os.getpid()}/{started}/{uuid.uuid4().hex[:6]}"
+
+
+@functools.cache
+def _machine() -> str:
+    """Where this process's pids mean something: the host name, and (on Linux) the boot and
+    the pid namespace.  Two containers or VMs may share a host name; each sees the other's
+    pids as gone, and must not free the leases of a tuner that still measures."""
+    host = socket.gethostname().replace("/", "_")
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()[:8]
+        namespace = os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return host
+    return f"{host}:{boot}:{namespace}"
 
 
 def _gone(worker: str) -> bool:
-    """True when ``worker`` ran on this machine and its process no longer runs."""
+    """True when ``worker`` ran where this process runs (``_machine``) and no longer runs."""
     parts = worker.split("/")
-    if len(parts) != 4 or parts[0] != socket.gethostname():
+    if len(parts) != 4 or parts[0] != _machine():
         return False
     try:
         pid, started = int(parts[1]), int(parts[2])
@@ -104,6 +121,9 @@ class SharedBudget:
     seconds: float = LEASE_SECONDS
     # ``time.monotonic()`` after which nothing more may be drawn: a time budget (None: none).
     deadline: float | None = None
+    # The time budget's length in seconds, of which the grace is a share (None: from this
+    # budget's making to the deadline; a tuner makes it after its warm start has spent some).
+    span: float | None = None
     # Seconds this worker may wait, over its run, for leases others hold (``wait_for_others``).
     max_wait_s: float = MAX_WAIT_SECONDS
 
@@ -140,8 +160,8 @@ class SharedBudget:
     def _in_grace(self) -> bool:
         """Past the deadline by no more than ``FIRST_ROUND_GRACE`` of the budget."""
         assert self.deadline is not None
-        return time.monotonic() < self.deadline + FIRST_ROUND_GRACE * (self.deadline -
-                                                                         self._created)  # fmt: skip
+        span = self.span if self.span is not None else self.deadline - self._created
+        return time.monotonic() < self.deadline + FIRST_ROUND_GRACE * span
 
     def left(self, workload_id: int) -> int:
         """How many more of ``workload_id`` this worker may measure now."""

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tensortune.errors import interrupted
+from tensortune.errors import TensortuneError, interrupted
 from tensortune.records.schema import Record
 from tensortune.search.factory import strategy_for_task
 
@@ -26,6 +26,22 @@ if TYPE_CHECKING:
 
 # (index of the task in the list handed over, the batch's records)
 OnBatch = Callable[[int, list[Record]], None]
+# MetaSchedule's task schedulers by name ("gradient" is ours, committing first rounds at once)
+TASK_SCHEDULERS = ("gradient", "round-robin")
+
+
+def check_task_scheduler(task_scheduler: object) -> None:
+    """A one-line error for what MetaSchedule cannot schedule tasks with; it would say so only
+    after the store is opened and warm-start schedules timed."""
+    from tensortune.compat import ms
+
+    if isinstance(task_scheduler, str):
+        if task_scheduler in TASK_SCHEDULERS:
+            return
+    elif isinstance(task_scheduler, ms.task_scheduler.TaskScheduler):
+        return
+    raise TensortuneError(f"{task_scheduler!r}: expected {' or '.join(TASK_SCHEDULERS)}, or a "
+                          "MetaSchedule TaskScheduler", param="task_scheduler")  # fmt: skip
 
 
 def run_search(

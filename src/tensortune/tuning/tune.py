@@ -71,7 +71,7 @@ class TuneResult:
     target: dict
     hardware_id: str
     trials_requested: int | None  # None: a time budget only
-    trials_before: int
+    trials_before: int  # what the store held of these tasks before this run
     tasks: list[TaskResult] = field(default_factory=list)
     # What searched: see ``TunePlan.strategy_name`` and ``cost_model_name``.
     strategy: str = ""
@@ -84,6 +84,8 @@ class TuneResult:
     # ALT's validity filter, where the strategy ran one: what it did this run (``search/alt.py``
     # says what each count means); None when nothing was left to measure.
     validity: dict[str, int] | None = None
+    # Transferred schedules this run timed before its search (``warm_start``).
+    trials_warm_start: int = 0
 
     @property
     def trials_total(self) -> int:
@@ -98,8 +100,9 @@ class TuneProgress:
     """What ``tune`` reports while it works; override the methods you need."""
 
     def start(self, tasks: list[Task], trials: int, done: int) -> None:
-        """Before measuring: the tasks, the budget and the trials the store already holds
-        (``trials`` is the trial budget, or the stand-in for none under a time budget)."""
+        """Before the search: the tasks, the budget and the trials the store holds, a warm
+        start's included (``trials`` is the trial budget, or the stand-in for none under a
+        time budget)."""
 
     def known(self, results: list[TaskResult]) -> None:
         """Right after ``start``: each task's summary from what the store already holds."""
@@ -307,7 +310,11 @@ def tune(
     refined otherwise).  ``builder``/``runner`` default to tensortune's persistent-worker ones;
     ``runner="rpc://HOST:PORT/KEY"`` measures on the servers a TVM RPC tracker has under KEY
     (``tensortune serve``), recording under their hardware.
-    ``trials_per_round`` defaults to 64, lowered (down to 8) so that each task gets a round.
+    ``task_scheduler``: which task each round goes to; ``gradient`` (MetaSchedule's rule, by
+    the end-to-end latency a task stands to gain), ``round-robin`` or a MetaSchedule
+    ``TaskScheduler``.
+    ``trials_per_round`` defaults to 64 (32 under a time budget), lowered (down to 8) so that
+    each task gets a round.
     ``fast_math`` approximates float32 ``exp``/``tanh``/``erf`` so they vectorize; outputs
     are then checked against the exact workload (``tensortune.workloads.fast_math``) by our
     local runner; a farm or a runner of the caller's checks nothing, and a warning says so.
@@ -337,7 +344,14 @@ def tune(
                      warm_per_kernel=warm_per_kernel, input_shapes=input_shapes,
                      records=records, work_dir=work_dir, seed=seed,
                      runs_elsewhere=names_a_farm(runner))  # fmt: skip
+    from tensortune.search.run import check_task_scheduler
+
+    check_task_scheduler(task_scheduler)
     if progress is not None and not isinstance(progress, TuneProgress):
+        if not callable(progress):
+            raise TensortuneError(f"{progress!r}: expected a TuneProgress, or a function called "
+                                  "with (index, task, records, result) after each batch",
+                                  param="progress")  # fmt: skip
         progress = _BatchCallback(progress)
     farm = None
     if isinstance(runner, str):
@@ -379,12 +393,14 @@ def _search(store: RecordStore, plan: TunePlan, session: Callable[[], MeasureSes
     trials = plan.trials
     if trials is None:
         trials = sum(done) + OPEN_TRIALS_PER_TASK * len(tasks)
+    before = sum(done)  # what earlier runs measured; this run's warm start is its own work
     if plan.warm_start is not None:
         _warm_start(store, plan, session, done, trials, deadline)
         done = [store.count(**w) for w in where]
-    result = TuneResult(run_id, store.url, platform.target, hw_id, plan.trials, sum(done),
+    result = TuneResult(run_id, store.url, platform.target, hw_id, plan.trials, before,
                         strategy=plan.strategy_name, cost_model=plan.cost_model_name,
-                        max_seconds=plan.max_seconds)  # fmt: skip
+                        max_seconds=plan.max_seconds,
+                        trials_warm_start=sum(done) - before)  # fmt: skip
     if progress is not None:
         progress.start(tasks, trials, sum(done))
         progress.known([_task_result(store, t, w) for t, w in zip(tasks, where, strict=True)])
@@ -402,7 +418,8 @@ def _search(store: RecordStore, plan: TunePlan, session: Callable[[], MeasureSes
                 progress.batch(i, tasks[i], batch, _task_result(store, tasks[i], where[i]))
 
         # Other processes may tune the same tasks into the same store: the budget is theirs too.
-        budget = SharedBudget(store, wids, hw_id, platform.key, trials, cap, deadline=deadline)
+        budget = SharedBudget(store, wids, hw_id, platform.key, trials, cap, deadline=deadline,
+                              span=plan.max_seconds)  # fmt: skip
         # ALT's validity filter counts into the strategy's dict, which outlives this call
         filter_counts = getattr(plan.strategy, "alt_stats", None)
         counts_before = dict(filter_counts or {})

@@ -59,24 +59,26 @@ def resolve_tasks(
         from tensortune.workloads.sources import task_from_spec
 
         with about("workloads"):
-            tasks = _distinct([w if isinstance(w, Task) else task_from_spec(w)
-                               for w in workloads])  # fmt: skip
+            tasks = [w if isinstance(w, Task) else task_from_spec(w) for w in workloads]
     else:
         from tensortune.workloads.sources import tasks_from_database
 
         with about("workloads_from"):
             tasks = tasks_from_database(workloads_from)  # type: ignore[arg-type]
-    if not fast_math:
-        return tasks
-    from tensortune.workloads.fast_math import with_fast_math
+    if fast_math:
+        from tensortune.workloads.fast_math import with_fast_math
 
-    return [with_fast_math(t) for t in tasks]
+        tasks = [with_fast_math(t) for t in tasks]
+    # After fast math: an exact module and its approximated twin (a database's workloads
+    # tuned with and without it) are then one workload.
+    return _distinct(tasks)
 
 
 def _distinct(tasks: list[Task]) -> list[Task]:
     """The first of each set of tasks with equal modules: a spec given twice, or spelled two
-    ways (``matmul:64, 64,64``; a conv2d with its default stride written out), is one workload
-    in the records store, and as two tasks its trials would count twice."""
+    ways (``matmul:64, 64,64``; a conv2d with its default stride written out), or a workload a
+    MetaSchedule database holds twice, is one workload in the records store, and as two tasks
+    its trials would count twice."""
     from tensortune.compat import structural_equal, structural_hash
 
     kept: list[Task] = []
