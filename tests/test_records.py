@@ -708,6 +708,29 @@ def test_a_leased_candidate_is_nobody_elses_until_it_is_measured(store) -> None:
     assert store.claim(*key, hashes, worker="c", seconds=60) == hashes[2:]
 
 
+def test_a_claim_under_a_budget_takes_no_more_than_its_room(store) -> None:
+    """Two workers read the budget's room, draft a round each, then claim: the second one's
+    claim must see the first one's leases (the budget was checked before the drafting)."""
+    from tensortune.records.storage import ClaimBudget
+
+    batch = make_records(store, MM, [1e-3] * 6)
+    key = (batch[0].workload_id, batch[0].hardware_id, batch[0].target)
+    other = make_records(store, "matmul:8,16,16", [1e-3])[0].workload_id
+    hashes = _hashes(batch)
+    store.add(batch[:1])
+    per_task = ClaimBudget((key[0], other), total=10, per_task=4)
+    # one measured: room for three, in the caller's order, the measured one left out
+    assert store.claim(*key, hashes[::-1], worker="a", seconds=60, budget=per_task) == \
+        hashes[5:2:-1]  # fmt: skip
+    assert store.claim(*key, hashes[1:3], worker="b", seconds=60, budget=per_task) == []
+    # a worker's own leases are renewed, not counted twice
+    assert store.claim(*key, hashes[3:], worker="a", seconds=60, budget=per_task) == hashes[3:]
+    store.release("a")
+    total = ClaimBudget((key[0], other), total=3, per_task=4)
+    store.claim(other, key[1], key[2], hashes[:1], worker="c", seconds=60)  # another task's
+    assert store.claim(*key, hashes, worker="b", seconds=60, budget=total) == hashes[1:2]
+
+
 def test_a_lease_expires_by_the_databases_clock(store) -> None:
     import time
 

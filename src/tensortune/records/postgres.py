@@ -163,6 +163,11 @@ class PostgresStore(SQLStore):
     def _lock_workloads(self, cur: Cursor) -> None:
         cur.execute("LOCK TABLE workloads IN SHARE ROW EXCLUSIVE MODE")
 
+    def _lock_claims(self, cur: Cursor) -> None:
+        # Self-exclusive, and first in its transaction: a claim that counted the budget's
+        # room holds it until its leases are committed.
+        cur.execute("LOCK TABLE claims IN SHARE ROW EXCLUSIVE MODE")
+
     # -- schema ------------------------------------------------------------------------------
 
     def _check_or_create(self, cur: Cursor, create: bool) -> None:

@@ -31,7 +31,7 @@ from tensortune.records.schema import (
     read_module,
     trace_hash,
 )
-from tensortune.records.storage import RecordStore
+from tensortune.records.storage import ClaimBudget, RecordStore
 
 T = TypeVar("T")
 
@@ -347,17 +347,27 @@ class SQLStore(RecordStore):
     # -- leases ------------------------------------------------------------------------------
 
     def claim(self, workload_id: int, hardware_id: str, target: str, hashes: Sequence[str], *,
-              worker: str, seconds: float) -> list[str]:  # fmt: skip
+              worker: str, seconds: float,
+              budget: ClaimBudget | None = None) -> list[str]:  # fmt: skip
         # In one order for every worker: two PostgreSQL transactions inserting the same rows in
-        # opposite orders wait on each other until one is aborted as a deadlock.
-        wanted = sorted(set(hashes))
+        # opposite orders wait on each other until one is aborted as a deadlock.  Under a
+        # budget, claims take turns (``_lock_claims``) and the caller's order decides.
+        wanted = sorted(set(hashes)) if budget is None else list(dict.fromkeys(hashes))
         if not wanted:
             return []
 
         def take(cur: Cursor) -> list[str]:
             key = (workload_id, hardware_id, target)
             held = []
-            for h in wanted:
+            todo, room = wanted, len(wanted)
+            if budget is not None:
+                self._lock_claims(cur)
+                measured = self._measured(cur, key, wanted)
+                todo = [h for h in wanted if h not in measured]
+                room = self._room(cur, key, budget, worker, todo)
+            for h in todo:
+                if len(held) >= room:
+                    break
                 row = cur.execute(
                     "INSERT INTO claims VALUES (?, ?, ?, ?, ?, " + self.NOW + " + ?) "
                     "ON CONFLICT (workload_id, hardware_id, target, trace_hash) DO UPDATE "
@@ -369,11 +379,7 @@ class SQLStore(RecordStore):
                 if row is not None:
                     held.append(h)
             # Read after claiming: a worker whose commit we waited on is seen now.
-            marks = ", ".join("?" * len(held))
-            measured = {r[0] for r in cur.execute(
-                "SELECT DISTINCT trace_hash FROM records WHERE workload_id = ? AND "
-                f"hardware_id = ? AND target = ? AND trace_hash IN ({marks})", (*key, *held),
-            ).fetchall()} if held else set()  # fmt: skip
+            measured = self._measured(cur, key, held)
             cur.executemany(
                 "DELETE FROM claims WHERE workload_id = ? AND hardware_id = ? AND target = ? "
                 "AND trace_hash = ? AND worker = ?",
@@ -383,6 +389,45 @@ class SQLStore(RecordStore):
             return [h for h in dict.fromkeys(hashes) if h in kept]  # in the caller's order
 
         return self._write(take)
+
+    def _lock_claims(self, cur: Cursor) -> None:
+        """Make claims under a budget take turns (SQLite's write transactions already do)."""
+
+    @staticmethod
+    def _measured(cur: Cursor, key: tuple, hashes: list[str]) -> set[str]:
+        """Those of ``hashes`` the store holds a record of, for ``key`` (workload, hardware,
+        target)."""
+        if not hashes:
+            return set()
+        marks = ", ".join("?" * len(hashes))
+        return {r[0] for r in cur.execute(
+            "SELECT DISTINCT trace_hash FROM records WHERE workload_id = ? AND "
+            f"hardware_id = ? AND target = ? AND trace_hash IN ({marks})", (*key, *hashes),
+        ).fetchall()}  # fmt: skip
+
+    def _room(self, cur: Cursor, key: tuple, budget: ClaimBudget, worker: str,
+              todo: list[str]) -> int:  # fmt: skip
+        """How many more leases ``budget`` has room for: what the records and live leases of
+        its workloads leave, not counting ``worker``'s own leases of ``todo`` (renewed, not
+        added)."""
+        workload_id, hardware_id, target = key
+        ids = budget.workload_ids
+        marks = ", ".join("?" * len(ids))
+        where = f"hardware_id = ? AND target = ? AND workload_id IN ({marks})"
+        done = dict(cur.execute(f"SELECT workload_id, count(*) FROM records WHERE {where} "
+                                "GROUP BY workload_id",
+                                (hardware_id, target, *ids)).fetchall())  # fmt: skip
+        renewed = set(todo)
+        live: dict[int, int] = {}
+        for w, h, holder in cur.execute(
+            f"SELECT workload_id, trace_hash, worker FROM claims WHERE {where} AND "
+            f"expires_at > {self.NOW}", (hardware_id, target, *ids),
+        ).fetchall():  # fmt: skip
+            if not (holder == worker and w == workload_id and h in renewed):
+                live[w] = live.get(w, 0) + 1
+        total = budget.total - sum(done.values()) - sum(live.values())
+        task = budget.per_task - done.get(workload_id, 0) - live.get(workload_id, 0)
+        return max(0, min(total, task))
 
     def release(self, worker: str) -> None:
         self._write(lambda cur: cur.execute("DELETE FROM claims WHERE worker = ?", (worker,)))

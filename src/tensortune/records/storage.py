@@ -8,11 +8,22 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 
 from tensortune.hardware import Hardware
 from tensortune.records.schema import Record, StoredWorkload, TaskSource
 
 DEFAULT_URL = "sqlite:///tensortune.db"
+
+
+@dataclass(frozen=True)
+class ClaimBudget:
+    """What a claim may not take the records and live leases of a hardware/target past:
+    ``total`` over ``workload_ids``, ``per_task`` of the workload claimed."""
+
+    workload_ids: tuple[int, ...]
+    total: int
+    per_task: int
 
 
 class RecordStore(abc.ABC):
@@ -81,10 +92,13 @@ class RecordStore(abc.ABC):
 
     @abc.abstractmethod
     def claim(self, workload_id: int, hardware_id: str, target: str, hashes: Sequence[str], *,
-              worker: str, seconds: float) -> list[str]:  # fmt: skip
+              worker: str, seconds: float,
+              budget: ClaimBudget | None = None) -> list[str]:  # fmt: skip
         """Lease the candidates named by ``hashes`` (``schema.trace_hash``) to ``worker`` for
         ``seconds``; returns those it now holds, in the order given, leaving out the ones
-        already measured and the ones another worker holds."""
+        already measured and the ones another worker holds.  With a ``budget``, the first of
+        them only, as many as it has room for, counted in the same transaction: workers that
+        drafted a round at once cannot each take the last of it."""
 
     @abc.abstractmethod
     def release(self, worker: str) -> None:

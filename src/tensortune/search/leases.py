@@ -31,7 +31,7 @@ from tensortune.compat import PySearchStrategy, derived_object
 from tensortune.errors import RecordsError, TensortuneError, interrupted, last_line
 from tensortune.records.convert import trace_text
 from tensortune.records.schema import trace_hash
-from tensortune.records.storage import RecordStore
+from tensortune.records.storage import ClaimBudget, RecordStore
 from tensortune.search.factory import copy_of
 
 _log = logging.getLogger(__name__)
@@ -141,6 +141,8 @@ class SharedBudget:
         # clocked from its first draw: setting up the session is not measuring.
         self._created, self._started, self._measured = time.monotonic(), None, 0
         self._wait_left = self.max_wait_s  # of the run's allowance for ``wait_for_others``
+        # Checked again as each claim is made: ``left`` was read before the round was drafted.
+        self._caps = ClaimBudget(tuple(self.workload_ids), self.total, self.per_task)
 
     def _sweep(self) -> None:
         """Free the leases of holders on this machine that have died: a tuner killed beside
@@ -255,7 +257,8 @@ class SharedBudget:
             # measure the same candidates again.
             seconds = max(self.seconds, len(take) * LEASE_SECONDS_PER_CANDIDATE)
             held.update(self.store.claim(workload_id, self.hardware_id, self.target, take,
-                                         worker=self.worker, seconds=seconds))  # fmt: skip
+                                         worker=self.worker, seconds=seconds,
+                                         budget=self._caps))  # fmt: skip
         return held
 
     def close(self) -> None:
