@@ -126,6 +126,23 @@ def test_user_errors_are_one_line(tmp_path: Path, case: str) -> None:
     assert not (tmp_path / "tensortune.db").exists()  # nothing tuned, no store created
 
 
+def test_a_misspelt_workload_or_network_is_refused_before_tvm_or_torch_loads(
+    tmp_path: Path,
+) -> None:
+    # a typo costs a fraction of a second, not the seconds of loading TVM and a cost model
+    cases = ["unknown op", "malformed shape", "wrong arity", "unknown network"]
+    script = (
+        "import sys\nfrom tensortune.cli.app import run\n"
+        f"codes = [run(args) for args in {[BAD_INPUTS[c][0] for c in cases]!r}]\n"
+        "print(codes, sorted({'tvm', 'torch'} & set(sys.modules)))"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+    assert proc.stdout.strip() == "[2, 2, 2, 2] []", proc.stdout + proc.stderr
+    for case in cases:
+        assert all(f in proc.stderr for f in BAD_INPUTS[case][1]), proc.stderr
+
+
 @pytest.mark.parametrize("case", ["unknown op", "corrupt records"])
 def test_debug_shows_the_traceback(tmp_path: Path, case: str) -> None:
     _prepare(tmp_path)

@@ -112,8 +112,9 @@ def test_fine_tuning_learns_what_the_new_machine_does_differently(kind):
     model = model_class(kind)(**settings).fit(seen)
     new_machine = _machine(400, 1, sign=+1.0)
     before = _pairwise(model.predict(new_machine), new_machine)
-    # hwattn trains its hardware branch alone: it learns the new machine more slowly.
-    adapt(model, _machine(64, 2, sign=+1.0), steps=1000 if kind == "hwattn" else 100)
+    # hwattn trains its hardware branch alone: it learns the new machine more slowly (300
+    # steps: +0.10 to +0.17 over three draws of these machines' programs).
+    adapt(model, _machine(64, 2, sign=+1.0), steps=300 if kind == "hwattn" else 100)
     after = _pairwise(model.predict(new_machine), new_machine)
     # On the new machine the second feature helps: the old ranking is partly wrong, 64
     # programs of the new machine teach it.  0.05 is about 7 standard errors of a PCA over

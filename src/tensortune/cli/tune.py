@@ -181,8 +181,8 @@ def tune(
 
     Example: tensortune tune -w matmul:512,512,512 --trials 64 --records sqlite:///r.db
     """
-    from tensortune.measure.rpc import names_a_farm
-    from tensortune.measure.runner import TimingConfig
+    from tensortune.measure import names_a_farm
+    from tensortune.measure.timing import TimingConfig
     from tensortune.tuning.tune import plan_tune, tune
 
     if moa and online is not None:

@@ -172,7 +172,8 @@ def bench_e2e(
     threads before TVM first runs anything, and refuses to go on if TVM runs with another
     count."""
     from tensortune.tuning.tune import tune
-    from tensortune.workloads.models import check_source, load_model
+    from tensortune.workloads.models import load_model
+    from tensortune.workloads.networks import check_source
 
     for name, value in (("rounds", rounds), ("repeat", repeat)):
         if value < 1:

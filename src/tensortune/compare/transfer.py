@@ -112,7 +112,8 @@ def bench_transfer(
     (a rerun reuses the source stores)."""
     from tensortune.transfer.run import transfer
     from tensortune.tuning.tune import tune
-    from tensortune.workloads.models import check_source, load_model
+    from tensortune.workloads.models import load_model
+    from tensortune.workloads.networks import check_source
 
     budgets = (
         ("trials_per_task", trials_per_task),

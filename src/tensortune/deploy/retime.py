@@ -40,8 +40,8 @@ def retime_best(
     every task that has two or more, in one batch per task; returns the fastest of each, by
     workload id."""
     from tensortune.compat import block_names
-    from tensortune.measure.runner import model_timing
     from tensortune.measure.session import MeasureSession
+    from tensortune.measure.timing import model_timing
     from tensortune.records.convert import block_renames, candidate_from_trace, renamed_blocks
 
     chosen: dict[int, Retimed] = {}

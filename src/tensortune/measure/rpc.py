@@ -59,6 +59,7 @@ from tensortune.compat import (
 )
 from tensortune.errors import TensortuneError, about, last_line
 from tensortune.hardware import Hardware, Platform, current_hardware
+from tensortune.measure import names_a_farm
 from tensortune.measure.affinity import keep_caller_off_pool_cores
 from tensortune.measure.runner import TimingConfig
 from tensortune.measure.status import Status, tagged
@@ -382,11 +383,6 @@ def _session_with_threads(rpc_config: object, threads: int) -> object:
     session = rpc_config.connect_server()  # type: ignore[attr-defined]
     session.get_function(THREADS_FUNCTION)(threads)
     return session
-
-
-def names_a_farm(spec: object) -> bool:
-    """Whether a runner the user named (``"local"``, ``None``, a URL) is a device farm."""
-    return isinstance(spec, str) and spec.strip() != "local"
 
 
 def runner_from(

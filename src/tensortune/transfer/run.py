@@ -168,8 +168,8 @@ def transfer(
     tasks = resolve_tasks(workloads, model=loaded, workloads_from=workloads_from,
                           platform=platform, fast_math=fast_math)  # fmt: skip
     with records_from(records) as store:
-        from tensortune.measure.runner import model_timing
         from tensortune.measure.session import MeasureSession
+        from tensortune.measure.timing import model_timing
 
         start = time.perf_counter()
         # Timed as tune times them: the records land in the store the tuned build reads.

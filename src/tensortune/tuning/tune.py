@@ -25,7 +25,7 @@ from tensortune.errors import (
 )
 from tensortune.hardware import Platform, resolve_platform
 from tensortune.records import DEFAULT_URL, Record, RecordStore, records_from
-from tensortune.workloads.resolve import resolve_tasks
+from tensortune.workloads.resolve import check_sources, resolve_tasks
 from tensortune.workloads.task import Task
 
 if TYPE_CHECKING:
@@ -213,6 +213,8 @@ def plan_tune(
     from tensortune.search.factory import default_verifier, strategy_from
 
     check_seed(seed)
+    check_sources(workloads, model=model, workloads_from=workloads_from,
+                  input_shapes=input_shapes)  # fmt: skip
     for name, value in (("trials", trials), ("trials_per_round", trials_per_round),
                         ("max_trials_per_task", max_trials_per_task),
                         ("warm_per_kernel", warm_per_kernel)):  # fmt: skip
@@ -332,7 +334,7 @@ def tune(
     transferred schedules (``tensortune.transfer``; they count toward ``trials``), and the
     search's first population starts from the best of them.
     """
-    from tensortune.measure.rpc import names_a_farm, runner_from
+    from tensortune.measure import names_a_farm
 
     start = time.monotonic()
     plan = plan_tune(workloads, model=model, workloads_from=workloads_from, trials=trials,
@@ -355,14 +357,16 @@ def tune(
         progress = _BatchCallback(progress)
     farm = None
     if isinstance(runner, str):
+        from tensortune.measure.rpc import runner_from
+
         # The farm's servers time the candidates: records carry their hardware, not ours.
         with about("runner"):
             farm, plan.platform = runner_from(runner, plan.platform, timing)
         runner = farm
     try:
         with interruptible(graceful=True), records_from(records) as store:
-            from tensortune.measure.runner import model_timing
             from tensortune.measure.session import MeasureSession
+            from tensortune.measure.timing import model_timing
 
             session = partial(MeasureSession, plan.platform, log_dir=Path(work_dir) / "logs",
                               timing=timing or model_timing(plan.platform),

@@ -20,7 +20,7 @@ import numpy as np
 from tensortune.compat import ms, tvm
 from tensortune.errors import WorkloadError, about
 from tensortune.workloads.inference import for_inference
-from tensortune.workloads.networks import NETWORKS, get_network
+from tensortune.workloads.networks import get_network, names_a_file
 from tensortune.workloads.task import Task
 
 if TYPE_CHECKING:
@@ -112,21 +112,6 @@ def _is_torch_module(source: object) -> bool:
     # an nn.Module can only exist if torch is already imported, so there is no need to import it
     torch = sys.modules.get("torch")
     return torch is not None and isinstance(source, torch.nn.Module)
-
-
-def check_source(source: str | os.PathLike[str]) -> None:
-    """Refuse a name that is neither a file nor a zoo network now (``WorkloadError`` listing
-    the known ones), before the minutes of work that come before ``load_model``."""
-    if not names_a_file(source):
-        get_network(str(source))
-
-
-def names_a_file(source: str | os.PathLike[str]) -> bool:
-    if not isinstance(source, str):
-        return True
-    if source in NETWORKS:
-        return False
-    return source.endswith(".onnx") or os.sep in source or os.path.exists(source)
 
 
 def _reject_input_shapes(input_shapes: dict[str, list[int]] | None) -> None:

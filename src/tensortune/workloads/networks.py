@@ -12,6 +12,7 @@ and MetaSchedule gets ordinary matmul/softmax tasks.
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import SimpleNamespace
@@ -445,6 +446,22 @@ _DEFS = (
 )
 
 NETWORKS: dict[str, NetworkDef] = {d.name: d for d in _DEFS}
+
+
+def names_a_file(source: str | os.PathLike[str]) -> bool:
+    """Whether a model source names a file (an ONNX model) rather than a zoo network."""
+    if not isinstance(source, str):
+        return True
+    if source in NETWORKS:
+        return False
+    return source.endswith(".onnx") or os.sep in source or os.path.exists(source)
+
+
+def check_source(source: str | os.PathLike[str]) -> None:
+    """Refuse a name that is neither a file nor a zoo network now (``WorkloadError`` listing
+    the known ones), before the minutes of work that come before ``load_model``."""
+    if not names_a_file(source):
+        get_network(str(source))
 
 
 def get_network(name: str) -> NetworkDef:

@@ -34,15 +34,8 @@ def resolve_tasks(
     and each changed task keeps its exact module to check outputs against. ``winograd``
     applies to a model (``models.load_model``). A loaded ``Model`` keeps what it was loaded
     with."""
-    if isinstance(workloads, str | os.PathLike):  # one spec, not a sequence of one-letter ones
-        workloads = [workloads]
-    if workloads is not None:  # a TVMScript file given as a path object
-        workloads = [os.fspath(w) if isinstance(w, os.PathLike) else w for w in workloads]
-    sources = (("workloads", workloads), ("model", model), ("workloads_from", workloads_from))
-    given = [name for name, x in sources if x is not None and x != []]
-    if len(given) != 1:
-        raise TensortuneError("give exactly one of: workloads, a model, or a workloads directory",
-                              param=given[1] if len(given) > 1 else "workloads")  # fmt: skip
+    workloads = check_sources(workloads, model=model, workloads_from=workloads_from,
+                              input_shapes=input_shapes)  # fmt: skip
     if model is not None:
         from tensortune.workloads.models import Model, load_model
 
@@ -51,10 +44,6 @@ def resolve_tasks(
         with about("model"):
             return load_model(model, target=platform.tvm_target, fast_math=fast_math,
                               winograd=winograd, input_shapes=input_shapes).tasks  # fmt: skip
-    if input_shapes:  # operators and databases have their shapes: not silently dropped
-        what = "operators" if given[0] == "workloads" else "database's workloads"
-        raise TensortuneError(f"input shapes fix an ONNX model's dynamic dimensions; the "
-                              f"{what} have fixed shapes", param="input_shapes")  # fmt: skip
     if workloads:
         from tensortune.workloads.sources import task_from_spec
 
@@ -72,6 +61,45 @@ def resolve_tasks(
     # After fast math: an exact module and its approximated twin (a database's workloads
     # tuned with and without it) are then one workload.
     return _distinct(tasks)
+
+
+def check_sources(
+    workloads: Sequence[str | Task] | None = None,
+    *,
+    model: object | None = None,
+    workloads_from: str | os.PathLike | None = None,
+    input_shapes: dict[str, list[int]] | None = None,
+) -> list[str | Task] | None:
+    """Refuse what can be refused before TVM and torch are imported (seconds of a command's
+    start): not exactly one source, an operator spec that does not parse, a name that is
+    neither a file nor a zoo network, input shapes for what has fixed shapes.  Returns
+    ``workloads`` as a list, path objects as text."""
+    if isinstance(workloads, str | os.PathLike):  # one spec, not a sequence of one-letter ones
+        workloads = [workloads]
+    if workloads is not None:  # a TVMScript file given as a path object
+        workloads = [os.fspath(w) if isinstance(w, os.PathLike) else w for w in workloads]
+    sources = (("workloads", workloads), ("model", model), ("workloads_from", workloads_from))
+    given = [name for name, x in sources if x is not None and x != []]
+    if len(given) != 1:
+        raise TensortuneError("give exactly one of: workloads, a model, or a workloads directory",
+                              param=given[1] if len(given) > 1 else "workloads")  # fmt: skip
+    if isinstance(model, str | os.PathLike):
+        from tensortune.workloads.networks import check_source
+
+        with about("model"):
+            check_source(model)
+    elif model is None and input_shapes:  # operators and databases have their shapes
+        what = "operators" if given[0] == "workloads" else "database's workloads"
+        raise TensortuneError(f"input shapes fix an ONNX model's dynamic dimensions; the "
+                              f"{what} have fixed shapes", param="input_shapes")  # fmt: skip
+    from tensortune.workloads.ops import parse_spec
+    from tensortune.workloads.sources import names_tvmscript
+
+    for w in workloads or []:
+        if isinstance(w, str) and not names_tvmscript(w):
+            with about("workloads"):
+                parse_spec(w)  # what ``task_from_spec`` will read it as
+    return workloads
 
 
 def _distinct(tasks: list[Task]) -> list[Task]:

@@ -14,9 +14,14 @@ from tensortune.workloads.ops import check_arguments, parse_spec
 from tensortune.workloads.task import Task
 
 
+def names_tvmscript(spec: str) -> bool:
+    """Whether a workload the user named is a TVMScript file rather than an operator spec."""
+    return spec.endswith(".py") or Path(spec).is_file()
+
+
 def task_from_spec(spec: str) -> Task:
     """A task for ``op:shape`` or for a TVMScript ``.py`` file holding one PrimFunc or IRModule."""
-    if spec.endswith(".py") or Path(spec).is_file():
+    if names_tvmscript(spec):
         return _task_from_tvmscript(Path(spec))
     op = parse_spec(spec)
     mod = op.to_module()
