@@ -285,6 +285,18 @@ def test_a_tvmscript_file_that_cannot_be_tuned_is_refused_before_anything(
     for plan in ([], ["--dry-run", "--json"]):
         one_error(cli("tune", "-w", str(path), "--trials", "2", "--records", url, *plan),
                   "--workload", fragment)  # fmt: skip
+    if case != "exits":  # the same kernel in a MetaSchedule database another tuner wrote
+        import runpy
+
+        from tensortune.compat import ms, tvm
+
+        func = next(v for v in runpy.run_path(str(path)).values()
+                    if isinstance(v, tvm.tirx.PrimFunc))  # fmt: skip
+        (tmp_path / "db").mkdir()
+        database = ms.database.JSONDatabase(work_dir=str(tmp_path / "db"))
+        database.commit_workload(tvm.IRModule({"main": func}))
+        one_error(cli("tune", "--workloads-from", str(tmp_path / "db"), "--trials", "2",
+                      "--records", url), "--workloads-from", fragment)  # fmt: skip
     unchanged()
 
 

@@ -269,3 +269,20 @@ def test_what_strays_is_judged_on_floating_outputs_with_equal_infinities_agreein
     assert _stray([np.array([np.nan, 1.0])], [np.array([0.0, 1.0])])[0] == np.inf
     assert _stray([np.array([np.inf])], [np.array([-np.inf])])[0] == np.inf
     assert _stray([np.array([1.5, 2.0])], [np.array([1.0, 2.0])]) == (0.5, OUTPUT_TOLERANCE * 2)
+
+
+def test_the_report_s_error_takes_masks_empty_outputs_and_infinities():
+    # a - b raised on a model's boolean mask and on an empty output, and gave NaN for -inf
+    # log-probabilities in both builds
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from tensortune.deploy.compile import _report
+
+    outs = [np.array([True, False]), np.zeros((0, 3), np.float32),
+            np.array([-np.inf, 0.25], np.float32)]  # fmt: skip
+    platform = SimpleNamespace(threads=1, target={"kind": "llvm"})
+    report = _report(SimpleNamespace(name="m"), SimpleNamespace(url="sqlite:///r.db"), platform,
+                     [], [(outs, 2e-3, 1), ([o.copy() for o in outs], 1e-3, 1)], [])  # fmt: skip
+    assert report.max_abs_error == 0.0 and report.speedup_over_untuned == 2.0

@@ -148,6 +148,25 @@ def test_a_wrong_result_is_caught_against_the_reference(builder):
     assert ok.error_msg is None
 
 
+def test_a_wrong_mask_is_a_wrong_result(builder):
+    # bools cannot be subtracted: the error's figure made it a run error
+    def mask(compare) -> object:
+        a, b = tvm.te.placeholder((8, 8), name="A"), tvm.te.placeholder((8, 8), name="B")
+        c = tvm.te.compute((8, 8), lambda i, j: compare(a[i, j], b[i, j]), name="C")
+        return tvm.IRModule({"main": tvm.te.create_prim_func([a, b, c])})
+
+    reference, impostor = mask(lambda x, y: x > y), mask(lambda x, y: x < y)
+    ref_build, impostor_build = _build(builder, [reference, impostor])
+    runner = PersistentRunner(TimingConfig(repeat=1, min_repeat_ms=1), check_correctness=True)
+    try:
+        runner.add_reference(_signature(reference), ref_build.artifact_path)
+        (wrong,) = _run(runner, [impostor_build.artifact_path],
+                        [ArgInfo.from_prim_func(impostor["main"])])  # fmt: skip
+    finally:
+        runner.close()
+    assert classify(None, wrong.error_msg) is Status.WRONG_RESULT, wrong.error_msg
+
+
 def test_an_ambiguous_reference_disables_the_check_for_that_signature():
     runner = PersistentRunner(check_correctness=True)
     sig = [("float32", [4, 4])] * 3

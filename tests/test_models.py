@@ -169,6 +169,10 @@ def test_gelu_and_softmax_use_fast_math_and_outputs_match_torch(approximate, fas
 def test_torch_module_needs_example_inputs() -> None:
     with pytest.raises(WorkloadError, match="example_inputs"):
         load_model(tiny()[0], target=TARGET)
+    # bfloat16 has no NumPy dtype: refused in one line, before the export and the import
+    module, (x,) = tiny()
+    with pytest.raises(WorkloadError, match=r"example inputs of TinyCNN: .*float32"):
+        load_model(module.bfloat16(), example_inputs=(x.bfloat16(),), target=TARGET)
 
 
 def test_onnx_file(tmp_path: Path) -> None:

@@ -268,6 +268,7 @@ def test_a_runner_url_names_the_tracker_and_the_key() -> None:
         ("rpc://127.0.0.1:http/k", "port 'http' must be a number"),
         ("rpc://127.0.0.1:70000/k", "port '70000' must be a number"),
         ("rpc://:9190/k", "names no tracker host"),
+        ("rpc://[::1:9190/k", "Invalid IPv6 URL"),
         ("rpc://127.0.0.1:9190/a/b", "must be letters, digits"),
         ("rpc://127.0.0.1:9190/k?x=1", "nothing else"),
         ("http://127.0.0.1:9190/k", "'http://' is not a runner scheme"),

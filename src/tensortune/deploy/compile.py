@@ -55,7 +55,7 @@ class CompileReport:
     tuned_seconds: float
     untuned_seconds: float
     torch_seconds: float | None
-    max_abs_error: float  # tuned vs untuned outputs
+    max_abs_error: float  # tuned vs untuned floating-point outputs (``_stray``)
     tasks: list[TaskStatus] = field(default_factory=list)
     threads: int = 1  # of TVM's runtime and of PyTorch alike
     # Tuned build and PyTorch eager, timed alternately (one pair per round): medians above.
@@ -230,9 +230,9 @@ def _report(m, store: RecordStore, platform: Platform, statuses: list[TaskStatus
     (out_untuned, t_untuned, _), (out_tuned, _, tvm_threads) = timed[:2]
     if tvm_threads != threads:
         raise TensortuneError(f"TVM ran with {tvm_threads} threads instead of {threads}")
-    # np.max, not max(): a NaN in any output must show (Python's max drops one not first).
-    error = float(np.max([np.abs(a - b).max() for a, b in zip(out_tuned, out_untuned,
-                                                                strict=True)]))  # fmt: skip
+    # Boolean and empty outputs, and equal infinities, are no error (a - b would raise or
+    # give NaN); a NaN on one side only is an infinite one.
+    error, _ = _stray(out_tuned, out_untuned)
     tuned_rounds = [t for _, t, _ in timed[1:]]
     return CompileReport(
         m.name, platform.target, store.url, statistics.median(tuned_rounds), t_untuned,

@@ -100,7 +100,11 @@ def parse_runner_url(url: str) -> RPCFarm:
     """The farm of ``rpc://HOST:PORT/KEY``; a malformed URL is refused in one line."""
     if not isinstance(url, str) or "://" not in url:
         raise TensortuneError(f"runner must be {RUNNER_FORMS}, not {url!r}", param="runner")
-    parts = urlsplit(url.strip())
+    try:
+        parts = urlsplit(url.strip())
+    except ValueError as e:  # "rpc://[::1:9190/key": an IPv6 host left open
+        raise TensortuneError(f"runner URL {url!r}: {e} (rpc://HOST:PORT/KEY)",
+                              param="runner") from None  # fmt: skip
     if parts.scheme != "rpc":
         raise TensortuneError(
             f"runner must be {RUNNER_FORMS}; {parts.scheme + '://'!r} is not a runner scheme",

@@ -208,7 +208,8 @@ def run(
         if got.shape != want.shape or not np.allclose(
             got, want, rtol=1e-3, atol=1e-4 * max(1.0, scale), equal_nan=True
         ):
-            err = float(np.abs(got - want).max()) if got.shape == want.shape else float("nan")
+            same = got.shape == want.shape  # as float64: a mask's bools cannot be subtracted
+            err = float(np.abs(got.astype(np.float64) - want).max()) if same else float("nan")
             message = f"output differs from the reference (max error {err:.3g})"
             return {"costs": [], "mismatch": message}
     evaluator = module.time_evaluator(

@@ -136,6 +136,11 @@ def _from_torch(
 
     if not all(isinstance(t, torch.Tensor) for t in inputs):
         raise WorkloadError(f"example inputs of {name} must all be torch.Tensor")
+    try:  # the model's inputs are NumPy arrays: refused now, not after the import
+        arrays = [t.detach().cpu().numpy() for t in inputs]
+    except TypeError as exc:
+        raise WorkloadError(f"example inputs of {name}: {_first_line(exc)} (NumPy has no such "
+                            "dtype; give float32 inputs)") from None  # fmt: skip
     module = module.eval()
     with warnings.catch_warnings():
         # torch 2.13 warns about its own deprecated LeafSpec while copying the exported program
@@ -155,7 +160,7 @@ def _from_torch(
         name=name,
         mod=mod,
         tasks=_extract_tasks(name, mod, target),
-        inputs=[t.detach().cpu().numpy() for t in inputs],
+        inputs=arrays,
         torch_module=module,
         torch_inputs=inputs,
     )

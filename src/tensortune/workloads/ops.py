@@ -66,16 +66,23 @@ MAX_ARGUMENT_BYTES = 4 << 30
 
 
 def check_arguments(mod: tvm.IRModule, what: str) -> None:
-    """A one-line ``WorkloadError`` for buffers of ``mod["main"]`` a tuner cannot use: empty
-    ones, ones past int32 indexing, or more than ``MAX_ARGUMENT_BYTES`` in all."""
+    """A one-line ``WorkloadError`` for buffers of ``mod``'s PrimFuncs a tuner cannot use:
+    symbolic shapes, empty ones, ones past int32 indexing, or more than
+    ``MAX_ARGUMENT_BYTES`` in all."""
     from tensortune.compat import tvm
 
     total = 0
-    for param in mod["main"].params:
+    params = [p for f in mod.functions.values() if isinstance(f, tvm.tirx.PrimFunc)
+              for p in f.params]  # fmt: skip
+    for param in params:
         ty = param.ty
         shape = getattr(ty, "shape", None)  # a buffer's (a scalar parameter has none)
         if shape is None:
             continue
+        if not all(isinstance(d, tvm.tirx.IntImm) for d in shape):
+            dims = ", ".join(str(d) for d in shape)
+            raise WorkloadError(f"{what}: buffer {param} has a symbolic shape ({dims}); a "
+                                "workload to tune needs static shapes")  # fmt: skip
         elements = math.prod(int(d) for d in shape)
         if elements == 0:
             raise WorkloadError(f"{what}: buffer {param} is empty (a dimension of 0)")
