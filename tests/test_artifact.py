@@ -208,6 +208,15 @@ def test_an_artifact_is_judged_by_what_the_kernel_lists_not_by_llvms_name_for_th
     load(_tampered(shipped[0], tmp_path / "named.tt", cpu_features=has))
 
 
+def test_instruction_sets_llvm_emits_beyond_avx512f_are_judged():
+    # VBMI and GFNI (byte shuffles and shifts), among others: an Ice Lake build would have
+    # passed on a Cascade Lake, whose AVX-512 lacks them
+    icelake = target_isa({"kind": "llvm", "mcpu": "icelake-server"})
+    assert {"avx512vbmi", "avx512vbmi2", "avx512bitalg", "avx512vpopcntdq", "avx512ifma", "gfni",
+            "vpclmulqdq"} <= icelake  # fmt: skip
+    assert not {"avx512vbmi", "gfni"} & target_isa({"kind": "llvm", "mcpu": "cascadelake"})
+
+
 def test_files_that_are_not_artifacts_get_one_line(tmp_path):
     (tmp_path / "garbage.tt").write_bytes(b"\x7fELF not really" * 100)
     with pytest.raises(ArtifactError, match="not a zip file"):
