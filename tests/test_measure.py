@@ -167,6 +167,31 @@ def test_a_wrong_mask_is_a_wrong_result(builder):
     assert classify(None, wrong.error_msg) is Status.WRONG_RESULT, wrong.error_msg
 
 
+def test_the_reference_runs_once_per_kernel_not_once_per_candidate(builder, monkeypatch):
+    # its unscheduled loops ran again beside every candidate, inside the candidate's time
+    from tensortune.measure import worker
+
+    reference = parse_spec("matmul:16,16,16").to_module()
+    candidates = sample_candidates(reference, platform(TARGET), 2, seed=3)
+    ref_build, *builds = _build(builder, [reference, *(c.sch.mod for c in candidates)])
+    calls, load = [], worker._load
+
+    def counting(path: str):
+        module = load(path)
+        if path != ref_build.artifact_path:
+            return module
+        return lambda *args: calls.append(path) or module(*args)
+
+    monkeypatch.setattr(worker, "_load", counting)
+    monkeypatch.setattr(worker, "_outputs", {})
+    for built in builds:
+        out = worker.run(built.artifact_path, _signature(reference), number=1, repeat=1,
+                         min_repeat_ms=0, cache_flush=False,
+                         reference=ref_build.artifact_path)  # fmt: skip
+        assert out["mismatch"] is None and len(out["costs"]) == 1
+    assert len(calls) == 1
+
+
 def test_an_ambiguous_reference_disables_the_check_for_that_signature():
     runner = PersistentRunner(check_correctness=True)
     sig = [("float32", [4, 4])] * 3
