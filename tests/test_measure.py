@@ -405,6 +405,22 @@ def test_a_worker_that_died_idle_is_replaced() -> None:
     assert first.pid not in [o.value for o in outcomes]
 
 
+def test_a_worker_that_died_while_starting_is_replaced() -> None:
+    # the OOM killer during its TVM import: the map raised, and so did every later one
+    from tensortune.measure.pool import WorkerPool
+
+    for wait_first in (False, True):
+        with WorkerPool(1) as pool:
+            pool.start()
+            starting = pool._workers[0].process
+            starting.kill()
+            starting.wait()
+            if wait_first:  # a caller that waits for the workers before its first batch
+                assert pool.wait_ready()[0].process.pid != starting.pid
+            outcomes = pool.map("ping", [()], timeout_s=60)
+        assert [o.kind for o in outcomes] == ["ok"] and outcomes[0].value != starting.pid
+
+
 @pytest.mark.timeout(120)
 def test_workers_that_keep_dying_before_their_first_job_end_the_map() -> None:
     """A worker killed between batches is replaced; when its replacements die at start too,

@@ -138,10 +138,20 @@ class WorkerPool:
             self._workers.append(idle or _Worker(self.env, self.log_path))
 
     def wait_ready(self) -> list[_Worker]:
-        """Start any missing worker and wait until every one has imported TVM."""
+        """Start any missing worker and wait until every one has imported TVM; one that dies
+        starting (the OOM killer during its import) is replaced, ``_START_FAILURES`` times in
+        a row at most."""
         self.start()
-        for w in self._workers:
-            w.wait_ready()
+        for w in list(self._workers):
+            failures = 0
+            while not w.ready:
+                try:
+                    w.wait_ready()
+                except RuntimeError:
+                    failures += 1
+                    w = self._replace(w)  # the pool stays whole, whatever is raised
+                    if failures >= _START_FAILURES:
+                        raise
         return self._workers
 
     def _retire(self, w: _Worker) -> _Worker:
@@ -164,7 +174,9 @@ class WorkerPool:
         busy: dict[Connection, tuple[_Worker, int, float]] = {}
         # A worker still owing an answer (a map that an interrupt ended, which TVM may turn
         # into an error that the run survives) would give it to this map's first job.
-        idle = [self._replace(w) if w.busy else w for w in self.wait_ready()]
+        # Not waited for here: one that died starting is replaced below, as one that died idle.
+        self.start()
+        idle = [self._replace(w) if w.busy else w for w in self._workers]
         fresh: set[int] = set()  # workers this map started in place of dead ones
         failed_starts = 0
         while pending or busy:
