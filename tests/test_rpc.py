@@ -425,6 +425,36 @@ def test_sessions_run_the_targets_threads_and_no_more_than_the_servers_have(lab:
 
 
 @pytest.mark.faults
+def test_a_server_that_stops_answering_mid_session_costs_its_candidate(
+    lab: Lab, built, monkeypatch
+) -> None:
+    # Stopped, as a machine that lost power: no FIN, no RST; the tuner waited for ever.
+    import tensortune.measure.rpc as rpc
+
+    (frozen,) = lab.serve("frozen", 1)
+    lab.wait_free("frozen", 1)
+    monkeypatch.setattr(rpc, "CLIENT_MARGIN_S", 1.0)
+    timing = TimingConfig(number=1, repeat=3, min_repeat_ms=100)
+    runner, _ = farm_runner(lab.farm("frozen"), platform(TARGET), timing, session_timeout_s=2)
+    try:
+        with Sessions([frozen]) as sessions:
+            futures = runner.run(built[:1])
+            _wait(lambda: sessions.in_session(frozen.pid, 0.05), "a session", [], poll_s=0.005)
+            os.killpg(frozen.pid, signal.SIGSTOP)
+            start = time.monotonic()
+            try:
+                (result,) = [f.result() for f in futures]
+            finally:
+                os.killpg(frozen.pid, signal.SIGCONT)
+        assert time.monotonic() - start < 10
+        assert result.error_msg is not None and result.error_msg.startswith("[timeout]"), \
+            result.error_msg  # fmt: skip
+    finally:
+        runner.close()
+        lab.kill(frozen)
+
+
+@pytest.mark.faults
 def test_a_server_killed_mid_batch_costs_its_candidate_and_the_rest_go_on(lab: Lab, built) -> None:
     doomed, survivor = lab.serve("fault", 2)
     lab.wait_free("fault", 2)

@@ -78,6 +78,9 @@ TRACKER_TIMEOUT_S = 10.0
 # Seconds a session may last before the server ends it: one candidate's upload, load and
 # timing, or the hardware query.
 SESSION_TIMEOUT_S = 60.0
+# Seconds past a session's timeout this side gives up on it: a server that lost power or its
+# network mid-session sends nothing more, not even the end of the connection.
+CLIENT_MARGIN_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -344,7 +347,8 @@ def farm_runner(
     (``param="runner"``, ``"target"`` for the cores) before anything is measured.  The runner
     opens a session per candidate on whichever server is free, with one candidate in flight
     per server the key has, its kernel run by ``num-cores`` threads; ``session_timeout_s``
-    bounds each session.  ``close()`` it when done.
+    bounds each session, on the server and, ``CLIENT_MARGIN_S`` later, here (a server that
+    stops answering).  ``close()`` it when done.
     """
     servers = farm_servers(farm)
     remote = remote_platform(platform, farm, servers)
@@ -377,6 +381,9 @@ def farm_runner(
     # finish; killed by the terminal's SIGINT they recorded it as failed) and die with it.
     runner = ms.runner.RPCRunner(config, evaluator, f_create_session=session, max_workers=servers,
                                  initializer=tie_to_parent)  # fmt: skip
+    # TVM leaves its pool's calls without a deadline: a silent server would hold its candidate,
+    # and the run, for ever.  Past it, TVM's future says timeout and restarts that worker.
+    runner.pool._timeout = session_timeout_s + CLIENT_MARGIN_S
     return FarmRunner(runner, servers), remote
 
 
