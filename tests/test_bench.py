@@ -362,6 +362,12 @@ def test_seeds_are_summarized_by_their_median_speedup():
     # Over two seeds, one that got there: not a median of 2.0, half of a speedup of 4.0.
     half = summarize_seeds([seed(0, 2.5), seed(1, None)])["speedup"]["fast"]
     assert (half["median"], half["mean"], half["reached"]) == (None, 2.0, 1)
+    # A method an earlier run saved in one seed's directory only is not judged on that seed.
+    partial = [seed(0, 2.0), seed(1, 5.0), seed(2, None)]
+    partial[0].runs["alt"] = MethodRun("alt", 10.0, 4, 1.0, [(1.0, 2, 1.0)])
+    summary = summarize_seeds(partial)
+    assert "alt" not in summary["speedup"] and "alt" not in summary["final_latency"]
+    assert summary["speedup"]["fast"]["reached"] == 2
 
 
 def test_a_seed_whose_default_set_no_goal_counts_as_unreached_not_as_missing():
@@ -420,7 +426,7 @@ def test_the_cli_runs_each_seed_in_its_own_directory(tmp_path):
     assert len(data["summary"]["speedup"]["default"]["seeds"]) == 2
     for s in (3, 4):
         assert json.loads((tmp_path / f"seed-{s}" / "results.json").read_text())["seed"] == s
-    again = CliRunner().invoke(app, args)
+    again = CliRunner().invoke(app, [*args, "--seed", "3"])  # a seed given twice runs once
     assert again.exit_code == 0, again.output  # the saved runs, summarized as text
     text = " ".join(again.output.split())  # the console wraps long lines
     assert "default: median speedup" in text and "over seeds [3, 4]" in text

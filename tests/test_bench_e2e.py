@@ -129,6 +129,29 @@ def test_unknown_anchors_are_refused_before_any_work(tmp_path):
     assert not list(tmp_path.iterdir())
 
 
+def test_an_interrupted_tuning_does_not_pass_for_an_earlier_finished_one(tmp_path, monkeypatch):
+    # An earlier run's summary stayed after its store was deleted to tune anew: the new
+    # tuning, interrupted, was then timed as if it were the earlier one.
+    import json
+
+    import tensortune.tuning.tune as tuning
+    import tensortune.workloads.models as models
+
+    summary = tmp_path / "resnet18-tune.json"
+    summary.write_text(json.dumps({"trials": 400, "seconds": 1200.0, "resumed": False}))
+
+    def interrupted(**_: object) -> None:
+        (tmp_path / "resnet18.db").write_bytes(b"")  # a store begun
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(e2e, "peak_gflops", lambda *_: (1.0, "pytorch, 64³"))
+    monkeypatch.setattr(models, "load_model", lambda *_, **__: None)
+    monkeypatch.setattr(tuning, "tune", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        e2e.bench_e2e(["resnet18"], work_dir=tmp_path, anchors=())
+    assert not summary.exists()  # the next run resumes the tuning
+
+
 def test_the_peak_is_the_best_matrix_product_of_the_runtimes_at_hand(tmp_path, no_openvino):
     libraries = ("pytorch", "onnxruntime", "openvino")
     peak, where = e2e.peak_gflops(1, tmp_path, libraries, sizes=(64, 128), repeat=1)

@@ -224,8 +224,9 @@ net = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU(), torch.nn.Lin
 config = HardwareConfig("one-core", {"kind": "llvm", "num-cores": 1}, "1 core")
 model = load_model(net, example_inputs=(torch.randn(2, 16),),
                    target=tvm.target.Target(config.target), name="tiny")
-collect([model], configs=[config], programs_per_task=12, records=sys.argv[1],
-        work_dir=sys.argv[2], worker=True)
+result = collect([model], configs=[config], programs_per_task=12, records=sys.argv[1],
+                 work_dir=sys.argv[2], worker=True)
+print(result.measured)
 """
 
 
@@ -238,9 +239,11 @@ def test_collectors_on_one_database_split_the_work(postgres_url: str, tmp_path: 
                          env={**os.environ, "TVM_NUM_THREADS": "1"})
         for i in range(2)
     ]  # fmt: skip
+    measured = 0
     for p in runs:
-        _, err = p.communicate(timeout=240)
+        out, err = p.communicate(timeout=240)
         assert p.returncode == 0, err[-2000:]
+        measured += int(out.split()[-1])
     with psycopg.connect(postgres_url) as conn:
         per_task = conn.execute(
             "SELECT workload_id, count(*), count(DISTINCT trace_hash) FROM records "
@@ -253,6 +256,8 @@ def test_collectors_on_one_database_split_the_work(postgres_url: str, tmp_path: 
         assert n == distinct  # no program measured by both
         assert 6 <= n <= 12 + BATCH  # the random half at least; a batch over at most
     assert workers == 2
+    # each counts what it measured, not what the other added to its tasks meanwhile
+    assert measured == sum(n for _, n, _ in per_task)
 
 
 if __name__ == "__main__":

@@ -120,7 +120,7 @@ def tune(
     from tensortune.compare.search_methods import DEFAULT_METHODS
     from tensortune.compare.seeds import bench_seeds, seed_plot, summarize_seeds
 
-    seeds = seed or [0]
+    seeds = list(dict.fromkeys(seed or [0]))  # as bench_seeds runs them
     methods = method or list(DEFAULT_METHODS)
     with Reporter(console, quiet=as_json) as reporter:
         bars: dict[str, object] = {}

@@ -280,8 +280,9 @@ class _Filler:
 
         platform, store = self.platform, self.store
         where = {"workload_id": wid, "hardware_id": platform.hardware.id, "target": platform.key}
-        start = have = store.count(**where)
+        have = store.count(**where)
         report(have)
+        mine = 0  # what this collector measured: others sharing the store add to the count too
         dry = False  # the design space has no new program left to draw
         if have < self.n_random:
             seen = {r.trace for r in store.query(**where)}
@@ -297,11 +298,12 @@ class _Filler:
                     store.add(measured_records(
                         batch, built, ran, workload_id=wid, hardware_id=platform.hardware.id,
                         target=platform.key, run_id=self.run_id))  # fmt: skip
+                    mine += len(batch)
                 report(store.count(**where))
             have = store.count(**where)
         if have < self.want and not dry:  # evolution cannot beat a dry space
-            self._evolve(task, wid, have, lambda n: report(have + n))
-        return store.count(**where) - start
+            mine += self._evolve(task, wid, have, lambda n: report(have + n))
+        return mine
 
     def _claimed(self, wid: int, batch: list) -> list:
         """The candidates of ``batch`` this collector may measure: leased to it now."""
@@ -310,8 +312,9 @@ class _Filler:
                                     worker=self.worker, seconds=LEASE_SECONDS))  # fmt: skip
         return [c for c, h in zip(batch, hashes, strict=True) if h in held]
 
-    def _evolve(self, task: Task, wid: int, have: int, measured: Callable[[int], object]) -> None:
-        """Evolutionary search up to ``want`` programs; ``measured(n)`` after each batch."""
+    def _evolve(self, task: Task, wid: int, have: int, measured: Callable[[int], object]) -> int:
+        """Evolutionary search up to ``want`` programs; ``measured(n)`` after each batch.
+        Returns how many it measured."""
         from tensortune.costmodel.factory import cost_model_from
         from tensortune.search.run import run_search
 
@@ -331,3 +334,4 @@ class _Filler:
                    cost_model=cost_model_from("xgb", self.platform), work_dir=self.work,
                    trials_per_round=min(BATCH, remaining), seed=self.seed, run_id=self.run_id,
                    on_batch=on_batch, budget=budget)  # fmt: skip
+        return count[0]

@@ -206,6 +206,9 @@ def bench_e2e(
             # The store decides: deleted, it is tuned anew; there without its summary, its
             # tuning was interrupted and goes on, and the time before is not known.
             resumed = store.exists()
+            # A summary left by an earlier tuning of a store since deleted would, if this one
+            # is interrupted, pass it for finished: gone until this tuning ends.
+            tuned_info.unlink(missing_ok=True)
             say(f"{net}: tuning for {max_seconds:.0f} s"
                 + (" more (resuming an interrupted tuning)" if resumed else ""))  # fmt: skip
             r = tune(model=model, max_seconds=max_seconds, records=f"sqlite:///{store}",

@@ -32,6 +32,7 @@ def bench_seeds(
         raise TensortuneError("give at least one seed", param="seeds")
     for s in seeds:
         check_seed(s)
+    seeds = list(dict.fromkeys(seeds))  # a seed given twice would count as two runs of one
     results = []
     for s in seeds:
         where = Path(work_dir) if len(seeds) == 1 else Path(work_dir) / f"seed-{s}"
@@ -68,8 +69,11 @@ def summarize_seeds(results: Sequence[BenchResult]) -> dict:
     A seed where the method never got there is ``None`` in the per-seed lists and counts as 0
     in the median and the mean (slower than any speedup).  The median is ``None`` unless more
     than half the seeds got there: otherwise it would be 0 or, over an even number of seeds,
-    half a speedup that no seed had."""
+    half a speedup that no seed had.  Only methods every seed ran are summarised: a method
+    saved in some seeds' directories by an earlier run would be judged on those alone."""
     out: dict[str, dict] = {}
+    every = [m for m in dict.fromkeys(m for r in results for m in r.runs)
+             if all(m in r.runs for r in results)]  # fmt: skip
     within = {within_key(t): t for t in TOLERANCES}
     keys: list[tuple[str, float | None, bool]] = [
         ("speedup", 0.0, False), ("trial_ratio", None, False),
@@ -81,13 +85,10 @@ def summarize_seeds(results: Sequence[BenchResult]) -> dict:
         for r in results:
             values = (r.trials_over_default(retimed) if tolerance is None
                       else r.speedup_within(tolerance, retimed=retimed))  # fmt: skip
-            for method in r.runs:  # one value a seed: None where the default set no goal
+            for method in every:  # one value a seed: None where the default set no goal
                 per_method.setdefault(method, []).append(values.get(method))
         out[key] = {m: _spread(v) for m, v in per_method.items()}
-    out["final_latency"] = {
-        m: [r.runs[m].final_latency for r in results if m in r.runs]
-        for m in dict.fromkeys(m for r in results for m in r.runs)
-    }
+    out["final_latency"] = {m: [r.runs[m].final_latency for r in results] for m in every}
     out["seeds"] = [r.seed for r in results]
     return out
 
