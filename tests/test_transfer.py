@@ -113,6 +113,13 @@ def test_transferred_convolutions_build_run_and_compute_the_right_output(platfor
     assert all(m.outcome == REFIT for m in moved), [m.error for m in moved]
     again = transfer_trace(source.mod, trace_text(cands[0].sch.trace), target.mod, posts)
     assert trace_text(again.candidate.sch.trace) == trace_text(moved[0].candidate.sch.trace)
+    # postprocessing marked as the search marks it: a replay that removes it leaves no
+    # parallel or vectorize steps fitted to the earlier program behind
+    for m in moved:
+        kinds = [inst.kind.name for inst in m.candidate.sch.trace.insts]
+        assert "EnterPostproc" in kinds
+        design = kinds[: kinds.index("EnterPostproc")]
+        assert not {"Parallel", "Vectorize", "Unroll", "DecomposeReduction"} & set(design)
     with MeasureSession(platform, check_correctness=True) as session:
         session.add_references([target])
         built, ran = session.measure([m.candidate for m in moved])
@@ -232,6 +239,54 @@ def test_transfer_falls_back_to_the_unrecorded_pick_and_resumes(tmp_path, source
     assert schedule_label(TaskStatus("t", 1, False, None)) == "fallback (no record)"
 
 
+def test_a_transfer_stops_after_the_kernel_in_flight_and_counts_tuned_records(
+    tmp_path, source_store
+):
+    # Ctrl-C went unheeded until every kernel was timed; a record tune wrote to the same
+    # store was left out of what compile builds with; a transfer's untuned records were
+    # taken as sources by the next transfer from its store.
+    from conftest import fill
+
+    import tensortune.errors as errors
+    from tensortune.cli.transfer import taken_from
+
+    out = f"sqlite:///{tmp_path / 'out.db'}"
+    specs = ["dense_bias_relu:128,64,64", "matmul:32,32,32"]
+    with open_records(out) as store:
+        fill(store, "matmul:32,32,32", [1e-9])  # a tuner's record, faster than anything
+
+    def stop(index: int, kernel: object) -> None:
+        errors._interrupted.set()  # as the first Ctrl-C does
+
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            transfer(source_store, specs, records=out, target=TARGET, per_kernel=2,
+                     work_dir=tmp_path / "w", progress=stop)  # fmt: skip
+    finally:
+        errors._interrupted.clear()
+    with open_records(out) as store:
+        assert store.count() == 1 + 3  # the dense's untuned, fallback and transferred ones
+    result = transfer(source_store, specs, records=out, target=TARGET, per_kernel=2,
+                      work_dir=tmp_path / "w")  # fmt: skip
+    matmul = result.tasks[1]
+    assert matmul.tuned_seconds == 1e-9 == matmul.chosen_seconds and taken_from(matmul) == "tuned"
+
+
+def test_an_untuned_record_is_no_source(tmp_path, platform):
+    # A transfer's store holds one per kernel, often its fastest for a small kernel: its empty
+    # trace took a source's place and timed the target's own bare loops as a transfer.
+    from conftest import make_records
+
+    from tensortune.transfer.run import UNTUNED_ORIGIN
+    from tensortune.transfer.sources import source_schedules
+
+    with open_records(f"sqlite:///{tmp_path / 'r.db'}") as store:
+        tuned, untuned = make_records(store, "matmul:32,32,32", [2e-3, 1e-3])
+        store.add([tuned, dataclasses.replace(untuned, origin=UNTUNED_ORIGIN)])
+        (found,) = [s for srcs in source_schedules([store], platform).values() for s in srcs]
+    assert found.record.cost == 2e-3 and origin_kind(found.record) == ""
+
+
 def test_a_kernel_without_same_class_sources_takes_a_shorter_epilogues(tmp_path, source_store):
     from tvm import te, topi
 
@@ -261,6 +316,21 @@ def test_warm_start_times_transferred_schedules_first_within_the_budget(tmp_path
         first = min(store.query(), key=lambda r: r.id)
         assert origin_of(first).get("kind") == "transfer"
         assert store.count() == 8
+
+
+def test_a_budget_too_small_to_warm_start_every_task_starts_the_heaviest(tmp_path,
+                                                                        source_store):  # fmt: skip
+    # it started none, and said nothing
+    out = f"sqlite:///{tmp_path / 'warm.db'}"
+    with pytest.warns(UserWarning, match="for 1 of the 2 tasks"):
+        result = tune(["dense_bias_relu:96,64,64", "dense_bias_relu:128,64,64"], trials=2,
+                      records=out, work_dir=tmp_path / "w", warm_start=source_store,
+                      **FAST)  # fmt: skip
+    assert result.trials_warm_start == 1
+    with open_records(out) as store:
+        first = min(store.query(), key=lambda r: r.id)
+        assert origin_of(first).get("kind") == "transfer"
+        assert store.workload(first.workload_id).name == "dense_bias_relu:128,64,64"
 
 
 def test_the_warm_start_keeps_the_task_limit_and_the_deadline(tmp_path, source_store, monkeypatch):

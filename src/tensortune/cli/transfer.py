@@ -137,6 +137,8 @@ def taken_from(k: KernelTransfer) -> str:
         return "-"
     if k.took_transferred:
         return k.source or "-"
+    if k.chosen_seconds == k.tuned_seconds:
+        return "tuned"
     return "fallback" if k.chosen_seconds == k.fallback_seconds else "untuned"
 
 

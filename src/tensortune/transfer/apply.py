@@ -101,6 +101,9 @@ def transfer_trace(source_mod: object, trace: list | str, target_mod: object,
         except Exception as e:  # an illegal step: try again with fresh compute locations
             error = last_line(e)
             continue
+        # Marked as MetaSchedule marks them: a replay that removes postprocessing (the
+        # evolutionary search a warm start seeds, a transfer from this store) removes these.
+        sch.enter_postproc()
         for post in postprocs:
             try:
                 accepted = post.apply(sch)

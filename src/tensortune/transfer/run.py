@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tensortune.errors import TensortuneError, about, check_count
+from tensortune.errors import TensortuneError, about, check_count, interrupted, interruptible
 from tensortune.hardware import Platform, resolve_platform
 from tensortune.records import DEFAULT_URL, RecordStore, records_from
 from tensortune.records.schema import origin_of, trace_hash
@@ -70,13 +70,16 @@ class KernelTransfer:
     # The program a kernel with no record is built from (deploy.unrecorded), where that is not
     # the bare loops.
     fallback_seconds: float | None = None
+    # The fastest record of another origin (a tuner's, an import's): the store may be the one
+    # ``tune`` writes, and ``compile`` takes whichever record is fastest.
+    tuned_seconds: float | None = None
 
     @property
     def chosen_seconds(self) -> float | None:
-        """What ``compile`` builds with: the fastest of the untuned, fallback and best
+        """What ``compile`` builds with: the fastest of the untuned, fallback, tuned and best
         transferred programs."""
-        options = [s for s in (self.untuned_seconds, self.fallback_seconds, self.best_seconds)
-                   if s is not None]  # fmt: skip
+        options = [s for s in (self.untuned_seconds, self.fallback_seconds, self.tuned_seconds,
+                               self.best_seconds) if s is not None]  # fmt: skip
         return min(options) if options else None
 
     @property
@@ -173,9 +176,11 @@ def transfer(
 
         start = time.perf_counter()
         # Timed as tune times them: the records land in the store the tuned build reads.
-        with MeasureSession(platform, log_dir=Path(work_dir) / "logs",
-                            timing=timing or model_timing(platform),
-                            check_correctness=True) as session:  # fmt: skip
+        # The first Ctrl-C lets the kernel being timed finish and be recorded.
+        with interruptible(graceful=True), \
+                MeasureSession(platform, log_dir=Path(work_dir) / "logs",
+                               timing=timing or model_timing(platform),
+                               check_correctness=True) as session:  # fmt: skip
             kernels, reasons = transfer_tasks(store, tasks, platform, session, by_class,
                                               per_kernel=per_kernel, progress=progress)  # fmt: skip
         result = TransferResult(store.url, platform.target, platform.hardware.id, per_kernel,
@@ -225,6 +230,8 @@ def transfer_tasks(
     for index, task in enumerate(tasks):
         if deadline is not None and time.monotonic() >= deadline:
             break
+        if interrupted():  # a graceful Ctrl-C: every kernel timed so far is recorded
+            raise KeyboardInterrupt
         wid = store.workload_id(task.mod, task.name)
         where = {"workload_id": wid, "hardware_id": hw_id, "target": platform.key}
         kclass = kernel_class(task.mod)
@@ -357,6 +364,8 @@ def _summarize(store: RecordStore, where: dict, summary: KernelTransfer) -> None
                 summary.best_seconds = rec.cost
                 summary.source = origin.get("workload")
                 summary.source_store = origin.get("from")
+        elif rec.ok:
+            summary.tuned_seconds = min(rec.cost, summary.tuned_seconds or rec.cost)
 
 
 def _reason(error: str | None) -> str:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tensortune.records import RecordStore, open_records, redact
+from tensortune.records.schema import origin_kind
 from tensortune.transfer.classes import KernelClass, kernel_class
 
 if TYPE_CHECKING:
@@ -61,8 +63,12 @@ def _store_sources(store: RecordStore, platform: Platform, per_workload: int) ->
     for w in store.workloads():
         best: list[Record] = []
         for hw in [here, *others]:
-            best = list(store.query(workload_id=w.id, hardware_id=hw, target=platform.key,
-                                    ok_only=True, best_first=True, limit=per_workload))  # fmt: skip
+            # Not an untuned record (a transfer's store holds one per kernel): its empty
+            # trace would take a source's place and time the target's own bare loops.
+            ranked = store.query(workload_id=w.id, hardware_id=hw, target=platform.key,
+                                 ok_only=True, best_first=True)  # fmt: skip
+            best = list(itertools.islice((r for r in ranked if origin_kind(r) != "untuned"),
+                                         per_workload))  # fmt: skip
             if best:
                 break
         if not best:

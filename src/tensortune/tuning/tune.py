@@ -460,8 +460,15 @@ def _warm_start(store: RecordStore, plan: TunePlan, session: Callable[[], Measur
 
     cold = [t for t, d in zip(plan.tasks, done, strict=True) if d == 0]
     room = (trials - sum(done)) // 2
-    if not cold or room < len(cold):
+    if not cold or room < 1:
         return
+    if room < len(cold):  # not one schedule each: the kernels that weigh most in the model
+        import warnings
+
+        warnings.warn(f"tensortune: the warm start times transferred schedules for {room} of "
+                      f"the {len(cold)} tasks not tuned yet (half of the trials left), those "
+                      "that weigh most; more trials would start them all", stacklevel=2)  # fmt: skip
+        cold = sorted(cold, key=lambda t: t.weight * (t.flop or 0), reverse=True)[:room]
     per_kernel = min(plan.warm_per_kernel, room // len(cold), plan.max_trials_per_task or room)
     with session() as measure:
         transfer_tasks(store, cold, plan.platform, measure, plan.warm_start,
