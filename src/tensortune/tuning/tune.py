@@ -467,7 +467,8 @@ def _warm_start(store: RecordStore, plan: TunePlan, session: Callable[[], Measur
 
         warnings.warn(f"tensortune: the warm start times transferred schedules for {room} of "
                       f"the {len(cold)} tasks not tuned yet (half of the trials left), those "
-                      "that weigh most; more trials would start them all", stacklevel=2)  # fmt: skip
+                      "that weigh most; more trials would start them all",
+                      stacklevel=2)  # fmt: skip
         cold = sorted(cold, key=lambda t: t.weight * (t.flop or 0), reverse=True)[:room]
     per_kernel = min(plan.warm_per_kernel, room // len(cold), plan.max_trials_per_task or room)
     with session() as measure:
