@@ -110,6 +110,9 @@ def test_transfer_rejects_bad_input_before_any_work(cli: Cli, source: str, tmp_p
     one_error(cli("transfer", "--from", source, "--per-kernel", "0", *common), "--per-kernel")
     code, _, err = cli("transfer", *common)
     assert code == 2 and "--from" in err
+    # a model loads as tune loads it: --input-shape and --winograd are transfer's too
+    one_error(cli("transfer", "--from", source, "--no-winograd", "--input-shape", "x=1,8",
+                  *common), "--input-shape", "fixed shapes")  # fmt: skip
     assert not out.exists()
 
 

@@ -11,13 +11,16 @@ import typer
 from tensortune.cli.display import console, fmt_seconds, print_json, print_table, table
 from tensortune.cli.options import (
     FastMathOpt,
+    InputShapeOpt,
     JsonOpt,
     ModelOpt,
     RecordsOpt,
     TargetOpt,
+    WinogradOpt,
     WorkDirOpt,
     WorkloadOpt,
     WorkloadsFromOpt,
+    input_shapes,
 )
 from tensortune.cli.progress import Reporter
 from tensortune.records import DEFAULT_URL
@@ -54,6 +57,8 @@ def transfer(
     target: TargetOpt = None,
     work_dir: WorkDirOpt = Path("tensortune-work"),
     fast_math: FastMathOpt = True,
+    winograd: WinogradOpt = True,
+    input_shape: InputShapeOpt = None,
     end_to_end: Annotated[
         bool,
         typer.Option(
@@ -89,6 +94,8 @@ def transfer(
             per_kernel=per_kernel,
             work_dir=work_dir,
             fast_math=fast_math,
+            winograd=winograd,
+            input_shapes=input_shapes(input_shape),
             end_to_end=end_to_end,
             progress=_Progress(reporter, intro),
         )

@@ -141,13 +141,17 @@ def transfer(
     work_dir: str | os.PathLike = "tensortune-work",
     timing: TimingConfig | None = None,
     fast_math: bool = True,
+    winograd: bool = True,
+    input_shapes: dict[str, list[int]] | None = None,
     end_to_end: bool = True,
     rounds: int = 3,
     progress: OnKernel | None = None,
 ) -> TransferResult:
     """Transfer-tune the kernels of ``model`` (or of ``workloads`` / ``workloads_from``) with
     the best schedules of same-class kernels in the ``sources`` records stores (URLs or open
-    stores), at most ``per_kernel`` timed per kernel, into ``records``.
+    stores), at most ``per_kernel`` timed per kernel, into ``records``.  A model is loaded as
+    ``tune`` loads it (``fast_math``, ``winograd``, ``input_shapes``): its tasks are those
+    ``tune`` and ``compile`` work on with the same settings.
 
     With a model and ``end_to_end``, the model is then built with each kernel's fastest record
     and timed against its untuned build (``compile_model``, ``rounds`` rounds).
@@ -167,9 +171,11 @@ def transfer(
         from tensortune.workloads.models import load_model
 
         with about("model"):
-            loaded = load_model(model, target=platform.tvm_target, fast_math=fast_math)
+            loaded = load_model(model, target=platform.tvm_target, fast_math=fast_math,
+                                winograd=winograd, input_shapes=input_shapes)  # fmt: skip
     tasks = resolve_tasks(workloads, model=loaded, workloads_from=workloads_from,
-                          platform=platform, fast_math=fast_math)  # fmt: skip
+                          platform=platform, fast_math=fast_math, winograd=winograd,
+                          input_shapes=None if loaded is not None else input_shapes)  # fmt: skip
     with records_from(records) as store:
         from tensortune.measure.session import MeasureSession
         from tensortune.measure.timing import model_timing
