@@ -380,8 +380,13 @@ def e2e(
         print_json([r.to_dict() for r in results])
         return
     for r in results:
-        t = table(f"{r.network}: {r.trials} trials in {fmt_duration(r.tune_seconds)}, "
-                  f"{r.gflop:.2f} GFLOP, {r.threads} threads, {rounds} rounds",
+        tuned = (
+            f"{r.trials} trials, {fmt_duration(r.tune_seconds)} since it resumed"
+            if r.resumed
+            else f"{r.trials} trials in {fmt_duration(r.tune_seconds)}"
+        )
+        t = table(f"{r.network}: {tuned}, {r.gflop:.2f} GFLOP, {r.threads} threads, "
+                  f"{rounds} rounds",
                   {"system": "left", "median": "right", "spread": "right",
                    "tuned is faster by": "right", "GFLOP/s": "right", "% of peak": "right",
                    "max |Δ| vs eager": "right"}, caption=r.cpu)  # fmt: skip

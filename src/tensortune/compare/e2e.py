@@ -83,6 +83,9 @@ class E2EResult:
     trials: int
     systems: dict[str, SystemTiming] = field(default_factory=dict)
     peak_by: str = ""  # the library and size that reached peak_gflops
+    # The tuning went on from an interrupted one: its trials are the store's, its seconds the
+    # last run's only (the time before is not known).
+    resumed: bool = False
 
     def gflops(self, name: str) -> float | None:
         t = self.systems[name].median
@@ -231,7 +234,7 @@ def bench_e2e(
         gflop = _direct_gflop(model, platform, net)
         result = E2EResult(net, gflop, threads, platform.hardware.cpu_model, peak,
                            info["seconds"], info["trials"],
-                           timings, peak_by)  # fmt: skip
+                           timings, peak_by, bool(info.get("resumed")))  # fmt: skip
         (work / f"{net}-e2e.json").write_text(json.dumps(result.to_dict()))
         out.append(result)
     return out
