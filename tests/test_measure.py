@@ -421,6 +421,24 @@ def test_a_worker_that_died_while_starting_is_replaced() -> None:
         assert [o.kind for o in outcomes] == ["ok"] and outcomes[0].value != starting.pid
 
 
+def test_a_worker_still_starting_delays_no_other_job() -> None:
+    # The map waited for its TVM import, the other workers' answers unread meanwhile: their
+    # jobs were recorded as taking that long (a builder's build times, a deadline kept late).
+    import time
+
+    from tensortune.measure.pool import WorkerPool
+
+    with WorkerPool(2) as pool:
+        pool.wait_ready()
+        began = time.monotonic()
+        fresh = pool._replace(pool._workers[0])  # as after a crash: it imports TVM again
+        outcomes = pool.map("ping", [()] * 4, timeout_s=60)
+        fresh.wait_ready()
+        start_took = time.monotonic() - began
+    assert [o.kind for o in outcomes] == ["ok"] * 4
+    assert max(o.seconds for o in outcomes) < start_took / 4, (outcomes, start_took)
+
+
 @pytest.mark.timeout(120)
 def test_workers_that_keep_dying_before_their_first_job_end_the_map() -> None:
     """A worker killed between batches is replaced; when its replacements die at start too,

@@ -72,6 +72,7 @@ class _Worker:
                 log.close()  # type: ignore[union-attr]
         child.close()
         self.conn = Connection(parent.detach())
+        self.started = time.monotonic()
         self.ready = False
         self.jobs = 0  # answered so far
 
@@ -168,45 +169,61 @@ class WorkerPool:
         return fresh
 
     def map(self, name: str, jobs: Sequence[tuple], timeout_s: float) -> list[Outcome]:
-        """Run ``worker.<name>(*job)`` for every job, at most ``size`` at a time, in order."""
+        """Run ``worker.<name>(*job)`` for every job, at most ``size`` at a time, in order.
+
+        A worker still importing TVM (fresh in place of one that crashed, timed out or did its
+        share) gets a job once it says it is ready; meanwhile the others' answers are read
+        and their deadlines kept, so its start costs no other job time."""
         results: list[Outcome | None] = [None] * len(jobs)
         pending = list(range(len(jobs)))[::-1]
         busy: dict[Connection, tuple[_Worker, int, float]] = {}
-        # A worker still owing an answer (a map that an interrupt ended, which TVM may turn
-        # into an error that the run survives) would give it to this map's first job.
+        starting: dict[Connection, _Worker] = {}
         # Not waited for here: one that died starting is replaced below, as one that died idle.
         self.start()
+        # A worker still owing an answer (a map that an interrupt ended, which TVM may turn
+        # into an error that the run survives) would give it to this map's first job.
         idle = [self._replace(w) if w.busy else w for w in self._workers]
         fresh: set[int] = set()  # workers this map started in place of dead ones
-        failed_starts = 0
+        failed_starts = [0]
+
+        def lost(w: _Worker, e: BaseException) -> None:
+            """``w`` died before taking a job (while idle, or starting): a fresh one in its
+            place, unless fresh ones keep dying (then the cause is not a kernel)."""
+            failed_starts[0] += id(w) in fresh  # an old idle one says nothing of starts
+            if failed_starts[0] >= _START_FAILURES:
+                w.kill()
+                self._workers.remove(w)  # the next map starts one anew
+                raise RuntimeError(f"{failed_starts[0]} measurement workers in a row died "
+                                   f"before taking a job (last: {e})") from None  # fmt: skip
+            replacement = self._replace(w)
+            fresh.add(id(replacement))
+            idle.append(replacement)
+
         while pending or busy:
             while pending and idle:
                 w = idle.pop()
+                with contextlib.suppress(OSError):  # closed: wait_ready below says so
+                    if not w.ready and not w.conn.poll(0):  # importing TVM: not waited on
+                        starting[w.conn] = w
+                        continue
                 i = pending.pop()
                 try:
-                    if not w.ready:
-                        w.wait_ready()
+                    w.wait_ready()  # at once: it has answered, or it is known to be ready
                     w.busy = True
                     w.conn.send((name, jobs[i]))
                 except (OSError, EOFError, RuntimeError) as e:  # died while idle (OOM killer...)
                     pending.append(i)
-                    failed_starts += id(w) in fresh  # an old idle one says nothing of starts
-                    if failed_starts >= _START_FAILURES:
-                        w.kill()
-                        self._workers.remove(w)  # the next map starts one anew
-                        raise RuntimeError(
-                            f"{failed_starts} measurement workers in a row died "
-                            f"before taking a job (last: {e})"
-                        ) from None
-                    replacement = self._replace(w)
-                    fresh.add(id(replacement))
-                    idle.append(replacement)
+                    lost(w, e)
                     continue
-                failed_starts = 0
+                failed_starts[0] = 0
                 busy[w.conn] = (w, i, time.monotonic())
             now = time.monotonic()
-            next_deadline = min(start + timeout_s for _, _, start in busy.values())
-            for conn in wait(list(busy), timeout=max(0.0, next_deadline - now)):
+            deadlines = [start + timeout_s for _, _, start in busy.values()]
+            deadlines += [w.started + _START_TIMEOUT_S for w in starting.values()]
+            for conn in wait([*busy, *starting], timeout=max(0.0, min(deadlines) - now)):
+                if conn in starting:  # its "ready" (or its end) is read as it takes a job
+                    idle.append(starting.pop(conn))  # type: ignore[arg-type]
+                    continue
                 w, i, start = busy.pop(conn)  # type: ignore[arg-type]
                 elapsed = time.monotonic() - start
                 try:
@@ -231,7 +248,11 @@ class WorkerPool:
                         "timeout", message=f"no answer in {timeout_s:g} s", seconds=now - start
                     )
                     idle.append(self._replace(w))
-        return [r for r in results if r is not None]
+            for conn, w in list(starting.items()):
+                if now - w.started >= _START_TIMEOUT_S:
+                    starting.pop(conn)
+                    lost(w, RuntimeError("measurement worker did not start"))
+        return [r for r in results if r is not None]  # workers still starting: the next map's
 
     def close(self) -> None:
         ending = []
