@@ -272,6 +272,23 @@ def test_a_transfer_stops_after_the_kernel_in_flight_and_counts_tuned_records(
     assert matmul.tuned_seconds == 1e-9 == matmul.chosen_seconds and taken_from(matmul) == "tuned"
 
 
+def test_a_model_is_loaded_for_transfer_as_tune_loads_it(tmp_path, source_store, monkeypatch):
+    # without Winograd or with an ONNX model's input shapes, its tasks are others
+    import tensortune.workloads.models as models
+
+    seen = {}
+
+    def load_model(source, **kwargs):
+        seen.update(kwargs)
+        raise KeyboardInterrupt  # enough: what it was asked for is known
+
+    monkeypatch.setattr(models, "load_model", load_model)
+    with pytest.raises(KeyboardInterrupt):
+        transfer(source_store, model="net.onnx", records=f"sqlite:///{tmp_path / 'r.db'}",
+                 target=TARGET, winograd=False, input_shapes={"x": [1, 8]})  # fmt: skip
+    assert seen["winograd"] is False and seen["input_shapes"] == {"x": [1, 8]}
+
+
 def test_an_untuned_record_is_no_source(tmp_path, platform):
     # A transfer's store holds one per kernel, often its fastest for a small kernel: its empty
     # trace took a source's place and timed the target's own bare loops as a transfer.

@@ -59,7 +59,7 @@ _EXPORTS = {
     # measurement
     "PersistentBuilder": "tensortune.measure.builder",
     "PersistentRunner": "tensortune.measure.runner",
-    "TimingConfig": "tensortune.measure.runner",
+    "TimingConfig": "tensortune.measure.timing",
     "MeasureSession": "tensortune.measure.session",
     # models and search
     "cost_model_from": "tensortune.costmodel.factory",
@@ -135,8 +135,9 @@ if TYPE_CHECKING:
     from tensortune.errors import TensortuneError
     from tensortune.hardware import Platform, current_hardware, default_target, resolve_platform
     from tensortune.measure.builder import PersistentBuilder
-    from tensortune.measure.runner import PersistentRunner, TimingConfig
+    from tensortune.measure.runner import PersistentRunner
     from tensortune.measure.session import MeasureSession
+    from tensortune.measure.timing import TimingConfig
     from tensortune.records import Record, RecordStore, open_records
     from tensortune.records.interop import export_records, import_records
     from tensortune.records.ms_database import StoreDatabase

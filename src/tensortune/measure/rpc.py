@@ -32,6 +32,7 @@ import dataclasses
 import errno
 import functools
 import logging
+import math
 import multiprocessing
 import os
 import re
@@ -78,8 +79,9 @@ TRACKER_TIMEOUT_S = 10.0
 # Seconds a session may last before the server ends it: one candidate's upload, load and
 # timing, or the hardware query.
 SESSION_TIMEOUT_S = 60.0
-# Seconds past a session's timeout this side gives up on it: a server that lost power or its
-# network mid-session sends nothing more, not even the end of the connection.
+# Seconds past a session's timeout this side gives up on it, counted from when the session
+# opened (not while the tracker queues the request for a free server): a server that lost
+# power or its network mid-session sends nothing more, not even the end of the connection.
 CLIENT_MARGIN_S = 10.0
 
 
@@ -348,7 +350,7 @@ def farm_runner(
     opens a session per candidate on whichever server is free, with one candidate in flight
     per server the key has, its kernel run by ``num-cores`` threads; ``session_timeout_s``
     bounds each session, on the server and, ``CLIENT_MARGIN_S`` later, here (a server that
-    stops answering).  ``close()`` it when done.
+    stops answering; the wait for a free server is not counted).  ``close()`` it when done.
     """
     servers = farm_servers(farm)
     remote = remote_platform(platform, farm, servers)
@@ -376,24 +378,41 @@ def farm_runner(
         enable_cpu_cache_flush=t.cache_flush,
     )
     # Each worker process opens its sessions with this (pickled by reference).
-    session = functools.partial(_session_with_threads, threads=threads)
+    session = functools.partial(_session_with_threads, threads=threads,
+                                deadline_s=session_timeout_s + CLIENT_MARGIN_S)  # fmt: skip
     # Its worker processes leave Ctrl-C to this one (a graceful stop lets the batch in flight
     # finish; killed by the terminal's SIGINT they recorded it as failed) and die with it.
-    runner = ms.runner.RPCRunner(config, evaluator, f_create_session=session, max_workers=servers,
+    runner = ms.runner.RPCRunner(config, evaluator, f_create_session=session,
+                                 f_cleanup=_cleanup_and_disarm, max_workers=servers,
                                  initializer=tie_to_parent)  # fmt: skip
-    # TVM leaves its pool's calls without a deadline: a silent server would hold its candidate,
-    # and the run, for ever.  Past it, TVM's future says timeout and restarts that worker.
-    runner.pool._timeout = session_timeout_s + CLIENT_MARGIN_S
     return FarmRunner(runner, servers), remote
 
 
-def _session_with_threads(rpc_config: object, threads: int) -> object:
+def _session_with_threads(rpc_config: object, threads: int,
+                          deadline_s: float | None = None) -> object:  # fmt: skip
     """A session on a free server, its kernels run by ``threads`` threads: the target's
     ``num-cores``, as the local runner does (TVM's own default differs: 1 thread on a
-    2-CPU machine, where remote latencies came out twice the local ones)."""
+    2-CPU machine, where remote latencies came out twice the local ones).
+
+    Once it is open, this worker process dies (SIGALRM's default) unless the candidate is
+    done within ``deadline_s``: TVM's RPC reads have no deadline, and a server that stopped
+    answering would hold the candidate, and the run, for ever.  TVM reports the candidate
+    failed and starts another worker."""
     session = rpc_config.connect_server()  # type: ignore[attr-defined]
+    if deadline_s is not None:
+        signal.signal(signal.SIGALRM, signal.SIG_DFL)
+        signal.alarm(max(1, math.ceil(deadline_s)))
     session.get_function(THREADS_FUNCTION)(threads)
     return session
+
+
+def _cleanup_and_disarm(session: object, remote_path: str | None) -> None:
+    """TVM's clean-up of a candidate's session (it may wait on the server too), then the
+    alarm ``_session_with_threads`` set is taken back."""
+    try:
+        ms.runner.rpc_runner.default_cleanup(session, remote_path)
+    finally:
+        signal.alarm(0)
 
 
 def runner_from(

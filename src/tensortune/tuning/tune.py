@@ -327,7 +327,7 @@ def tune(
     ``timing`` says how candidates are timed; by default hot (the kernel called again and
     again on the same arguments), except kernels whose arguments after the first (weights
     and outputs) outgrow the L2 caches, which are timed with them evicted
-    (``measure.runner.model_timing``), as they run in a model.
+    (``measure.timing.model_timing``), as they run in a model.
     ``TimingConfig()`` times every kernel hot.
     ``warm_start`` (records store URLs or stores) seeds the search with schedules tuned for
     other kernels: before searching, each task not yet tuned times up to ``warm_per_kernel``
