@@ -66,7 +66,9 @@ class _Loop:
 @dataclass(frozen=True)
 class _BlockShape:
     """What does not change between the schedules of one sketch: whether the block runs, which
-    loops index each region it accesses, region tile and buffer sizes, element width."""
+    of its own variables index each buffer it accesses, tile and buffer sizes, element width.
+    Which loops those variables read does change (a split of extent 1 leaves the binding), and
+    is read from each program."""
 
     computes: bool
     regions: tuple[tuple[frozenset[str], float, float], ...] = ()
@@ -74,24 +76,26 @@ class _BlockShape:
     reduction: bool = False
 
 
-StructureCache = dict[tuple[str, tuple[str, ...]], _BlockShape]
+StructureCache = dict[tuple[str, tuple[str, ...], tuple[str, ...]], _BlockShape]
+# A block variable -> the loop variables its binding reads, through the enclosing blocks.
+_Bound = dict[str, frozenset[str]]
 
 
 def program_symbols(func: object, cache: StructureCache | None = None) -> list[BlockSymbols]:
     """Symbols of every computing block of a scheduled ``PrimFunc`` (or an ``IRModule``).
 
-    ``cache`` (one per task) keeps each block's access structure, keyed by the block's name and
-    its loops' names: schedules of the same sketch differ in extents and loop kinds, not in
-    which loops index which buffers, so later candidates skip re-deriving it.
+    ``cache`` (one per task) keeps each block's access structure, keyed by the block's name,
+    its loops' names and the buffers it accesses, so later candidates skip re-deriving it; the
+    bindings, which differ between schedules of one sketch, are read from every program.
     """
     if isinstance(func, tvm.IRModule):
         func = func["main"]
     out: list[BlockSymbols] = []
-    _walk(func.body, [], [], {} if cache is None else cache, out)
+    _walk(func.body, [], {}, {} if cache is None else cache, out)
     return out
 
 
-def _walk(stmt: object, loops: list[_Loop], realizes: list, cache: StructureCache,
+def _walk(stmt: object, loops: list[_Loop], bound: _Bound, cache: StructureCache,
           out: list) -> None:  # fmt: skip
     if isinstance(stmt, tvm.tirx.For):
         ann = stmt.annotations
@@ -101,67 +105,68 @@ def _walk(stmt: object, loops: list[_Loop], realizes: list, cache: StructureCach
                 if key in ann:
                     unroll = max(unroll, _int(ann[key]))
         loops.append(_Loop(stmt.loop_var.name, _int(stmt.extent), int(stmt.kind), unroll))
-        _walk(stmt.body, loops, realizes, cache, out)
+        _walk(stmt.body, loops, bound, cache, out)
         loops.pop()
     elif isinstance(stmt, tvm.s_tir.SBlockRealize):
         block = stmt.block
-        realizes.append(stmt)
-        key = (block.name_hint, tuple(lp.name for lp in loops))
+        inner = dict(bound)
+        for iv, value in zip(block.iter_vars, stmt.iter_values, strict=True):
+            inner[iv.var.name] = frozenset().union(
+                *(bound.get(n, {n}) for n in _var_names(value)))
+        # The buffers too: a sketch may read a padded copy or, padding inlined, the input.
+        sources = tuple(r.source.name for r in [*block.reads, *block.writes])
+        key = (block.name_hint, tuple(lp.name for lp in loops), sources)
         shape = cache.get(key)
         if shape is None:
-            shape = cache[key] = _block_shape(block, realizes)
+            shape = cache[key] = _block_shape(block)
         if shape.computes:
-            out.append(_symbols(block.name_hint, shape, loops))
+            out.append(_symbols(block.name_hint, shape, loops, inner))
         else:
             init = block.init
             if init is not None:
-                _walk(init, loops, realizes, cache, out)
-            _walk(block.body, loops, realizes, cache, out)
-        realizes.pop()
+                _walk(init, loops, inner, cache, out)
+            _walk(block.body, loops, inner, cache, out)
     elif isinstance(stmt, tvm.tirx.SeqStmt):
         for s in stmt.seq:
-            _walk(s, loops, realizes, cache, out)
+            _walk(s, loops, bound, cache, out)
     elif isinstance(stmt, tvm.tirx.IfThenElse):
-        _walk(stmt.then_case, loops, realizes, cache, out)
+        _walk(stmt.then_case, loops, bound, cache, out)
         if stmt.else_case is not None:
-            _walk(stmt.else_case, loops, realizes, cache, out)
+            _walk(stmt.else_case, loops, bound, cache, out)
     elif hasattr(stmt, "body") and not isinstance(stmt, tvm.tirx.BufferStore):
-        _walk(stmt.body, loops, realizes, cache, out)
+        _walk(stmt.body, loops, bound, cache, out)
 
 
-def _block_shape(block, realizes: list) -> _BlockShape:
+def _block_shape(block) -> _BlockShape:
     """A leaf block that runs at run time (its body stores directly; blocks holding loops are
-    containers; weight-layout rewrites run ahead of time at build) and its access structure."""
+    containers; weight-layout rewrites run ahead of time at build) and its access structure:
+    per buffer, once (an accumulator is read and written, and is one buffer in the caches)."""
     if not isinstance(block.body, tvm.tirx.BufferStore) or (
         "meta_schedule.layout_rewrite_preproc" in block.annotations
     ):
         return _BlockShape(computes=False)
-    bound: dict[str, set[str]] = {}  # block var -> the loop vars its binding reads
-    for realize in realizes:
-        for iv, value in zip(realize.block.iter_vars, realize.iter_values, strict=True):
-            names: set[str] = set()
-            for n in _var_names(value):
-                names |= bound.get(n, {n})
-            bound[iv.var.name] = names
-    regions = []
+    by_buffer: dict[object, tuple[frozenset[str], float, float]] = {}
     for region in list(block.reads) + list(block.writes):
-        used: set[str] = set()
+        names: set[str] = set()
         tile = elem = max(int(region.source.dtype.bits) // 8, 1)
         for r in region.region:
-            for n in _var_names(r.min):
-                used |= bound.get(n, set())
+            names |= _var_names(r.min)
             tile *= _int(r.extent)
         total = elem
         for d in region.source.shape:
             total *= _int(d)
-        regions.append((frozenset(used), tile, total))
+        seen = by_buffer.get(region.source)
+        if seen is not None:
+            names |= seen[0]
+            tile = max(tile, seen[1])
+        by_buffer[region.source] = (frozenset(names), tile, total)
     writes = block.writes
     bits = int(writes[0].source.dtype.bits) if len(writes) else 32
     reduction = block.init is not None or any(int(iv.iter_type) == 2 for iv in block.iter_vars)
-    return _BlockShape(True, tuple(regions), bits, reduction)
+    return _BlockShape(True, tuple(by_buffer.values()), bits, reduction)
 
 
-def _symbols(name: str, shape: _BlockShape, loops: list[_Loop]) -> BlockSymbols:
+def _symbols(name: str, shape: _BlockShape, loops: list[_Loop], bound: _Bound) -> BlockSymbols:
     parallel = vector = unroll = 1.0
     launches = 0.0
     iterations = 1.0
@@ -178,7 +183,8 @@ def _symbols(name: str, shape: _BlockShape, loops: list[_Loop]) -> BlockSymbols:
     depth = len(loops)
     footprint = [0.0] * (depth + 1)
     # A loop that does not index a region re-reads the same tile: only indexing loops grow it.
-    for used, tile, total in shape.regions:
+    for names, tile, total in shape.regions:
+        used = frozenset().union(*(bound.get(n, frozenset()) for n in names))
         size = tile
         footprint[depth] += min(size, total)
         for d in range(depth - 1, -1, -1):
