@@ -111,8 +111,7 @@ def _walk(stmt: object, loops: list[_Loop], bound: _Bound, cache: StructureCache
         block = stmt.block
         inner = dict(bound)
         for iv, value in zip(block.iter_vars, stmt.iter_values, strict=True):
-            inner[iv.var.name] = frozenset().union(
-                *(bound.get(n, {n}) for n in _var_names(value)))
+            inner[iv.var.name] = frozenset().union(*(bound.get(n, {n}) for n in _var_names(value)))
         # The buffers too: a sketch may read a padded copy or, padding inlined, the input.
         sources = tuple(r.source.name for r in [*block.reads, *block.writes])
         key = (block.name_hint, tuple(lp.name for lp in loops), sources)
