@@ -47,6 +47,7 @@ _OPERAND_SPLIT = re.compile(r",(?![^(]*\))")  # commas outside an address's pare
 _LANES = {"zmm": 16, "ymm": 8, "xmm": 4}  # fp32 lanes
 _ARITH = re.compile(r"^v(add|sub|mul|div|max|min)(ps|pd|ss|sd)$")
 _SHUFFLE = re.compile(r"^v(perm|shuf|unpck|punpck|insert|extract|pshuf|palignr|blend|pblend)")
+_BASE = re.compile(r"\((%\w+)")  # a memory operand's base register: disp(base, index, scale)
 
 
 def _classify(mnemonic: str, operands: str) -> dict[str, float]:
@@ -78,8 +79,11 @@ def _classify(mnemonic: str, operands: str) -> dict[str, float]:
             out["stores"] = 1.0
         if len(parts) == 1 or any(i < len(parts) - 1 for i in memory):
             out["loads"] = 1.0
-        if any("%rsp" in parts[i] or "%rbp" in parts[i] for i in memory):
-            out["stack"] = 1.0  # spills and reloads, inside a loop
+        # spills and reloads, inside a loop: addressed from the stack pointer.  Not %rbp:
+        # LLVM leaves out the frame pointer at -O3 and indexes data with it as any register.
+        bases = [_BASE.search(parts[i]) for i in memory]
+        if any(b is not None and b.group(1) == "%rsp" for b in bases):
+            out["stack"] = 1.0
     if width is not None and not scalar:
         out["xmm_vec" if width == "xmm" else width] = 1.0
     return out
