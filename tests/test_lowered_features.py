@@ -44,6 +44,21 @@ def test_the_naive_loop_feeds_one_fma_lane_per_two_loads():
     assert f["hot_log_trips"] == pytest.approx(np.log2(64**3 + 1), rel=1e-4)
 
 
+def test_a_loop_kept_inside_an_unrolled_one_runs_as_often_as_the_nest_says():
+    # Lifted out of the unrolled loop, its trips were multiplied by that loop's extent again
+    # (4x too many here: log2 20 for 18).
+    from tensortune.compat import tvm
+    from tensortune.workloads.ops import parse_spec
+
+    sch = tvm.s_tir.Schedule(parse_spec("matmul:64,64,64").to_module())
+    i, j, k = sch.get_loops(sch.get_sblock("C"))
+    i0, i1 = sch.split(i, [None, 4])
+    sch.reorder(i0, j, i1, k)
+    sch.unroll(i1)
+    f = named(lowered_features(sch.mod, AVX512))
+    assert f["hot_log_trips"] == pytest.approx(np.log2(64**3 + 1), rel=1e-4)
+
+
 def test_a_register_tile_reads_as_many_fmas_per_access():
     f = named(lowered_features(matmul(4), AVX512))
     # Under k: four 16-lane FMAs fed by one vector load of B and four scalar loads of A.

@@ -384,7 +384,8 @@ def _unroll_into(loop: _Loop, child: _Loop, kept: list[_Loop], *, by_tvm: bool) 
     child's variable becomes that many distinct elements, and (``by_tvm``: TVM unrolls it) a
     local buffer's element indexed by unrolled variables only is at a fixed place in every
     copy.  Loops ``child`` kept (a loop marked unrolled around a loop that is not) become that
-    many loops, counted as one of as many more trips."""
+    many loops, counted as one whose trips (the product of every enclosing extent, the
+    unrolled one's included) stay as they were."""
     n = child.extent or 1.0
     loop.fma += child.fma * n
     loop.arith += child.arith * n
@@ -402,8 +403,7 @@ def _unroll_into(loop: _Loop, child: _Loop, kept: list[_Loop], *, by_tvm: bool) 
                                      a.register or pending == frozenset(), a.coef,
                                      a.copies * (n if moves else 1), pending))  # fmt: skip
     for grandchild in child.children:
-        for x in _loops(grandchild):
-            x.trips *= n
+        for x in _loops(grandchild):  # their trips already count the unrolled loop's extent
             x.depth -= 1
         kept.append(grandchild)
 
