@@ -456,6 +456,31 @@ def test_a_server_that_stops_answering_mid_session_costs_its_candidate(
 
 
 @pytest.mark.faults
+def test_a_server_silent_before_its_session_opens_costs_its_candidate(
+    lab: Lab, built, monkeypatch
+) -> None:
+    # Stopped while idle: the tracker still lists it and its kernel accepts the connection,
+    # and the handshake waited for ever.
+    import tensortune.measure.rpc as rpc
+
+    (silent,) = lab.serve("silent", 1)
+    lab.wait_free("silent", 1)
+    monkeypatch.setattr(rpc, "QUEUE_TIMEOUT_S", 2.0)
+    runner, _ = farm_runner(lab.farm("silent"), platform(TARGET), FAST, session_timeout_s=30)
+    os.killpg(silent.pid, signal.SIGSTOP)
+    try:
+        start = time.monotonic()
+        (result,) = [f.result() for f in runner.run(built[:1])]
+        assert time.monotonic() - start < 15
+        assert result.error_msg is not None and result.error_msg.startswith("[run_error] rpc"), \
+            result.error_msg  # fmt: skip
+    finally:
+        os.killpg(silent.pid, signal.SIGCONT)
+        runner.close()
+        lab.kill(silent)
+
+
+@pytest.mark.faults
 def test_a_server_killed_mid_batch_costs_its_candidate_and_the_rest_go_on(lab: Lab, built) -> None:
     doomed, survivor = lab.serve("fault", 2)
     lab.wait_free("fault", 2)

@@ -83,6 +83,9 @@ SESSION_TIMEOUT_S = 60.0
 # opened (not while the tracker queues the request for a free server): a server that lost
 # power or its network mid-session sends nothing more, not even the end of the connection.
 CLIENT_MARGIN_S = 10.0
+# Seconds a candidate may wait for the tracker to hand it a server and for that server to
+# answer the handshake: a tracker or an idle server that went silent held it for ever.
+QUEUE_TIMEOUT_S = 600.0
 
 
 @dataclass(frozen=True)
@@ -379,7 +382,8 @@ def farm_runner(
     )
     # Each worker process opens its sessions with this (pickled by reference).
     session = functools.partial(_session_with_threads, threads=threads,
-                                deadline_s=session_timeout_s + CLIENT_MARGIN_S)  # fmt: skip
+                                deadline_s=session_timeout_s + CLIENT_MARGIN_S,
+                                queue_s=QUEUE_TIMEOUT_S)  # fmt: skip
     # Its worker processes leave Ctrl-C to this one (a graceful stop lets the batch in flight
     # finish; killed by the terminal's SIGINT they recorded it as failed) and die with it.
     runner = ms.runner.RPCRunner(config, evaluator, f_create_session=session,
@@ -388,20 +392,25 @@ def farm_runner(
     return FarmRunner(runner, servers), remote
 
 
-def _session_with_threads(rpc_config: object, threads: int,
-                          deadline_s: float | None = None) -> object:  # fmt: skip
+def _session_with_threads(rpc_config: object, threads: int, deadline_s: float | None = None,
+                          queue_s: float | None = None) -> object:  # fmt: skip
     """A session on a free server, its kernels run by ``threads`` threads: the target's
     ``num-cores``, as the local runner does (TVM's own default differs: 1 thread on a
     2-CPU machine, where remote latencies came out twice the local ones).
 
-    Once it is open, this worker process dies (SIGALRM's default) unless the candidate is
-    done within ``deadline_s``: TVM's RPC reads have no deadline, and a server that stopped
-    answering would hold the candidate, and the run, for ever.  TVM reports the candidate
-    failed and starts another worker."""
+    This worker process dies (SIGALRM's default) unless the session opens within ``queue_s``
+    and the candidate is done ``deadline_s`` after that: TVM's RPC reads have no deadline,
+    and a tracker or server that stopped answering would hold the candidate, and the run, for
+    ever.  TVM reports the candidate failed and starts another worker."""
+
+    def alarm(seconds: float | None) -> None:
+        if seconds is not None:
+            signal.signal(signal.SIGALRM, signal.SIG_DFL)
+            signal.alarm(max(1, math.ceil(seconds)))
+
+    alarm(queue_s)
     session = rpc_config.connect_server()  # type: ignore[attr-defined]
-    if deadline_s is not None:
-        signal.signal(signal.SIGALRM, signal.SIG_DFL)
-        signal.alarm(max(1, math.ceil(deadline_s)))
+    alarm(deadline_s)
     session.get_function(THREADS_FUNCTION)(threads)
     return session
 

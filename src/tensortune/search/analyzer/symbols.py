@@ -76,7 +76,7 @@ class _BlockShape:
     reduction: bool = False
 
 
-StructureCache = dict[tuple[str, tuple[str, ...], tuple[str, ...]], _BlockShape]
+StructureCache = dict[tuple, _BlockShape]
 # A block variable -> the loop variables its binding reads, through the enclosing blocks.
 _Bound = dict[str, frozenset[str]]
 
@@ -85,8 +85,9 @@ def program_symbols(func: object, cache: StructureCache | None = None) -> list[B
     """Symbols of every computing block of a scheduled ``PrimFunc`` (or an ``IRModule``).
 
     ``cache`` (one per task) keeps each block's access structure, keyed by the block's name,
-    its loops' names and the buffers it accesses, so later candidates skip re-deriving it; the
-    bindings, which differ between schedules of one sketch, are read from every program.
+    its loops' names, the buffers it accesses (names and shapes) and its variables' names, so
+    later candidates skip re-deriving it; the bindings, which differ between schedules of one
+    sketch, are read from every program.
     """
     if isinstance(func, tvm.IRModule):
         func = func["main"]
@@ -112,9 +113,13 @@ def _walk(stmt: object, loops: list[_Loop], bound: _Bound, cache: StructureCache
         inner = dict(bound)
         for iv, value in zip(block.iter_vars, stmt.iter_values, strict=True):
             inner[iv.var.name] = frozenset().union(*(bound.get(n, {n}) for n in _var_names(value)))
-        # The buffers too: a sketch may read a padded copy or, padding inlined, the input.
-        sources = tuple(r.source.name for r in [*block.reads, *block.writes])
-        key = (block.name_hint, tuple(lp.name for lp in loops), sources)
+        # The buffers too, with their shapes, and the block's variables: a sketch may read a
+        # padded copy or, padding inlined, the input; an rfactor block's buffer size and
+        # variables follow the split it factored.
+        sources = tuple((r.source.name, *(_int(d) for d in r.source.shape))
+                        for r in [*block.reads, *block.writes])  # fmt: skip
+        key = (block.name_hint, tuple(lp.name for lp in loops), sources,
+               tuple(iv.var.name for iv in block.iter_vars))  # fmt: skip
         shape = cache.get(key)
         if shape is None:
             shape = cache[key] = _block_shape(block)
