@@ -120,7 +120,7 @@ def tune(
     from tensortune.compare.search_methods import DEFAULT_METHODS
     from tensortune.compare.seeds import bench_seeds, seed_plot, summarize_seeds
 
-    seeds = list(dict.fromkeys(seed or [0]))  # as bench_seeds runs them
+    seeds = seed or [0]
     methods = method or list(DEFAULT_METHODS)
     with Reporter(console, quiet=as_json) as reporter:
         bars: dict[str, object] = {}
@@ -151,7 +151,7 @@ def tune(
     for result in results:
         _print_bench(result)
         if plot is not None:
-            console.print(f"curves: {plot if len(seeds) == 1 else seed_plot(plot, result.seed)}")
+            console.print(f"curves: {plot if len(results) == 1 else seed_plot(plot, result.seed)}")
     if len(results) > 1:
         summary = summarize_seeds(results)
         n = len(results)
@@ -160,7 +160,8 @@ def tune(
             # Two methods that measure the same programs differ in time by the machine's noise
             # (up to 15% between runs on a shared 2-core guest); the trial ratio shows it.
             trials = ", ".join(fmt_ratio(x) for x in summary["trial_ratio"][m]["seeds"])
-            console.print(f"{m}: median speedup {fmt_ratio(v['median'])} over seeds {seeds} "
+            console.print(f"{m}: median speedup {fmt_ratio(v['median'])} over seeds "
+                          f"{summary['seeds']} "
                           f"({each}; in trials {trials}), reached in {v['reached']} of {n}; "
                           f"mean ± standard error {_near(summary, m, n)}")  # fmt: skip
             again = summary.get("retimed_speedup", {}).get(m)

@@ -184,16 +184,17 @@ class WorkerPool:
         # into an error that the run survives) would give it to this map's first job.
         idle = [self._replace(w) if w.busy else w for w in self._workers]
         fresh: set[int] = set()  # workers this map started in place of dead ones
-        failed_starts = [0]
+        failed_starts = 0
 
         def lost(w: _Worker, e: BaseException) -> None:
             """``w`` died before taking a job (while idle, or starting): a fresh one in its
             place, unless fresh ones keep dying (then the cause is not a kernel)."""
-            failed_starts[0] += id(w) in fresh  # an old idle one says nothing of starts
-            if failed_starts[0] >= _START_FAILURES:
+            nonlocal failed_starts
+            failed_starts += id(w) in fresh  # an old idle one says nothing of starts
+            if failed_starts >= _START_FAILURES:
                 w.kill()
                 self._workers.remove(w)  # the next map starts one anew
-                raise RuntimeError(f"{failed_starts[0]} measurement workers in a row died "
+                raise RuntimeError(f"{failed_starts} measurement workers in a row died "
                                    f"before taking a job (last: {e})") from None  # fmt: skip
             replacement = self._replace(w)
             fresh.add(id(replacement))
@@ -215,7 +216,7 @@ class WorkerPool:
                     pending.append(i)
                     lost(w, e)
                     continue
-                failed_starts[0] = 0
+                failed_starts = 0
                 busy[w.conn] = (w, i, time.monotonic())
             now = time.monotonic()
             deadlines = [start + timeout_s for _, _, start in busy.values()]

@@ -378,6 +378,8 @@ class SQLStore(RecordStore):
                 ).fetchone()
                 if row is not None:
                     held.append(h)
+            if budget is not None:  # no commit came between: each deletes claims, and waits
+                return held  # in the caller's order, the measured ones left out
             # Read after claiming: a worker whose commit we waited on is seen now.
             measured = self._measured(cur, key, held)
             cur.executemany(

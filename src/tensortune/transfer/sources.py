@@ -63,9 +63,8 @@ def _store_sources(store: RecordStore, platform: Platform, per_workload: int) ->
     for w in store.workloads():
         best: list[Record] = []
         for hw in [here, *others]:
-            # Not an untuned record (a transfer's store holds one per kernel): its empty
-            # trace would take a source's place and time the target's own bare loops.
-            # (a transfer records one a kernel: two more than needed, not the whole store)
+            # Not an untuned record (a transfer's store holds one a kernel, hence two rows
+            # more than needed): its empty trace would time the target's own bare loops.
             ranked = store.query(workload_id=w.id, hardware_id=hw, target=platform.key,
                                  ok_only=True, best_first=True, limit=per_workload + 2)  # fmt: skip
             best = list(itertools.islice((r for r in ranked if origin_kind(r) != "untuned"),
