@@ -251,7 +251,7 @@ def test_a_selection_is_a_dataset_that_train_reads(tmp_path):
     assert card["held_out"] == ["gpt2-block"]
     from tensortune.datasets.build import load_table
 
-    table = load_table(tmp_path / "picks").to_pydict()
+    table = load_table(tmp_path / "picks", ["task_id", "label", "program_id"]).to_pydict()
     best: dict[int, float] = {}
     for t, y in zip(table["task_id"], table["label"], strict=True):
         best[t] = max(y, best.get(t, 0.0))

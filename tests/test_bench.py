@@ -231,7 +231,8 @@ def test_a_rerun_with_other_draft_options_runs_only_draft_then_verify_again(benc
     assert draft.draft_options == {"per_round": 4}  # a default's value is no option
     assert [n for _, n, _ in draft.curve] == [4, 8]  # two rounds of 4 instead of one of 8
     # Asking for the default alone keeps the saved draft run, whatever its options.
-    kept = bench_tune([SPEC], trials_per_task=8, work_dir=work, target=TARGET, methods=["default"])
+    kept = bench_tune([SPEC], trials_per_task=8, work_dir=work, target=TARGET, methods=["default"],
+                      retime=0)  # fmt: skip
     assert kept.runs["draft"].curve == draft.curve
     for bad, match in (({"speed": 2}, "unknown draft-then-verify option"),
                        ({"redraft_every": 0}, "redraft_every=0: expected a whole number"),

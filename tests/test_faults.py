@@ -29,6 +29,10 @@ pytestmark = pytest.mark.faults
 
 KERNELS = Path(__file__).parent / "kernels"
 MM = "matmul:32,32,32"
+# Candidates a batch of the tuners below (``--trials-per-round``); their runs are three batches
+# long, so a fault after the first committed batch lands mid-run with work left to resume.
+PER_ROUND = 4
+TRIALS = 3 * PER_ROUND
 
 
 def _snapshot(url: str) -> dict[str, tuple]:
@@ -49,7 +53,7 @@ def _tuner(url: str, work: Path, *args: str) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "tensortune.cli.app", "tune", "--records", url,
          "--work-dir", str(work), "--strategy", "replay-trace", "--cost-model", "random",
-         "--trials-per-round", "8", *args],
+         "--trials-per-round", str(PER_ROUND), *args],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
         env={**os.environ, "TVM_NUM_THREADS": "1"},
     )  # fmt: skip
@@ -105,9 +109,9 @@ def test_a_hanging_kernel_times_out_is_recorded_and_the_run_goes_on(
     runner = PersistentRunner(TimingConfig(repeat=1, min_repeat_ms=1), num_threads=1, timeout_s=2)
     try:
         started = time.monotonic()
-        result = tune([str(KERNELS / "hang.py"), MM], trials=6, records=seeded, target=TARGET,
+        result = tune([str(KERNELS / "hang.py"), MM], trials=4, records=seeded, target=TARGET,
                       strategy="replay-trace", cost_model="random", runner=runner,
-                      work_dir=tmp_path / "w", trials_per_round=3)  # fmt: skip
+                      work_dir=tmp_path / "w", trials_per_round=2)  # fmt: skip
         took = time.monotonic() - started
     finally:
         runner.close()
@@ -116,7 +120,7 @@ def test_a_hanging_kernel_times_out_is_recorded_and_the_run_goes_on(
     _assert_kept(before, after)
     statuses = Counter(s for uid, (_, s, _) in after.items() if uid not in before)
     assert statuses["timeout"] >= 1 and statuses["ok"] >= 1
-    assert [t.trials for t in result.tasks] == [3, 3]
+    assert [t.trials for t in result.tasks] == [2, 2]
 
 
 def test_a_kernel_with_wrong_results_is_recorded_as_such(seeded: str, tmp_path: Path) -> None:
@@ -161,45 +165,45 @@ def test_a_kernel_with_wrong_results_is_recorded_as_such(seeded: str, tmp_path: 
 
 
 def test_a_tuner_killed_mid_batch_resumes_and_loses_only_its_batch(
-    seeded: str, tmp_path: Path
+    seeded: str, tmp_path: Path, cli: Cli
 ) -> None:
-    trials = 24
-    workloads = ("--workload", MM, "--workload", "softmax:4,256", "--trials", str(trials))
+    workloads = ("--workload", MM, "--workload", "softmax:4,256", "--trials", str(TRIALS))
     first = _tuner(seeded, tmp_path / "w", *workloads)
-    _wait_for(seeded, 3 + 8, first)  # at least one batch committed
-    os.killpg(first.pid, signal.SIGKILL)
-    first.communicate(timeout=30)
-    before = _resumed(seeded, tmp_path / "w", workloads, trials)
-    assert 3 + 8 <= len(before) < 3 + trials
+    _wait_for(seeded, 3 + PER_ROUND, first)  # at least one batch committed
+    os.kill(first.pid, signal.SIGKILL)  # the tuner alone, as the OOM killer does: its workers
+    first.communicate(timeout=30)  # are left to notice
+    before = _resumed(cli, seeded, tmp_path / "w", workloads)
+    assert 3 + PER_ROUND <= len(before) < 3 + TRIALS
+    assert (len(before) - 3) % PER_ROUND == 0  # whole batches only
     with open_records(seeded) as store:
         assert store.lease_holders() == set()
 
 
-def _resumed(url: str, work: Path, workloads: tuple, trials: int) -> dict[str, tuple]:
-    """Run the stopped tuner again: it keeps every record and tops the store (3 records of
-    other runs) up to ``trials``, the stopped run's leases holding nothing back; returns the
-    records before."""
+def _resumed(cli: Cli, url: str, work: Path, workloads: tuple) -> dict[str, tuple]:
+    """Run the stopped tuner's command again (in this process): it keeps every record and tops
+    the store (3 records of other runs) up to ``TRIALS``, the stopped run's leases holding
+    nothing back; returns the records before."""
     before = _snapshot(url)
-    again = _tuner(url, work, *workloads)
-    _, err = again.communicate(timeout=300)
-    assert again.returncode == 0, err[-2000:]
+    code, _, err = cli("tune", "--records", url, "--work-dir", str(work), "--strategy",
+                       "replay-trace", "--cost-model", "random", "--trials-per-round",
+                       str(PER_ROUND), *workloads)  # fmt: skip
+    assert code == 0, err[-2000:]
     after = _snapshot(url)
     _assert_kept(before, after)
-    assert len(after) - 3 == trials
+    assert len(after) - 3 == TRIALS
     return before
 
 
 @pytest.mark.parametrize("how", ["Ctrl-C", "SIGTERM"])
 def test_a_tuner_stopped_by_ctrl_c_or_sigterm_exits_130_and_resumes(
-    seeded: str, tmp_path: Path, how: str
+    seeded: str, tmp_path: Path, how: str, cli: Cli
 ) -> None:
     # TVM hands a KeyboardInterrupt raised inside its callbacks back as a RuntimeError (the
     # run went on, or ended with exit 1); raised through nested callbacks, as std::terminate.
-    trials = 24
-    workloads = ("--workload", MM, "--workload", "softmax:4,256", "--trials", str(trials),
+    workloads = ("--workload", MM, "--workload", "softmax:4,256", "--trials", str(TRIALS),
                  "--strategy", "draft-verify")  # fmt: skip
     first = _tuner(seeded, tmp_path / "w", *workloads)
-    _wait_for(seeded, 3 + 8, first)
+    _wait_for(seeded, 3 + PER_ROUND, first)
     if how == "Ctrl-C":  # a terminal sends it to the whole process group, workers included
         os.killpg(first.pid, signal.SIGINT)
     else:
@@ -207,7 +211,7 @@ def test_a_tuner_stopped_by_ctrl_c_or_sigterm_exits_130_and_resumes(
     _, err = first.communicate(timeout=120)
     assert first.returncode == 130, err[-2000:]
     assert err.strip().endswith("run the same command to resume"), err[-2000:]
-    _resumed(seeded, tmp_path / "w", workloads, trials)
+    _resumed(cli, seeded, tmp_path / "w", workloads)
 
 
 def test_a_worker_timing_a_hanging_kernel_dies_with_its_parent(seeded: str, tmp_path: Path):
@@ -235,17 +239,16 @@ def test_a_worker_timing_a_hanging_kernel_dies_with_its_parent(seeded: str, tmp_
 
 def test_the_postgresql_server_restarted_mid_run(postgres_server, postgres_url: str,
                                                 tmp_path: Path) -> None:  # fmt: skip
-    trials = 24
     run = _tuner(postgres_url, tmp_path / "w", "--workload", MM, "--workload", "softmax:4,256",
-                 "--trials", str(trials))  # fmt: skip
-    _wait_for(postgres_url, 8, run)
+                 "--trials", str(TRIALS))  # fmt: skip
+    _wait_for(postgres_url, PER_ROUND, run)
     before = _snapshot(postgres_url)
     postgres_server.restart()
     _, err = run.communicate(timeout=300)
     assert run.returncode == 0, err[-2000:]
     after = _snapshot(postgres_url)
     _assert_kept(before, after)
-    assert len(after) == trials
+    assert len(after) == TRIALS
 
 
 # ---- stores that are damaged or full -----------------------------------------------------------
@@ -314,7 +317,7 @@ def test_a_disk_that_fills_mid_run_stops_it_with_one_line_and_keeps_what_was_com
         url = f"sqlite:///{disk / 'r.db'}"
         run = _tuner(url, tmp_path / "w", "--workload", MM, "--workload", "softmax:4,256",
                      "--trials", "400")  # fmt: skip
-        _wait_for(url, 8, run)
+        _wait_for(url, PER_ROUND, run)
         before = _snapshot(url)
         filler = _fill(disk)
         _, err = run.communicate(timeout=300)
@@ -325,6 +328,6 @@ def test_a_disk_that_fills_mid_run_stops_it_with_one_line_and_keeps_what_was_com
         assert code == 0, err
         filler.unlink()
         after = _snapshot(url)
-        assert 8 <= len(after) < 400
+        assert PER_ROUND <= len(after) < 400
         assert json.loads(out)["records"] == len(after)
         _assert_kept(before, after)

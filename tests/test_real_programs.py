@@ -22,7 +22,7 @@ from tensortune.costmodel.data import ProgramSet
 from tensortune.costmodel.factory import cost_model_from
 from tensortune.costmodel.registry import load_cost_model
 from tensortune.costmodel.shipped import CARD, SHIPPED_DIR, checked, shipped_card, shipped_model
-from tensortune.datasets.build import build_dataset, load_table, read_card
+from tensortune.datasets.build import build_dataset, load_table, read_card, table_columns
 from tensortune.datasets.shipped import DATASET_DIR, POOL_DIR, dataset_path
 from tensortune.errors import TensortuneError
 from tensortune.features import schema_hash
@@ -143,7 +143,7 @@ def test_the_default_model_ranks_held_out_programs_of_the_shipped_dataset():
     model = load_cost_model(shipped_model(resolve_platform(None)))  # what users get here
     assert model.provenance_["dataset"] == read_card(DATASET_DIR).data["name"]
     held = model.provenance_["split"].removeprefix("by-hardware:").split(",")
-    columns = load_table(DATASET_DIR).to_pydict()
+    columns = table_columns(load_table(DATASET_DIR))
     hardware, task = np.asarray(columns["hardware"]), np.asarray(columns["task_id"])
     trained = ~np.isin(hardware, held)
     mask = ~trained & ~np.isin(task, task[trained])  # hardware and tasks it never saw
@@ -171,7 +171,7 @@ def measured_here(tmp_path_factory) -> tuple[Path, str]:
 
 def test_the_default_model_ranks_programs_measured_here(measured_here):
     directory, _ = measured_here
-    columns = load_table(directory).to_pydict()
+    columns = table_columns(load_table(directory))
     everything = np.ones(len(columns["task_id"]), bool)
     rows = scored_rows(columns, everything)
     assert len(rows["label"]) == PER_TASK * len(SPECS)
@@ -207,7 +207,7 @@ def test_the_default_models_scores_steer_the_search(tmp_path):
         tune([spec], trials=16, trials_per_round=16, records=url, work_dir=tmp_path / "w",
              strategy="draft-verify", cost_model=model, online_cost_model=False)  # fmt: skip
         build_dataset(url, tmp_path / name)
-        picked[name] = load_table(tmp_path / name).to_pydict()
+        picked[name] = table_columns(load_table(tmp_path / name))
     scorer = load_cost_model(shipped_model(here))
 
     def scores(columns: dict) -> np.ndarray:

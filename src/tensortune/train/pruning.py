@@ -54,16 +54,20 @@ def task_family(name: str) -> str:
     return re.sub(r"(?<=[A-Za-z])\d+(?=_|$)", "", name)
 
 
+def _check(keep: float, seed: int) -> None:
+    if not 0 < keep <= 1:  # NaN fails too
+        raise TensortuneError(f"must lie in (0, 1], not {keep}", param="keep")
+    if seed < 0:
+        raise TensortuneError(f"must not be negative, not {seed}", param="seed")
+
+
 def prune(pool: Pool, method: str, keep: float, *, seed: int = 0,
           families: Sequence[str] | None = None) -> np.ndarray:  # fmt: skip
     """Sorted pool indices of the programs ``method`` keeps (module docstring).  ``pool``'s
     labels are the dataset's; ``families`` (one per program) is what ``shape-dedup`` groups
     tasks by."""
     method = resolve_method(method)
-    if not 0 < keep <= 1:  # NaN fails too
-        raise TensortuneError(f"must lie in (0, 1], not {keep}", param="keep")
-    if seed < 0:
-        raise TensortuneError(f"must not be negative, not {seed}", param="seed")
+    _check(keep, seed)
     rng = np.random.default_rng(seed)
     if keep == 1 or not len(pool):
         return np.arange(len(pool))
@@ -191,6 +195,7 @@ def prune_dataset(dataset: str | Path, method: str, keep: float, out: str | Path
 
     with about("method"):
         method = resolve_method(method)
+    _check(keep, seed)  # before the dataset loads (seconds), not after
     source = dataset_path(dataset)
     if Path(out).resolve() == source.resolve():
         raise TensortuneError("pruning would overwrite its own dataset: give another directory",
