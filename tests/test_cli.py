@@ -1,6 +1,7 @@
 """The command line: exit codes, one-line errors, records commands.  Most commands run in this
-process (the ``cli`` fixture: the same entry point, a second a command cheaper); those that only
-a fresh interpreter can check run as a process of their own (``run_cli``)."""
+process (the ``cli`` fixture: the same entry point, a second a command cheaper); what only a
+fresh interpreter can check runs as a process of its own (``run_cli``, or one script for all
+the one-line errors)."""
 
 from __future__ import annotations
 
@@ -129,21 +130,42 @@ def _prepare(cwd: Path) -> None:
     (cwd / "emptydir").mkdir()
 
 
-# Also checked in a process of their own: what only a fresh interpreter shows (TVM and LLVM
-# loading, a native library's messages) must not break the one-line contract either.
-OWN_PROCESS = {"target rejected", "corrupt records"}
+def _args(case: str) -> list[str]:
+    args = BAD_INPUTS[case][0]
+    if args[0] == "tune" and "--target" not in args:
+        args = [*args, "--target", TARGET_JSON]
+    return args
 
 
 @pytest.mark.parametrize("case", sorted(BAD_INPUTS))
 def test_user_errors_are_one_line(tmp_path: Path, case: str, tt) -> None:
     _prepare(tmp_path)
-    args, fragments = BAD_INPUTS[case]
-    if args[0] == "tune" and "--target" not in args:
-        args = [*args, "--target", TARGET_JSON]
-    proc = run_cli(tmp_path, *args) if case in OWN_PROCESS else tt(*args)
-    assert_user_error(proc, *fragments)
+    proc = tt(*_args(case))
+    assert_user_error(proc, *BAD_INPUTS[case][1])
     assert proc.stdout == ""
     assert not (tmp_path / "tensortune.db").exists()  # nothing tuned, no store created
+
+
+def test_every_user_error_is_one_line_in_a_process_of_its_own(tmp_path: Path) -> None:
+    """What only a fresh interpreter shows (TVM and LLVM loading, a first import's warning)
+    must not add a line to any of them either: every case, in turn, in one new process."""
+    _prepare(tmp_path)
+    cases = sorted(BAD_INPUTS)
+    script = (
+        "from tensortune.cli.app import run\n"
+        f"print([run(args) for args in {[_args(c) for c in cases]!r}])"
+    )
+    env = {**os.environ, "COLUMNS": "300"}
+    for name in ("TENSORTUNE_GPU_INTRINSICS", "TENSORTUNE_DEBUG"):
+        env.pop(name, None)
+    proc = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert proc.stdout.strip() == str([2] * len(cases)), proc.stdout + proc.stderr
+    lines = proc.stderr.splitlines()
+    assert len(lines) == len(cases), proc.stderr
+    for case, line in zip(cases, lines, strict=True):
+        assert line.startswith("error: ") and all(f in line for f in BAD_INPUTS[case][1]), case
+    assert not (tmp_path / "tensortune.db").exists()
 
 
 def test_a_misspelt_workload_or_network_is_refused_before_tvm_or_torch_loads(

@@ -1,5 +1,6 @@
-"""tune(): records land in the store, budgets resume, kill -9 loses at most one batch, and TVM's
-own tuner and compiler read and write the store through the PyDatabase adapter."""
+"""tune(): records land in the store, budgets resume, and TVM's own tuner and compiler read and
+write the store through the PyDatabase adapter.  (A tuner killed with kill -9 mid-batch is in
+``test_faults.py``.)"""
 
 from __future__ import annotations
 
