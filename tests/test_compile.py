@@ -3,6 +3,7 @@ tasks without one, outputs equal to the untuned build, latencies of all three bu
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -110,6 +111,38 @@ def test_slow_builds_are_timed_fewer_times_within_the_budget() -> None:
     assert timing_repeats(85.0, 10) == 1
     assert timing_repeats(4.0, 10, budget_s=30.0) == 7
     assert timing_repeats(0.002, 10) == 10
+
+
+def test_a_slow_model_is_timed_without_another_warm_up_call() -> None:
+    """A call of 50 ms or more is a timing of its own, and the first call was the warm-up:
+    TVM's time evaluator would call it once more before timing (a minute, for an untuned
+    BERT-base)."""
+    import time
+
+    from tensortune.measure.executable import time_vm
+
+    calls = []
+
+    class Out:
+        def numpy(self) -> np.ndarray:
+            return np.zeros(1)
+
+    def main(*args) -> Out:
+        calls.append(args)
+        time.sleep(0.06)
+        return Out()
+
+    class SlowVM:
+        def __getitem__(self, name: str):
+            assert name == "main"
+            return main
+
+        def time_evaluator(self, *args, **kwargs):
+            raise AssertionError("timed again through TVM's time evaluator")
+
+    outputs, seconds = time_vm(SlowVM(), [], repeat=3)
+    assert len(calls) == 1 + 3 and len(outputs) == 1
+    assert 0.06 <= seconds < 1.0
 
 
 def test_rounds_and_repeats_must_be_positive():

@@ -38,10 +38,11 @@ from pathlib import Path
 import numpy as np
 
 from tensortune.compare.own_process import OwnProcess
-from tensortune.deploy.compile import build_tuned, seconds_per_call
+from tensortune.deploy.compile import build_tuned
 from tensortune.errors import TensortuneError, about, last_line
 from tensortune.hardware import Platform, resolve_platform
 from tensortune.hardware.fingerprint import affinity_kept
+from tensortune.measure.executable import seconds_per_call
 
 DEFAULT_NETWORKS = ("resnet18", "resnet50", "mobilenetv2", "bert-layer", "gpt2-block")
 ANCHORS = ("pytorch", "torch.compile", "onnxruntime", "openvino")

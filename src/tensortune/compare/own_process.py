@@ -103,7 +103,7 @@ def _serve(artifact: str, inputs_file: str) -> None:
     """The child: load the artifact (which sets nothing TVM_NUM_THREADS has not set), then
     answer requests until stdin closes."""
     from tensortune.deploy.artifact import load
-    from tensortune.deploy.compile import seconds_per_call
+    from tensortune.measure.executable import seconds_per_call
 
     with np.load(inputs_file) as z:
         inputs = [z[f"arr_{i}"] for i in range(len(z.files))]

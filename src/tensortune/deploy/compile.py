@@ -20,7 +20,7 @@ from tensortune.errors import (
     interruptible,
 )
 from tensortune.hardware import Platform, check_runs_here, resolve_platform
-from tensortune.measure.executable import MIN_REPEAT_S, timing_repeats
+from tensortune.measure.executable import MIN_REPEAT_S, seconds_per_call, timing_repeats
 from tensortune.measure.pool import WorkerPool
 from tensortune.records import DEFAULT_URL, RecordStore, records_from
 from tensortune.records.schema import origin_kind
@@ -360,12 +360,3 @@ def _time_torch(m, repeat: int, threads: int) -> float | None:
     finally:
         torch.set_num_threads(caller_threads)  # the caller's process, as it was
     return statistics.median(times)
-
-
-def seconds_per_call(call: Callable[[], object], at_least: float = 0.05) -> float:
-    """Seconds per call of ``call``, looping for at least ``at_least`` seconds."""
-    calls, start = 0, time.perf_counter()
-    while calls == 0 or time.perf_counter() - start < at_least:
-        call()
-        calls += 1
-    return (time.perf_counter() - start) / calls
