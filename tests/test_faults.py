@@ -49,11 +49,15 @@ def _assert_kept(before: dict[str, tuple], after: dict[str, tuple]) -> None:
     assert max(per_candidate.values(), default=1) == 1, "a candidate was measured twice"
 
 
+def _tune_args(url: str, work: Path, *args: str) -> list[str]:
+    """The tuners' command line after ``tensortune`` (a later ``--strategy`` in ``args`` wins)."""
+    return ["tune", "--records", url, "--work-dir", str(work), "--strategy", "replay-trace",
+            "--cost-model", "random", "--trials-per-round", str(PER_ROUND), *args]  # fmt: skip
+
+
 def _tuner(url: str, work: Path, *args: str) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "tensortune.cli.app", "tune", "--records", url,
-         "--work-dir", str(work), "--strategy", "replay-trace", "--cost-model", "random",
-         "--trials-per-round", str(PER_ROUND), *args],
+        [sys.executable, "-m", "tensortune.cli.app", *_tune_args(url, work, *args)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
         env={**os.environ, "TVM_NUM_THREADS": "1"},
     )  # fmt: skip
@@ -186,9 +190,7 @@ def _resumed(cli: Cli, url: str, work: Path, workloads: tuple) -> dict[str, tupl
     the store (3 records of other runs) up to ``TRIALS``, the stopped run's leases holding
     nothing back; returns the records before."""
     before = _snapshot(url)
-    code, _, err = cli("tune", "--records", url, "--work-dir", str(work), "--strategy",
-                       "replay-trace", "--cost-model", "random", "--trials-per-round",
-                       str(PER_ROUND), *workloads)  # fmt: skip
+    code, _, err = cli(*_tune_args(url, work, *workloads))
     assert code == 0, err[-2000:]
     after = _snapshot(url)
     _assert_kept(before, after)

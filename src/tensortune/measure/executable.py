@@ -45,7 +45,7 @@ def time_vm(vm, inputs: list, repeat: int) -> tuple[list[np.ndarray], float]:
             main(*inputs)
             dev.sync()
 
-        return out, statistics.median(seconds_per_call(call, MIN_REPEAT_S) for _ in range(repeat))
+        return out, statistics.median(seconds_per_call(call) for _ in range(repeat))
     timer = vm.time_evaluator("main", dev, number=1, repeat=repeat,
                               min_repeat_ms=int(MIN_REPEAT_S * 1000))  # fmt: skip
     return out, float(timer(*inputs).median)
