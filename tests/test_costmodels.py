@@ -163,6 +163,20 @@ def test_every_model_learns_from_a_handful_of_programs(fitted, test):
         assert np.all(np.isfinite(model.predict(test)))
 
 
+def test_a_model_set_to_refine_by_nothing_keeps_what_it_learned(fitted, test):
+    """``refine_rounds=0`` / ``refine_epochs=0`` are allowed (a frozen model online): an
+    update then changes nothing (LightGBM refused zero rounds with its own ValueError)."""
+    setting = next((s for s in ("refine_rounds", "refine_epochs") if s in fitted.get_params()),
+                   None)  # fmt: skip
+    if setting is None:
+        pytest.skip(f"{fitted.kind} refits on everything it has seen (no refine setting)")
+    model = copy.deepcopy(fitted)
+    setattr(model, setting, 0)
+    before = model.predict(test)
+    model.update(synthetic(40, seed=12))
+    np.testing.assert_allclose(model.predict(test), before, rtol=1e-5, atol=1e-6)
+
+
 def test_every_model_scores_programs_without_trace_tokens(fitted, test):
     """A search caches features without tokens until a token-reading model comes in."""
     bare = dataclasses.replace(test, tokens=[t[:0] for t in test.tokens])

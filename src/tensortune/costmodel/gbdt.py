@@ -119,6 +119,8 @@ class LightGBMModel(CostModel):
     def _boost(self, data: ProgramSet, rounds: int, start) -> LightGBMModel:
         import lightgbm as lgb
 
+        if start is not None and rounds == 0:  # refine_rounds=0: XGBoost adds no tree,
+            return self  # LightGBM refuses zero rounds
         labels = data.require_labels()
         rows, program_of_row = data.blocks(self.uses_lowered)
         objective = _pack_sum_objective(program_of_row, labels)

@@ -217,15 +217,16 @@ class _RankModel(CostModel):
         except Exception as e:
             reason = _torch_load_failure(e)
             raise TensortuneError(f"its weights cannot be read ({reason})") from None
-        self._check_saved(saved)
+        self._check_saved(saved, len(state))
         self.scale_, self.width_ = saved["scale"], saved["width"]
         self.net_ = self._new_net(self.width_)
         self.net_.load_state_dict(saved["net"])
 
-    def _check_saved(self, saved: object) -> None:
-        """Refuse saved state that does not fit this model's settings and the features computed
-        here, before building the network: its settings (``hidden``, ``members``) come from the
-        file too, and a network built from wrong ones could be any size."""
+    def _check_saved(self, saved: object, size: int) -> None:
+        """Refuse saved state (``size`` bytes) that does not fit this model's settings and the
+        features computed here, before building the network: its settings (``hidden``,
+        ``members``) come from the file too, and a network built from wrong ones could be any
+        size."""
         import torch
 
         width = self._rows(one_program()).shape[1]
@@ -250,6 +251,12 @@ class _RankModel(CostModel):
             k: (getattr(v, "shape", None), getattr(v, "dtype", None)) for k, v in net.items()
         }:
             raise TensortuneError("its weights do not fit its settings")
+        # torch.save writes a storage once however many tensors view it, and the network built
+        # next gives every tensor its own: tensors that all view one small storage would make a
+        # file of kilobytes allocate gigabytes.  tensortune's networks share no weights.
+        if sum(v.numel() * v.element_size() for v in net.values()) > size:
+            raise TensortuneError("its weights hold more numbers than the file does (tensors "
+                                  "sharing their storage)")  # fmt: skip
         if not all(torch.isfinite(v).all() for v in net.values() if v.is_floating_point()):
             raise TensortuneError("its weights hold NaN or infinite numbers")
 

@@ -78,6 +78,12 @@ def _check_xgboost(model: object, width: int) -> None:
         finite = False
     if not finite:
         raise _Damaged(f"base_score {shown(base)} is not a finite number")
+    # What turns the trees' sum into a prediction (a logistic or multi-class objective would
+    # transform it, or raise in XGBoost at predict time): tensortune's trees are all trained
+    # for squared error, custom objectives included.
+    objective = _field(learner, "objective", dict).get("name")
+    if objective != "reg:squarederror":
+        raise _Damaged(f"objective {shown(objective)}, not reg:squarederror")
     booster = _field(learner, "gradient_booster", dict)
     if booster.get("name") != "gbtree":
         raise _Damaged(f"booster {shown(booster.get('name'))}, not gbtree")
@@ -105,6 +111,10 @@ def _check_xgboost(model: object, width: int) -> None:
         raise _Damaged("categorical features (tensortune's models have none)")
     for k, tree in enumerate(trees):
         try:
+            # XGBoost files a tree under its own id: two trees of one id leave another slot
+            # empty, and a prediction then reads through a null pointer (a crash, not an error).
+            if not isinstance(tree, dict) or tree.get("id") != k:
+                raise _Damaged("the trees are not numbered in order")
             _check_xgboost_tree(tree, width)
         except _Damaged as e:
             raise _Damaged(f"tree {k}: {e}") from None
