@@ -576,7 +576,8 @@ def _fill_disk(store) -> tuple[list[Record], list[Record]]:
     """Records already there, and a batch too large for the pages left."""
     before = fill(store, MM, [1e-3, 2e-3])
     template = make_records(store, SM, [1e-3])[0]
-    big = [dataclasses.replace(template, trace=template.trace * 20) for _ in range(40)]
+    padded = template.trace + " " * (20 * len(template.trace))  # still the trace's JSON
+    big = [dataclasses.replace(template, trace=padded) for _ in range(40)]
     (pages,) = store._db.execute("PRAGMA page_count").fetchone()
     store._db.execute(f"PRAGMA max_page_count = {pages + 2}")
     return before, big

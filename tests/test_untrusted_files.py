@@ -236,6 +236,12 @@ _XGB_CRAFTED: dict[str, Callable[[dict], None]] = {
         num_feature="500"),
     "iterations past the trees": lambda m: m["learner"]["gradient_booster"]["model"][
         "iteration_indptr"].append(99),
+    # This loaded, and predicting then crashed the process (XGBoost files a tree by its id).
+    "two trees of one id": lambda m: m["learner"]["gradient_booster"]["model"]["trees"][1].update(
+        id=0),
+    # This loaded, and predicting then raised XGBoost's own many-line error.
+    "a multi-class objective": lambda m: m["learner"].update(
+        objective={"name": "multi:softprob", "softmax_multiclass_param": {"num_class": "2"}}),
     # These loaded and predicted NaN for every program.
     "a NaN leaf value": _set(split_conditions=(0, math.nan), base_weights=(0, math.nan)),
     "a base score that is no number": lambda m: m["learner"]["learner_model_param"].update(
@@ -273,6 +279,29 @@ def test_network_weights_that_predict_nan_are_refused(
     path = model_file(tmp_path / "m.ttm", meta, _torch_bytes(saved))
     message = refused(lambda: load_cost_model(path))
     assert message is not None and ("NaN" in message or "scale" in message), message
+    check_model_file(cli, path, dataset)
+
+
+def test_network_weights_viewing_one_storage_are_refused(
+    cli: Cli, models: dict[str, Path], dataset: Path, tmp_path: Path
+) -> None:
+    # torch.save writes a storage once, and loading built every member anew: 100 members of
+    # views of one small storage loaded from a 25 kB file into 340 MB (any size, at the limits).
+    import torch
+
+    meta, _ = parts(models["mlp"])
+    meta["params"]["members"] = 100
+    meta["params"]["hidden"] = 64
+    model = load_cost_model(models["mlp"])
+    model.members, model.hidden = 100, 64
+    with torch.device("meta"):
+        shapes = {k: v.shape for k, v in model._new_net(model.width_).state_dict().items()}
+    storage = torch.zeros(max(s.numel() for s in shapes.values()))
+    net = {k: storage[: s.numel()].view(s) for k, s in shapes.items()}
+    state = _torch_bytes({"net": net, "scale": model.scale_, "width": model.width_})
+    assert sum(v.numel() * v.element_size() for v in net.values()) > len(state)
+    path = model_file(tmp_path / "m.ttm", meta, state)
+    assert "sharing their storage" in (refused(lambda: load_cost_model(path)) or "")
     check_model_file(cli, path, dataset)
 
 
@@ -617,7 +646,22 @@ _DB_CRAFTED: dict[str, Callable[[Path], None]] = {
         d, lambda b: struct.pack("<Q", 2**60) + b[8:]),
     "a workload that is not base64": lambda d: (d / _WORKLOADS).write_text('["1", "@@@"]\n'),
     "a workload graph with a cycle": lambda d: _workload_bytes(d, _cyclic_blob),
+    "a null in an argument's shape": _edit_record(lambda e: e[1][3][0].__setitem__(2, [None, 16])),
+    # Acyclic, but TVM's reader recurses along references until its stack runs out.
+    "a workload graph nested 20,000 deep": lambda d: _workload_bytes(d, lambda _: _deep_blob()),
 }  # fmt: skip
+
+
+def _deep_graph(depth: int = 20_000) -> str:
+    nodes = [{"type": "ffi.Array", "data": []}]
+    nodes += [{"type": "ffi.Array", "data": [i]} for i in range(depth - 1)]
+    return json.dumps({"root_index": depth - 1, "nodes": nodes,
+                       "metadata": {"tvm_version": "0.27.0"}})  # fmt: skip
+
+
+def _deep_blob() -> bytes:
+    graph = _deep_graph().encode()
+    return struct.pack("<Q", len(graph)) + graph
 
 
 def _cyclic(text: str | bytes) -> str:
@@ -1054,6 +1098,72 @@ _STORE_DAMAGED: dict[str, Callable[[Path], None]] = {
     "a record of hardware the store does not describe": _sql(
         "PRAGMA foreign_keys = OFF; UPDATE records SET hardware_id = 'deadbeef'"),
 }  # fmt: skip
+
+
+def _each_record(column: str, edit: Callable[[list], None]) -> Callable[[Path], None]:
+    def damage(path: Path) -> None:
+        db = sqlite3.connect(path)
+        with db:
+            for rid, text in db.execute(f"SELECT id, {column} FROM records").fetchall():
+                value = json.loads(text)
+                edit(value)
+                db.execute(f"UPDATE records SET {column} = ? WHERE id = ?",
+                           (json.dumps(value), rid))  # fmt: skip
+        db.close()
+
+    return damage
+
+
+def _first_tile(trace: list) -> list:
+    insts, decisions = trace
+    return next(d for d in decisions if insts[d[0]][0] == "SamplePerfectTile")
+
+
+_STORE_TRACES: dict[str, Callable[[Path], None]] = {
+    "a trace with a null attribute": _each_record(
+        "trace", lambda t: t[0][0].__setitem__(2, [None, "main"])),
+    "a null tile decision": _each_record("trace", lambda t: _first_tile(t).__setitem__(1, None)),
+    "args_info with a null shape": _each_record("args_info", lambda a: a[0].__setitem__(2, None)),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", list(_STORE_TRACES))
+def test_store_rows_whose_traces_would_crash_tvm_never_reach_it(
+    cli: Cli, store: Path, tmp_path: Path, case: str
+) -> None:
+    # Each of these killed `records export`, `dataset build` and a tune's warm start with a
+    # segmentation fault; exported into another store, the row crashed that store's readers too.
+    _STORE_TRACES[case](store)
+    url = f"sqlite:///{store}"
+    other = tmp_path / "mine.db"
+    with open_records(f"sqlite:///{other}") as s:
+        fill(s, "matmul:16,16,16", [3e-3])
+    before = other.read_bytes()
+    assert "is damaged" in one_error(cli("records", "export", f"sqlite:///{other}", "--records",
+                                         url))  # fmt: skip
+    assert other.read_bytes() == before
+    tune = ("tune", "--workload", "matmul:16,16,16", "--trials", "3", "--work-dir",
+            str(tmp_path / "w"))  # fmt: skip
+    for command in (("records", "export", str(tmp_path / "ms")),
+                    ("dataset", "build", str(tmp_path / "ds")), tune):  # fmt: skip
+        result = cli(*command, "--records", url)
+        if result[0] != 0:
+            one_error(result)
+
+
+def test_a_damaged_dataset_trace_is_a_row_that_does_not_replay(store: Path) -> None:
+    from tensortune.datasets.lowered import replayed
+    from tensortune.records.convert import candidate_from_trace
+
+    with open_records(f"sqlite:///{store}") as s:
+        (workload,) = s.workloads()
+        trace = next(iter(s.query())).trace_json()
+    mod = workload.mod()
+    assert replayed(mod, json.dumps(trace)) is not None
+    _first_tile(trace)[1] = None  # TVM's replay read through it (a segmentation fault)
+    assert replayed(mod, json.dumps(trace)) is None
+    with pytest.raises(ValueError, match="is null"):
+        candidate_from_trace(mod, trace)
 
 
 @pytest.mark.parametrize("case", list(_STORE_DAMAGED))

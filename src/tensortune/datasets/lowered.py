@@ -217,12 +217,13 @@ def _compute(directory: Path, columns: dict, todo: list[int], done: dict, path: 
 
 def replayed(module: object, trace: str) -> object | None:
     """``module`` scheduled by a dataset row's trace (JSON text); None for a trace this TVM
-    cannot replay."""
+    cannot replay (a damaged one too: ``records.convert.replay_trace``)."""
     from tensortune.compat import tvm
+    from tensortune.records.convert import replay_trace
 
     sch = tvm.s_tir.Schedule(module)
     try:
-        tvm.s_tir.Trace.apply_json_to_schedule(json.loads(trace), sch)
+        replay_trace(trace, sch)
     except Exception:  # TVM raises its own error types for a trace it cannot replay
         return None
     return sch.mod

@@ -6,8 +6,10 @@ import json
 import time
 
 from tensortune.compat import TVM_VERSION, ArgInfo, MeasureCandidate, TuningRecord, Workload, tvm
+from tensortune.errors import RecordsError
 from tensortune.measure.status import FAILED_COST, Status, classify
 from tensortune.records.schema import Record, positive_seconds
+from tensortune.records.trace_checks import args_info_problem, trace_problem
 
 
 def to_plain(value: object) -> object:
@@ -27,13 +29,27 @@ def trace_text(trace) -> str:
     return json.dumps(to_plain(trace.as_json(remove_postproc=False)))
 
 
+def replay_trace(trace: list | str, sch: object) -> None:
+    """A stored trace (JSON, or its text) applied to the schedule ``sch``: the one door through
+    which a trace from a shared file reaches TVM's reader, checked first (``trace_checks``: a
+    null that TVM would read through kills the process).  Raises ``ValueError`` for a damaged
+    trace, and whatever TVM raises for one that does not fit the schedule's module."""
+    try:
+        parsed = json.loads(trace) if isinstance(trace, str) else trace
+    except RecursionError:
+        raise ValueError("the trace nests too deep") from None
+    problem = trace_problem(parsed)
+    if problem:
+        raise ValueError(problem)
+    tvm.s_tir.Trace.apply_json_to_schedule(parsed, sch)
+
+
 def candidate_from_trace(mod, trace: list | str) -> MeasureCandidate:
     """A stored trace (JSON, or its text) replayed on ``mod``, ready to build, run or featurize.
 
-    Raises whatever the replay raises when the trace does not fit the module."""
+    Raises whatever the replay raises when the trace does not fit the module (``replay_trace``)."""
     sch = tvm.s_tir.Schedule(mod)
-    tvm.s_tir.Trace.apply_json_to_schedule(json.loads(trace) if isinstance(trace, str) else trace,
-                                           sch)  # fmt: skip
+    replay_trace(trace, sch)
     return MeasureCandidate(sch, ArgInfo.from_entry_func(sch.mod, remove_preproc=True))
 
 
@@ -78,12 +94,18 @@ def to_tuning_record(record: Record, workload: Workload,
                      names: dict[str, str] | None = None) -> TuningRecord:  # fmt: skip
     """``record`` as MetaSchedule's record of ``workload``; ``names`` renames its blocks
     (``renamed_blocks``) for a workload that names them differently from the record's."""
-    trace = record.trace_json()
+    try:
+        trace, args_info = record.trace_json(), json.loads(record.args_info)
+    except (ValueError, TypeError, RecursionError):
+        trace = args_info = None  # refused below
+    problem = trace_problem(trace) or args_info_problem(args_info)
+    if problem:  # TVM's reader would follow a null into memory that is not there
+        raise RecordsError(f"record {record.id} is damaged: {problem}")
     payload = [
         renamed_blocks(trace, names) if names else trace,
         list(record.run_secs) if record.ok else [FAILED_COST],
         json.loads(record.target),
-        json.loads(record.args_info),
+        args_info,
     ]
     return TuningRecord.from_json(payload, workload)
 

@@ -4,9 +4,10 @@ TVM's reader trusts the files: a record naming a workload past the end of the wo
 decision for an instruction its trace does not have, is followed into other memory and crashes
 the process; a workload whose stated length is huge is allocated.  Databases are shared, so each
 line is checked here for the shape TVM writes, and a malformed one is named in one line: file,
-line number, what is wrong.  A workload's IR graph is checked for references that loop back
-(TVM's reader recurses along them until it crashes); what else the graph holds is TVM's to
-check, and a crafted graph that TVM accepts may still crash it later.
+line number, what is wrong (a record's trace and arguments: ``trace_checks``).  A workload's IR
+graph is checked for references that loop back or nest deeper than TVM's reader can recurse
+(``compat.json_graph_problem``); what else the graph holds is TVM's to check, and a crafted
+graph that TVM accepts may still crash it later.
 """
 
 from __future__ import annotations
@@ -16,11 +17,10 @@ from pathlib import Path
 
 from tensortune.errors import RecordsError, shown
 from tensortune.records.schema import positive_seconds
+from tensortune.records.trace_checks import args_info_problem, trace_problem
 from tensortune.workloads.sources import workload_entry_problem
 
 WORKLOADS, RECORDS = "database_workload.json", "database_tuning_record.json"
-# Instructions whose decision is a list of tile sizes.
-_TILINGS = ("SamplePerfectTile", "SamplePartitionedTile")
 
 
 class _Malformed(Exception):
@@ -101,7 +101,9 @@ def _check_record(entry: object, workloads: int | None) -> None:
     if len(record) != 4:
         raise _Malformed("a record is [workload index, [trace, run_secs, target, args_info]]")
     trace, run_secs, target, args_info = record
-    _check_trace(trace)
+    problem = trace_problem(trace)
+    if problem:
+        raise _Malformed(problem)
     if run_secs is not None and not (
         isinstance(run_secs, list) and all(type(s) in (int, float) for s in run_secs)
     ):  # a null among them crashes TVM
@@ -111,69 +113,6 @@ def _check_record(entry: object, workloads: int | None) -> None:
         raise _Malformed("run_secs holds a time that is not a positive finite number")
     if not (isinstance(target, dict) and type(target.get("kind")) is str):
         raise _Malformed("the target is not an object with a kind")
-    if not (
-        isinstance(args_info, list)
-        and all(isinstance(a, list) and a and type(a[0]) is str for a in args_info)
-    ):
-        raise _Malformed("args_info is not a list of argument descriptions")
-
-
-# Attributes that may be null: TransformLayout's pad value (none: the layout needs no padding),
-# which MetaSchedule's RewriteLayout writes into every record of a kernel with weights.
-_OPTIONAL_ATTRS = {"TransformLayout": (2,)}
-
-
-def _check_trace(trace: object) -> None:
-    """``[instructions, decisions]``: each instruction ``[kind, inputs, attrs, outputs]``, each
-    decision ``[index of an instruction, value]``."""
-    if not (
-        isinstance(trace, list) and len(trace) == 2 and all(isinstance(p, list) for p in trace)
-    ):
-        raise _Malformed("the trace is not [instructions, decisions]")
-    instructions, decisions = trace
-    for k, inst in enumerate(instructions):
-        if not (
-            isinstance(inst, list)
-            and len(inst) == 4
-            and type(inst[0]) is str
-            and all(isinstance(part, list) for part in inst[1:])
-            and all(type(name) is str for name in inst[3])
-        ):
-            raise _Malformed(f"trace instruction {k} is not [kind, inputs, attrs, outputs]")
-        # TVM type-checks most inputs, but takes a null attribute, or a null for the block or
-        # loop that an instruction acts on (its first input), for a value it can use.
-        optional = _OPTIONAL_ATTRS.get(inst[0], ())
-        attrs = [a for i, a in enumerate(inst[2]) if i not in optional or a is not None]
-        if _holds_null(attrs) or (inst[1] and inst[1][0] is None):
-            raise _Malformed(f"trace instruction {k} has a null attribute or acts on null")
-    for decision in decisions:
-        if not (
-            isinstance(decision, list)
-            and len(decision) == 2
-            and type(decision[0]) is int
-            and 0 <= decision[0] < len(instructions)
-        ):
-            raise _Malformed("a trace decision is not [index of an instruction, value]")
-        if _holds_null(decision[1]):
-            raise _Malformed(f"the decision of trace instruction {decision[0]} is null")
-        # Tile sizes divide loop extents: TVM divides by a zero one (the process dies).
-        kind = instructions[decision[0]][0]
-        if kind in _TILINGS and not (
-            isinstance(decision[1], list) and all(type(f) is int and f >= 1 for f in decision[1])
-        ):
-            raise _Malformed(f"the {kind} decision of trace instruction {decision[0]} is not "
-                             "a list of tile sizes of at least 1")  # fmt: skip
-
-
-def _holds_null(value: object) -> bool:
-    """Whether ``value`` (parsed JSON) is or contains a null, at any depth."""
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if item is None:
-            return True
-        if isinstance(item, list):
-            stack.extend(item)
-        elif isinstance(item, dict):
-            stack.extend(item.values())
-    return False
+    problem = args_info_problem(args_info)
+    if problem:
+        raise _Malformed(problem)

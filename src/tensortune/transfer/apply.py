@@ -77,14 +77,12 @@ def transfer_trace(source_mod: object, trace: list | str, target_mod: object,
     ``inline`` names target blocks inlined into their consumers first: the leading blocks of a
     longer elementwise epilogue than the source's (``KernelClass.core``), so that the blocks
     left line up with the source's one for one."""
-    import json
-
     from tensortune.compat import ArgInfo, MeasureCandidate, block_names, tvm
+    from tensortune.records.convert import replay_trace
 
     try:
         src = tvm.s_tir.Schedule(source_mod)
-        tvm.s_tir.Trace.apply_json_to_schedule(json.loads(trace) if isinstance(trace, str)
-                                               else trace, src)  # fmt: skip
+        replay_trace(trace, src)
     except Exception as e:  # TVM's own errors: the record does not fit its workload
         return Transferred(None, error=f"source trace does not replay: {last_line(e)}")
     try:

@@ -44,6 +44,7 @@ def draft_quality(dataset: str, *, share: float = 0.25, min_programs: int = 48,
     from tensortune.datasets.build import load_table, load_workloads
     from tensortune.datasets.shipped import dataset_path
     from tensortune.hardware import Platform, current_hardware
+    from tensortune.records.convert import replay_trace
     from tensortune.search.analyzer.machine import machine_for
     from tensortune.search.analyzer.roofline import Analyzer
 
@@ -73,7 +74,7 @@ def draft_quality(dataset: str, *, share: float = 0.25, min_programs: int = 48,
         for k, i in enumerate(rows):
             sch = tvm.s_tir.Schedule(modules[task])
             try:
-                tvm.s_tir.Trace.apply_json_to_schedule(json.loads(cols["trace"][i]), sch)
+                replay_trace(cols["trace"][i], sch)
             except Exception:
                 continue
             t0 = time.perf_counter()
