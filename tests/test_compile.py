@@ -302,6 +302,10 @@ def test_what_strays_is_judged_on_floating_outputs_with_equal_infinities_agreein
     assert _stray([np.array([np.nan, 1.0])], [np.array([0.0, 1.0])])[0] == np.inf
     assert _stray([np.array([np.inf])], [np.array([-np.inf])])[0] == np.inf
     assert _stray([np.array([1.5, 2.0])], [np.array([1.0, 2.0])]) == (0.5, OUTPUT_TOLERANCE * 2)
+    import ml_dtypes  # NumPy calls bfloat16 kind "V": such outputs went unjudged
+
+    far = [np.array([1e6], ml_dtypes.bfloat16)], [np.array([0.0], ml_dtypes.bfloat16)]
+    assert _stray(*far)[0] > 1e5
 
 
 def test_the_report_s_error_takes_masks_empty_outputs_and_infinities():

@@ -213,6 +213,45 @@ def test_the_command_line_gives_dynamic_onnx_inputs_their_shapes(cli, tmp_path: 
         assert "the model's has 4: ['batch', 3, 16, 16]" in err, err
 
 
+def test_onnx_inputs_tensortune_cannot_feed_are_refused_in_one_line(tmp_path: Path) -> None:
+    # A sequence input and an untyped one raised KeyError 0; a bfloat16 MatMul failed deep in
+    # the build of its fallback kernel (a dtype mismatch), its example input all zeros.
+    import onnx
+    from onnx import TensorProto as T
+    from onnx import helper as h
+
+    def save(name: str, node: onnx.NodeProto, x: onnx.ValueInfoProto, y_type: int) -> Path:
+        y = h.make_tensor_value_info("y", y_type, [4])
+        graph = h.make_graph([node], name, [x], [y])
+        path = tmp_path / f"{name}.onnx"
+        onnx.save(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)]), path)
+        return path
+
+    relu = h.make_node("Relu", ["x"], ["y"])
+    cases = {
+        save("seq", h.make_node("SequenceLength", ["x"], ["y"]),
+             h.make_tensor_sequence_value_info("x", T.FLOAT, [4]), T.INT64): "not a tensor",
+        save("untyped", relu, h.make_tensor_value_info("x", T.UNDEFINED, [4]), T.FLOAT):
+            "not a tensor",
+        save("bf16", relu, h.make_tensor_value_info("x", T.BFLOAT16, [4]), T.BFLOAT16):
+            "'x' is bfloat16",
+    }  # fmt: skip
+    for path, words in cases.items():
+        with pytest.raises(WorkloadError, match=words) as caught:
+            load_model(path, target=TARGET)
+        assert len(str(caught.value).splitlines()) == 1
+
+
+@pytest.mark.parametrize("shape", [[0, 3, 16, 16], [-1, 3, 16, 16], [1.5, 3, 16, 16], "2316",
+                                   [True, 3, 16, 16], 2])  # fmt: skip
+def test_input_shapes_given_in_python_are_checked(tmp_path: Path, shape: object) -> None:
+    # int() made 1.5 a 1 and "2316" four dimensions; 0 and -1 failed inside TVM or NumPy.
+    path = tmp_path / "dyn.onnx"
+    export_onnx(path, dynamic_axes={"image": {0: "batch"}})
+    with pytest.raises(WorkloadError, match="not a list of positive whole numbers"):
+        load_model(path, target=TARGET, input_shapes={"image": shape})
+
+
 def test_unknown_network() -> None:
     with pytest.raises(WorkloadError, match=r"unknown network 'nope'; known: .*resnet18"):
         load_model("nope", target=TARGET)

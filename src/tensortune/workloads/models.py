@@ -234,11 +234,24 @@ def _onnx_inputs(
     shapes: dict[str, list[int]] = {}
     dtypes: dict[str, np.dtype] = {}
     for value in inputs:
+        if not value.type.HasField("tensor_type") or not value.type.tensor_type.elem_type:
+            raise WorkloadError(
+                f"ONNX input {value.name!r} is not a tensor of a known element type "
+                "(a sequence, map or optional, or untyped)"
+            )
         tensor = value.type.tensor_type
-        dtypes[value.name] = np.dtype(tensor_dtype_to_np_dtype(tensor.elem_type))
+        dtype = np.dtype(tensor_dtype_to_np_dtype(tensor.elem_type))
+        # bfloat16 and the float8s come from ml_dtypes, as kind "V": TVM built the fallback
+        # kernel of a bfloat16 MatMul wrongly (a dtype mismatch deep in the build), and an
+        # example input of them would be zeros.
+        if dtype.kind not in "biuf":
+            raise WorkloadError(f"ONNX input {value.name!r} is {dtype.name}; tensortune compiles "
+                                "models with float, integer and boolean inputs (cast it to "
+                                "float32)")  # fmt: skip
+        dtypes[value.name] = dtype
         dims = [d.dim_value if d.dim_value > 0 else None for d in tensor.shape.dim]
         if value.name in overrides:
-            given = [int(d) for d in overrides[value.name]]
+            given = _given_shape(value.name, overrides[value.name])
             # Checked here: TVM's importer fails deep inside on a wrong rank, with lines on
             # both streams and a message cut short.  A fixed size may be overridden (a model
             # exported at batch 1 may run at 8 where its graph does not hard-code it).
@@ -258,6 +271,18 @@ def _onnx_inputs(
             )
         shapes[value.name] = [int(d) for d in dims]
     return shapes, dtypes
+
+
+def _given_shape(name: str, dims: object) -> list[int]:
+    """An input shape given in Python: a list or tuple of positive whole numbers (the command
+    line's parser checks its own; ``int()`` turned 1.5 into 1 and "14" into (1, 4))."""
+    ok = isinstance(dims, list | tuple) and all(
+        isinstance(d, int | np.integer) and not isinstance(d, bool) and d > 0 for d in dims
+    )
+    if not ok:
+        raise WorkloadError(f"input shape of {name!r}: {dims!r} is not a list of positive whole "
+                            "numbers")  # fmt: skip
+    return [int(d) for d in dims]
 
 
 # The largest model input an example is made for: an ONNX file can declare any shape.
