@@ -267,6 +267,9 @@ def test_garbage_onnx(tmp_path: Path) -> None:
 def test_missing_file(tmp_path: Path) -> None:
     with pytest.raises(WorkloadError, match="not found"):
         load_model(str(tmp_path / "missing.onnx"), target=TARGET)
+    (tmp_path / "folder.onnx").mkdir()  # it exists: "not found" misled
+    with pytest.raises(WorkloadError, match="folder.onnx is a directory"):
+        load_model(str(tmp_path / "folder.onnx"), target=TARGET)
 
 
 @pytest.mark.slow
@@ -274,6 +277,31 @@ def test_resnet18() -> None:
     model = load_model("resnet18", target=TARGET)
     assert len(model.tasks) > 10
     assert sum(task.weight for task in model.tasks) > len(model.tasks)
+
+
+def test_a_damaged_task_count_cache_is_counted_again(tmp_path, monkeypatch):
+    # A cache of valid JSON but another shape raised AttributeError on every `workloads`.
+    from types import SimpleNamespace
+
+    from conftest import platform
+
+    from tensortune.workloads import catalog
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    counted = SimpleNamespace(tasks=[SimpleNamespace(weight=2)] * 3)
+    monkeypatch.setattr("tensortune.workloads.models.load_model", lambda *a, **k: counted)
+    path = tmp_path / "tensortune" / "task-counts.json"
+    path.parent.mkdir(parents=True)
+    for text in ('{"a key": 1}', "[" * 100_000, "[]"):
+        path.write_text(text)
+        assert catalog.task_counts(["net"], platform(), cached_only=True) == {}
+        assert catalog.task_counts(["net"], platform()) == {"net": (3, 6)}
+    cache = json.loads(path.read_text())
+    (key,) = cache
+    cache[key]["net"] = "x"  # an entry of another shape under this machine's key
+    path.write_text(json.dumps(cache))
+    assert catalog.task_counts(["net"], platform(), cached_only=True) == {}
+    assert catalog.task_counts(["net"], platform()) == {"net": (3, 6)}
 
 
 def test_task_counts_are_computed_once_and_cached(tmp_path, monkeypatch):

@@ -361,6 +361,19 @@ def test_tvmscript_missing_file(tmp_path: Path) -> None:
         task_from_spec(str(path))
 
 
+def test_a_workload_file_that_is_not_python_is_not_run(tmp_path: Path) -> None:
+    # runpy ran any existing file: a zip's __main__.py (a compiled artifact is a zip) ran.
+    import zipfile
+
+    marker = tmp_path / "ran"
+    path = tmp_path / "model.tt"
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("__main__.py", f"open({str(marker)!r}, 'w').close()\n")
+    with pytest.raises(WorkloadError, match=r"model\.tt is not a TVMScript \.py file"):
+        task_from_spec(str(path))
+    assert not marker.exists()
+
+
 # ---- tasks_from_database -----------------------------------------------------------------
 
 

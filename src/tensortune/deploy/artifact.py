@@ -146,6 +146,8 @@ def _check(path: Path, m: object) -> None:
         raise ArtifactError(f"{path}: damaged manifest (inputs)")
     if type(threads) is not int or threads < 1:
         raise ArtifactError(f"{path}: damaged manifest (threads)")
+    if type(m.get("single_output", True)) is not bool:
+        raise ArtifactError(f"{path}: damaged manifest (single_output)")
 
 
 def _spec_ok(x: object) -> bool:
@@ -185,7 +187,13 @@ class CompiledModel:
         torch_in = any(type(a).__module__.startswith("torch") for a in args)
         pairs = enumerate(zip(args, self.inputs, strict=True))
         arrays = [_as_array(a, spec, i) for i, (a, spec) in pairs]
-        outs = self._call(arrays)
+        try:
+            outs = self._call(arrays)
+        except (RuntimeError, ValueError) as e:  # TVM's checks of its inputs raise these
+            # The manifest's inputs are checked at load by count only (the library does not
+            # say its shapes): a manifest edited to other shapes or dtypes is refused here.
+            raise ArtifactError(f"{self.name}: its library refused the inputs its manifest "
+                                f"lists ({last_line(e)})") from None  # fmt: skip
         if torch_in:
             import torch
 

@@ -7,6 +7,7 @@ target, so a change to any of them recounts.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -42,9 +43,15 @@ def task_counts(
     path = _cache_file()
     try:
         cache = json.loads(path.read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         cache = {}
-    entries = cache.setdefault(key, {})
+    if not isinstance(cache, dict):  # damaged or written by something else: counted again
+        cache = {}
+    entries = cache.get(key)
+    if not isinstance(entries, dict):
+        entries = cache[key] = {}
+    for name in [n for n, e in entries.items() if not _count_entry(e)]:
+        del entries[name]
     if cached_only:
         return {n: (int(entries[n][0]), int(entries[n][1])) for n in names if n in entries}
     for name in names:
@@ -53,7 +60,15 @@ def task_counts(
             entries[name] = [len(m.tasks), sum(t.weight for t in m.tasks)]
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(cache, indent=1))
+        partial = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        partial.write_text(json.dumps(cache, indent=1))
+        partial.replace(path)  # whole or not at all: a reader never sees half a file
     except OSError:
         pass  # a read-only home only costs a recount next time
     return {n: (int(entries[n][0]), int(entries[n][1])) for n in names}
+
+
+def _count_entry(entry: object) -> bool:
+    """Whether a cached entry is ``[tasks, occurrences]``, two whole numbers of at least 0."""
+    return (isinstance(entry, list) and len(entry) == 2
+            and all(type(v) is int and v >= 0 for v in entry))  # fmt: skip

@@ -206,6 +206,8 @@ def _from_onnx(
 def _read_onnx(path: Path) -> onnx.ModelProto:
     import onnx
 
+    if path.is_dir():
+        raise WorkloadError(f"{path} is a directory, not an ONNX model file")
     if not path.is_file():
         raise WorkloadError(f"model file not found: {path}")
     try:

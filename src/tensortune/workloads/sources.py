@@ -50,6 +50,11 @@ def _task_from_tvmscript(path: Path) -> Task:
 
     if not path.is_file():
         raise WorkloadError(f"workload file not found: {path}")
+    # A TVMScript file is Python, and is run; any other file is not run (runpy would run the
+    # __main__.py of a zip, such as a compiled artifact given here by mistake).
+    if path.suffix != ".py":
+        raise WorkloadError(f"{path} is not a TVMScript .py file (a model file goes to --model, "
+                            "a MetaSchedule database to --workloads-from)")  # fmt: skip
     try:
         namespace = runpy.run_path(str(path), run_name="__tensortune_workload__")
     except SystemExit as e:  # a script's own argument parsing, or a sys.exit() at top level
