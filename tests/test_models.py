@@ -268,7 +268,7 @@ def test_missing_file(tmp_path: Path) -> None:
     with pytest.raises(WorkloadError, match="not found"):
         load_model(str(tmp_path / "missing.onnx"), target=TARGET)
     (tmp_path / "folder.onnx").mkdir()  # it exists: "not found" misled
-    with pytest.raises(WorkloadError, match="folder.onnx is a directory"):
+    with pytest.raises(WorkloadError, match=r"folder\.onnx is a directory"):
         load_model(str(tmp_path / "folder.onnx"), target=TARGET)
 
 
