@@ -119,6 +119,24 @@ def test_biased_selectors_do_not_favour_the_last_rows_among_programs_rated_alike
         assert 0.3 < np.mean(where) < 0.7, (name, np.mean(where))
 
 
+def test_k_center_breaks_exact_ties_at_random_not_by_row_order(pool):
+    # Programs of identical features are equally far from everything: argmax took the one
+    # stored first in every seed (the pool stores its random samples before evolved ones).
+    import dataclasses
+
+    from tensortune.train.pruning import cover_order
+
+    x = np.array([[0.0], [5.0], [5.0], [1.0], [2.0]]) * np.ones((1, pool.vectors.shape[1]))
+    tiny = dataclasses.replace(pool, programs=pool.programs.subset(np.arange(5)), vectors=x,
+                               task=np.zeros(5, int), labels=pool.labels[:5])  # fmt: skip
+    got = {int(make_selector("diversity").select(tiny, np.array([0]), None, 1, seed=s)[0])
+           for s in range(20)}  # fmt: skip
+    assert got == {1, 2}, got
+    seconds = {int(cover_order(x[[0, 1, 2]], np.random.default_rng(s))[0][1])
+               for s in range(40)}  # fmt: skip
+    assert seconds >= {1, 2}, seconds  # from row 0 the two equal copies tie
+
+
 def test_uncertainty_picks_where_the_bootstrap_ensemble_disagrees(pool, seeded):
     labelled, model = seeded
     # The selector's own ensemble: the same draws as its select(seed=5, round=0).

@@ -222,7 +222,9 @@ def k_center(view: TaskView, among: np.ndarray, count: int, rng: np.random.Gener
         else:
             key = w * nearest
         key = np.where(taken, -np.inf, key)
-        j = int(np.argmax(key))
+        # Exact ties (programs whose features are identical) at random: argmax alone always
+        # took the copy stored first, whatever the seed.
+        j = int(rng.choice(np.flatnonzero(key == key.max())))
         chosen.append(j)
         taken[j] = True
         nearest = np.minimum(nearest, _distances(x, x[j : j + 1]))

@@ -139,7 +139,9 @@ def cover_order(x: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np
         order[step], radius[step] = j, nearest[j]
         taken[j] = True
         nearest = np.minimum(nearest, np.sqrt(((x - x[j]) ** 2).sum(axis=1)))
-        j = int(np.argmax(np.where(taken, -np.inf, nearest)))
+        if step + 1 < len(x):  # ties (identical rows) at random, not the first one stored
+            key = np.where(taken, -np.inf, nearest)
+            j = int(rng.choice(np.flatnonzero(key == key.max())))
     return order, radius
 
 
