@@ -120,16 +120,20 @@ def test_a_selector_collects_its_budget_in_rounds_and_resumes(tiny, tmp_path):
     # Another selector on the same store would find its budget met by balto's picks.
     with open_records(url) as store:
         before = store.count()
-    with pytest.raises(TensortuneError, match="not chosen by sampler uncertainty"):
+    with pytest.raises(TensortuneError, match="not made by sampler uncertainty"):
         collect_active([tiny], config=SMALL[0], selector="uncertainty", budget=6, rounds=2,
                        records=url, work_dir=tmp_path / "w")  # fmt: skip
+    # So would a plain collection (it measured none of its random programs there).
+    with pytest.raises(TensortuneError, match="not made by a plain collection"):
+        collect([tiny], configs=SMALL[:1], programs_per_task=8, records=url,
+                work_dir=tmp_path / "w")  # fmt: skip
     with open_records(url) as store:
         assert store.count() == before
     # balto-weighted's run ids begin as balto's do: they are not balto's own either.
     other = f"sqlite:///{tmp_path / 'w.db'}"
     collect_active([tiny], config=SMALL[0], selector="balto-weighted", budget=1, rounds=1,
                    records=other, work_dir=tmp_path / "w")  # fmt: skip
-    with pytest.raises(TensortuneError, match="not chosen by sampler balto;"):
+    with pytest.raises(TensortuneError, match="not made by sampler balto;"):
         collect_active([tiny], config=SMALL[0], selector="balto", budget=2, rounds=1,
                        records=other, work_dir=tmp_path / "w")  # fmt: skip
     with pytest.raises(TensortuneError, match="unknown selector"):

@@ -31,6 +31,7 @@ from tensortune.collect.programs import (
     CollectStep,
     Progress,
     as_list,
+    check_collected_by,
     check_configs,
     register_tasks,
     tasks_to_collect,
@@ -134,7 +135,9 @@ def collect_active(
     with interruptible(graceful=True), records_from(records) as store:
         tasks = register_tasks(store, by_network)
         with about("records"):
-            _check_own(store, tasks, platform, selector)
+            # Whole ids: "collect-balto-" also begins the ids of a balto-weighted collection.
+            own = re.compile(rf"collect-{re.escape(selector)}-[0-9a-f]{{8}}")
+            check_collected_by(store, tasks, platform, own, f"sampler {selector}")
         result = CollectResult(store.url, [hw_config.name], len(tasks))
         features = {wid: _Features(t, platform) for wid, t in tasks.items()}
         with MeasureSession(platform, log_dir=Path(work_dir) / "logs",
@@ -166,23 +169,6 @@ def collect_active(
                                              store.count(**where(wid)), budget))  # fmt: skip
         result.per_config[hw_config.name] = result.measured
     return result
-
-
-def _check_own(store: RecordStore, tasks: dict[int, Task], platform: Platform,
-               selector: str) -> None:  # fmt: skip
-    """Refuse a store whose records of ``tasks`` on ``platform`` were not all made by a
-    ``selector`` collection (module docstring); its own, from a run it resumes, are fine."""
-    # Whole ids: "collect-balto-" also begins the ids of a balto-weighted collection.
-    own = re.compile(rf"collect-{re.escape(selector)}-[0-9a-f]{{8}}")
-    foreign = sum(1 for wid in tasks
-                  for r in store.query(workload_id=wid, hardware_id=platform.hardware.id,
-                                       target=platform.key)
-                  if not own.fullmatch(r.run_id))  # fmt: skip
-    if foreign:
-        raise TensortuneError(f"{store.url} already holds {foreign} measurements of these tasks "
-                              f"on this configuration not chosen by sampler {selector}; they "
-                              "would count toward its budget: collect into a store of its "
-                              "own")  # fmt: skip
 
 
 def _fit(model_cls, store: RecordStore, platform: Platform, features: dict[int, _Features],

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -231,6 +232,8 @@ def collect(
                                       heaviest=heaviest, exclude=exclude)  # fmt: skip
     with interruptible(graceful=True), records_from(records) as store:
         tasks = register_tasks(store, by_network)
+        for platform in platforms:  # before anything is measured
+            check_collected_by(store, tasks, platform, PLAIN_RUN, "a plain collection")
         result = CollectResult(store.url, [c.name for c in hw_configs], len(tasks))
         for config, platform in zip(hw_configs, platforms, strict=True):
             with MeasureSession(platform, log_dir=Path(work_dir) / "logs",
@@ -254,6 +257,28 @@ def collect(
             result.per_config[config.name] = measured
             result.measured += measured
     return result
+
+
+# The run ids of a plain collection's workers (``_Filler``); a sampler's are
+# ``collect-NAME-…`` and a tuner's ``tune-…``.
+PLAIN_RUN = re.compile(r"collect-[0-9a-f]{8}")
+
+
+def check_collected_by(store: RecordStore, tasks: dict[int, Task], platform: Platform,
+                       own: re.Pattern, who: str) -> None:  # fmt: skip
+    """Refuse a store whose records of ``tasks`` on ``platform`` were not all made by runs
+    whose id ``own`` matches (``who``): a collection counts what a task has to know what it
+    lacks, and others' programs (a tuner's best, a sampler's picks) would stand in for its own
+    random and evolved ones.  Its own records, from a run it resumes or a worker beside it,
+    are fine."""
+    foreign = sum(1 for wid in tasks
+                  for r in store.query(workload_id=wid, hardware_id=platform.hardware.id,
+                                       target=platform.key)
+                  if not own.fullmatch(r.run_id))  # fmt: skip
+    if foreign:
+        raise TensortuneError(f"{store.url} already holds {foreign} measurements of these tasks "
+                              f"on this configuration not made by {who}; they would count "
+                              "toward its programs: collect into a store of its own")  # fmt: skip
 
 
 def _report(progress: Progress | None, step: Callable[..., CollectStep], have: int) -> None:
