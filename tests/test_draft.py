@@ -120,6 +120,16 @@ def test_machine_speeds_are_measured_once_and_read_back(tmp_path, monkeypatch):
         speeds.machine_speeds.cache_clear()
 
 
+def test_the_l2_copy_stays_in_the_machines_own_l2():
+    # A fixed 256 KiB twice filled a Zen 3's whole 512 KiB L2, so "L2" bandwidth measured L3.
+    from tensortune.hardware.speeds import l2_block
+
+    assert l2_block({"L2": 512 * 1024}) == 128 * 1024  # Zen 3
+    assert l2_block({"L2": 1024 * 1024}) == 256 * 1024  # Zen 4
+    assert l2_block({"L2": 2 * 1024 * 1024}) == 512 * 1024  # Sapphire and Emerald Rapids
+    assert l2_block({}) == 256 * 1024
+
+
 def test_symbols_of_sampled_conv2d_schedules():
     from conftest import sampled
 

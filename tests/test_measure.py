@@ -540,3 +540,46 @@ def test_build_directories_of_dead_processes_are_removed(tmp_path, monkeypatch) 
     assert f"tensortune-build-{gone}-abc" not in names
     assert f"tensortune-build-{os.getpid()}-own" in names
     assert sorted(p.name for p in tmp_path.iterdir()) == [f"tensortune-build-{os.getpid()}-own"]
+
+
+def test_a_cgroup_cpu_quota_bounds_the_cores_used(tmp_path, monkeypatch) -> None:
+    # A container limited to 2 CPUs of a 64-core host ran 64 threads and started 64 builders
+    # (194 MB each): only the affinity mask was read.
+    from tensortune.hardware import fingerprint
+
+    root = tmp_path / "cgroup"
+    (root / "job" / "task").mkdir(parents=True)
+    (root / "cpu.max").write_text("max 100000\n")
+    (root / "job" / "cpu.max").write_text("150000 100000\n")  # 1.5 CPUs: 2 threads' worth
+    (root / "job" / "task" / "cpu.max").write_text("max 100000\n")
+    v2 = tmp_path / "v2"
+    v2.write_text("0::/job/task\n")
+    assert fingerprint.cgroup_cpu_quota(v2, root) == 2
+    (root / "job" / "cpu.max").write_text("max 100000\n")
+    assert fingerprint.cgroup_cpu_quota(v2, root) is None
+    v1root = tmp_path / "v1"
+    (v1root / "cpu,cpuacct" / "job").mkdir(parents=True)
+    (v1root / "cpu,cpuacct" / "job" / "cpu.cfs_quota_us").write_text("300000\n")
+    (v1root / "cpu,cpuacct" / "job" / "cpu.cfs_period_us").write_text("100000\n")
+    v1 = tmp_path / "v1-cgroup"
+    v1.write_text("4:memory:/x\n2:cpu,cpuacct:/job\n")
+    assert fingerprint.cgroup_cpu_quota(v1, v1root) == 3
+    monkeypatch.setattr(fingerprint, "cgroup_cpu_quota", lambda: 1)
+    assert fingerprint.usable_cores() == 1
+    b = PersistentBuilder()
+    try:
+        assert b.max_workers == 1
+    finally:
+        b.close()
+
+
+def test_a_cache_whose_size_the_system_leaves_empty_is_not_known(tmp_path) -> None:
+    # An empty size file raised ValueError out of current_hardware() (only OSError was caught).
+    from tensortune.hardware.fingerprint import _caches
+
+    for name, (level, kind, size) in {"index0": ("1", "Data", "48K"),
+                                      "index2": ("2", "Unified", "")}.items():  # fmt: skip
+        (tmp_path / name).mkdir()
+        for field, value in (("level", level), ("type", kind), ("size", size)):
+            (tmp_path / name / field).write_text(value + "\n")
+    assert _caches(tmp_path) == {"L1d": 48 * 1024}

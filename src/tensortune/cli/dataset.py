@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Annotated
 
@@ -18,6 +17,7 @@ from tensortune.cli.options import (
     rename_options,
 )
 from tensortune.cli.progress import Reporter
+from tensortune.hardware.fingerprint import usable_cores
 from tensortune.records import DEFAULT_URL
 
 app = typer.Typer(help="Collect measured programs into datasets.", no_args_is_help=True)
@@ -41,7 +41,7 @@ def collect(
             "--config",
             metavar="NAME",
             help="Hardware configuration, e.g. avx2-1c; repeatable (default: "
-            "avx512-2c and avx2-1c).",
+            "avx512-2c and avx2-1c, those of them this CPU can run).",
         ),
     ] = None,
     trials_per_task: Annotated[
@@ -114,10 +114,10 @@ def collect(
     Standalone operators (--workload) are recorded as the network 'ops'; given without
     --network, only they are collected: tensortune dataset collect -w softmax:128,768
     """
-    from tensortune.collect import DEFAULT_CONFIGS, CollectResult, CollectStep
+    from tensortune.collect import CollectResult, CollectStep, default_configs
     from tensortune.collect import collect as run_collect
 
-    configs = config or list(DEFAULT_CONFIGS)
+    configs = config or default_configs()
     with Reporter(console) as reporter:
         bar = None
         counted: dict[tuple[str, int], int] = {}
@@ -331,7 +331,7 @@ def lower(
     ] = "default",
     workers: Annotated[
         int, typer.Option(min=1, help="Processes lowering programs in parallel.")
-    ] = max(1, len(os.sched_getaffinity(0))),
+    ] = usable_cores(),
     as_json: JsonOpt = False,
 ) -> None:
     """Compute the lowered-loop features (the register tile TVM hands LLVM) of a dataset's

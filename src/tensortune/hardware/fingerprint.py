@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import platform
 from collections.abc import Iterator
@@ -77,9 +78,8 @@ def cpuinfo() -> dict[str, str]:
     return info
 
 
-def _caches() -> dict[str, int]:
+def _caches(base: Path = Path("/sys/devices/system/cpu/cpu0/cache")) -> dict[str, int]:
     out: dict[str, int] = {}
-    base = Path("/sys/devices/system/cpu/cpu0/cache")
     for idx in sorted(base.glob("index*")):
         try:
             level = (idx / "level").read_text().strip()
@@ -89,14 +89,68 @@ def _caches() -> dict[str, int]:
             continue
         suffix = {"Data": "d", "Instruction": "i"}.get(kind, "")
         mult = {"K": 1024, "M": 1024**2, "G": 1024**3}.get(size[-1:], 1)
-        out[f"L{level}{suffix}"] = int(size.rstrip("KMG")) * mult
+        try:
+            out[f"L{level}{suffix}"] = int(size.rstrip("KMG")) * mult
+        except ValueError:  # an empty or odd size file (seen in some VMs): not known
+            continue
     return out
 
 
 def usable_cores() -> int:
-    """Cores this process may run on (its CPU affinity), not the machine's total."""
+    """Cores this process may run on, not the machine's total: its CPU affinity, and no more
+    than a cgroup CPU quota grants (a container limited to 2 CPUs on a 64-core host would
+    otherwise run 64 threads and start 64 builders)."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return int(cores or 1)
+    quota = cgroup_cpu_quota()
+    return max(1, min(int(cores or 1), quota or int(cores or 1)))
+
+
+def cgroup_cpu_quota(cgroups: Path = Path("/proc/self/cgroup"),
+                     root: Path = Path("/sys/fs/cgroup")) -> int | None:  # fmt: skip
+    """The whole CPUs this process's cgroups allow it (the least over its cgroup and those
+    above it; cgroup v2's ``cpu.max``, v1's CFS quota), rounded up; None when unlimited."""
+    try:
+        lines = cgroups.read_text().splitlines()
+    except OSError:
+        return None
+    limits = []
+    for line in lines:
+        _, controllers, path = [*line.split(":", 2), "", ""][:3]
+        if controllers == "":  # v2: one hierarchy, cpu.max = "QUOTA PERIOD" or "max PERIOD"
+            base, read = root, _v2_quota
+        elif "cpu" in controllers.split(","):  # v1: the cpu controller's own hierarchy
+            base = next((root / d for d in ("cpu", "cpu,cpuacct", "cpuacct,cpu")
+                         if (root / d).is_dir()), None)  # fmt: skip
+            read = _v1_quota
+        else:
+            continue
+        if base is None:
+            continue
+        here = base / path.strip("/")
+        for directory in (here, *here.parents):  # every ancestor's limit applies
+            limit = read(directory)
+            if limit is not None:
+                limits.append(limit)
+            if directory == base:
+                break
+    return min(limits) if limits else None
+
+
+def _v2_quota(directory: Path) -> int | None:
+    try:
+        quota, period = (directory / "cpu.max").read_text().split()[:2]
+        return None if quota == "max" else max(1, math.ceil(int(quota) / int(period)))
+    except (OSError, ValueError, ZeroDivisionError):
+        return None
+
+
+def _v1_quota(directory: Path) -> int | None:
+    try:
+        quota = int((directory / "cpu.cfs_quota_us").read_text())
+        period = int((directory / "cpu.cfs_period_us").read_text())
+        return None if quota <= 0 else max(1, math.ceil(quota / period))
+    except (OSError, ValueError, ZeroDivisionError):
+        return None
 
 
 @contextmanager

@@ -17,6 +17,7 @@ from tensortune.compat import (
     derived_object,
     structural_hash,
 )
+from tensortune.hardware import usable_cores
 from tensortune.measure.pool import WorkerPool
 from tensortune.measure.status import Status, tagged
 
@@ -54,7 +55,7 @@ class PersistentBuilder(PyBuilder):
         self, max_workers: int | None = None, timeout_s: float = 60.0, log_path: str | None = None
     ) -> None:
         super().__init__()
-        self.max_workers = max_workers or len(os.sched_getaffinity(0))
+        self.max_workers = max_workers or usable_cores()
         self.timeout_s = timeout_s
         self._pool = WorkerPool(self.max_workers, log_path=log_path, reuse=True)
         self._pool.start()

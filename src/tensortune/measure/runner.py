@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import time
 
 from tensortune.compat import (
@@ -14,6 +13,7 @@ from tensortune.compat import (
     derived_object,
     ms,
 )
+from tensortune.hardware import usable_cores
 from tensortune.measure.pool import WorkerPool
 from tensortune.measure.status import Status, tagged
 from tensortune.measure.timing import TimingConfig
@@ -50,7 +50,7 @@ class PersistentRunner(PyRunner):
     ) -> None:
         super().__init__()
         self.timing = timing or TimingConfig()
-        self.num_threads = num_threads or len(os.sched_getaffinity(0))
+        self.num_threads = num_threads or usable_cores()
         self.timeout_s = timeout_s
         self.check_correctness = check_correctness
         self._pool = WorkerPool(1, {"TVM_NUM_THREADS": str(self.num_threads)}, log_path, reuse=True)
