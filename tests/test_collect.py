@@ -208,3 +208,19 @@ def test_standalone_operators_are_collected_as_the_network_ops(tiny, tmp_path):
         assert {s.task_name for s in store.task_sources("tiny")} == {t.name for t in tiny.tasks}
     with pytest.raises(TensortuneError, match="workloads"):
         collect(workloads=["softmax:4"], configs=SMALL[:1], records=url)
+
+
+def test_a_collection_naming_no_configuration_takes_those_this_cpu_runs(monkeypatch):
+    # On an AVX2-only CPU (a Zen 3) the default named avx512-2c, and every `dataset collect`
+    # without --config was refused.
+    from tensortune.collect import DEFAULT_CONFIGS, default_configs
+    from tensortune.hardware import get_config, target
+
+    avx2_only = target.target_isa(get_config("avx2-1c").target)  # a haswell's
+    monkeypatch.setattr(target, "cpu_isa", lambda: avx2_only)
+    assert default_configs() == ["avx2-1c"]
+    monkeypatch.setattr(target, "cpu_isa", lambda: set())
+    assert default_configs() == []
+    with pytest.raises(TensortuneError, match="runs none of avx512-2c, avx2-1c"):
+        collect(["resnet18"])
+    assert DEFAULT_CONFIGS == ("avx512-2c", "avx2-1c")

@@ -6,7 +6,9 @@ from tensortune.collect.programs import (
     CollectResult,
     CollectStep,
     collect,
+    default_configs,
     network_tasks,
 )
 
-__all__ = ["DEFAULT_CONFIGS", "CollectResult", "CollectStep", "collect", "network_tasks"]
+__all__ = ["DEFAULT_CONFIGS", "CollectResult", "CollectStep", "collect", "default_configs",
+           "network_tasks"]  # fmt: skip

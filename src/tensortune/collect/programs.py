@@ -49,6 +49,21 @@ DEFAULT_CONFIGS = ("avx512-2c", "avx2-1c")
 BATCH = 16
 
 
+def default_configs() -> list[str]:
+    """The configurations a collection names none takes: ``DEFAULT_CONFIGS``, less those this
+    CPU cannot run (an AVX2-only CPU runs no ``avx512`` code; named, they are refused)."""
+    from tensortune.hardware.target import check_runs_here
+
+    def runs(name: str) -> bool:
+        try:
+            check_runs_here(get_config(name).target)
+        except TensortuneError:
+            return False
+        return True
+
+    return [name for name in DEFAULT_CONFIGS if runs(name)]
+
+
 @dataclass
 class CollectResult:
     records_url: str
@@ -185,7 +200,7 @@ def check_configs(
 def collect(
     networks: Sequence[object] | None = None,
     *,
-    configs: Sequence[str | HardwareConfig] = DEFAULT_CONFIGS,
+    configs: Sequence[str | HardwareConfig] | None = None,
     programs_per_task: int = 64,
     evolved_share: float = 0.5,
     sampler: object | None = None,
@@ -217,6 +232,10 @@ def collect(
 
     # One name where a list is expected is one item (a string is not a list of letters).
     networks = None if networks is None else as_list(networks)
+    configs = default_configs() if configs is None else configs
+    if not configs:
+        raise TensortuneError("no configuration to collect on (this CPU runs none of "
+                              f"{', '.join(DEFAULT_CONFIGS)})", param="configs")  # fmt: skip
     configs, exclude, workloads = as_list(configs), as_list(exclude), as_list(workloads)
     if programs_per_task < 1:
         raise TensortuneError(f"must be positive, not {programs_per_task}",
