@@ -346,3 +346,30 @@ def test_records_import_not_a_database(tmp_path: Path, tt) -> None:
     (tmp_path / "emptydir").mkdir()
     proc = tt("records", "import", "emptydir", "--records", "sqlite:///n.db")
     assert_user_error(proc, "emptydir is not a MetaSchedule database")
+
+
+def test_signals_the_caller_ignores_stay_ignored() -> None:
+    # nohup: a closed terminal's SIGHUP stopped the run anyway; a shell's background job
+    # (SIGINT ignored) was stopped by a Ctrl-C meant for the foreground command.
+    import os
+    import signal
+
+    from tensortune import errors
+    from tensortune.cli.app import _terminate_as_interrupt
+
+    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM)}
+    try:
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        with _terminate_as_interrupt():
+            assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+            assert signal.getsignal(signal.SIGTERM) is errors.interrupt
+            with pytest.raises(KeyboardInterrupt), errors.interruptible(graceful=True):
+                os.kill(os.getpid(), signal.SIGINT)  # ignored: no effect
+                assert not errors.interrupted()
+                os.kill(os.getpid(), signal.SIGTERM)  # still a graceful stop
+                assert errors.interrupted()
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        for s, handler in saved.items():
+            signal.signal(s, handler)

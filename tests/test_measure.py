@@ -405,6 +405,38 @@ def test_a_worker_that_died_idle_is_replaced() -> None:
     assert first.pid not in [o.value for o in outcomes]
 
 
+def test_a_worker_leaves_hangups_and_terminations_to_the_tuner() -> None:
+    # A group SIGHUP (a closed terminal) or SIGTERM (systemd) killed the workers mid-batch,
+    # and the tuner, finishing the batch, stored good programs as "worker killed by SIGHUP".
+    import signal
+
+    from tensortune.measure.pool import WorkerPool
+
+    with WorkerPool(1) as pool:
+        worker = pool.wait_ready()[0].process
+        for sig in (signal.SIGHUP, signal.SIGTERM):
+            os.kill(worker.pid, sig)
+        outcomes = pool.map("ping", [()], timeout_s=60)
+    assert [o.kind for o in outcomes] == ["ok"] and outcomes[0].value == worker.pid
+
+
+def test_a_forked_child_leaves_its_parents_idle_workers_alone() -> None:
+    # A child that exited normally ran the atexit close and ended the parent's idle workers.
+    from tensortune.measure.pool import _IDLE, WorkerPool
+
+    with WorkerPool(1, reuse=True) as pool:
+        worker = pool.wait_ready()[0].process
+    assert worker.poll() is None  # idle, kept for the next pool
+    pid = os.fork()
+    if pid == 0:
+        _IDLE.close(final=True)  # what the child's atexit runs
+        os._exit(0)
+    os.waitpid(pid, 0)
+    assert worker.poll() is None
+    with WorkerPool(1, reuse=True) as pool:
+        assert pool.map("ping", [()], timeout_s=60)[0].value == worker.pid
+
+
 def test_a_worker_that_died_while_starting_is_replaced() -> None:
     # the OOM killer during its TVM import: the map raised, and so did every later one
     from tensortune.measure.pool import WorkerPool
@@ -529,17 +561,27 @@ def test_build_directories_of_dead_processes_are_removed(tmp_path, monkeypatch) 
     import sys
     import tempfile
 
+    from tensortune.measure.builder import _pid_scope
+
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                           capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
-    (tmp_path / f"tensortune-build-{gone}-abc").mkdir()
-    (tmp_path / f"tensortune-build-{os.getpid()}-own").mkdir()  # this process's: kept
+    scope = _pid_scope()
+    (tmp_path / f"tensortune-build-{gone}-{scope}-abc").mkdir()
+    (tmp_path / f"tensortune-build-{os.getpid()}-{scope}-own").mkdir()  # this process's: kept
+    # Another pid namespace's (a container sharing /tmp sees its live pids as gone), and a
+    # name without a scope: kept (the first was swept from under a live builder).
+    kept = [f"tensortune-build-{gone}-n0other-abc", f"tensortune-build-{gone}-abc"]
+    for name in kept:
+        (tmp_path / name).mkdir()
     builder = PersistentBuilder(max_workers=1)
     names = sorted(p.name for p in tmp_path.iterdir())
     builder.close()
-    assert f"tensortune-build-{gone}-abc" not in names
-    assert f"tensortune-build-{os.getpid()}-own" in names
-    assert sorted(p.name for p in tmp_path.iterdir()) == [f"tensortune-build-{os.getpid()}-own"]
+    assert f"tensortune-build-{gone}-{scope}-abc" not in names
+    assert f"tensortune-build-{os.getpid()}-{scope}-own" in names
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [f"tensortune-build-{os.getpid()}-{scope}-own", *kept]
+    )
 
 
 def test_a_cgroup_cpu_quota_bounds_the_cores_used(tmp_path, monkeypatch) -> None:

@@ -230,6 +230,34 @@ def test_tvm_tune_tir_and_compile_tir_use_the_store(tmp_path):
     assert structural_equal(sch.mod, candidate_from_trace(mod, best.trace).sch.mod)
 
 
+def test_a_tune_leaves_the_callers_logging_as_it_was(tmp_path):
+    # MetaSchedule's logger set-up runs dictConfig, which closed every handler of the process:
+    # a notebook logging to a file opened with mode "w" lost every line after the first tune,
+    # and the run's own log files stayed open after it.
+    import logging
+    import os
+
+    handler = logging.FileHandler(tmp_path / "mine.log", mode="w")
+    mine = logging.getLogger("a_users_app")
+    mine.addHandler(handler)
+    mine.setLevel(logging.INFO)
+    try:
+        mine.info("before")
+        tune(["matmul:16,16,16"], trials=2, trials_per_round=2,
+             records=f"sqlite:///{tmp_path / 'r.db'}", work_dir=tmp_path / "w", **FAST)  # fmt: skip
+        mine.info("after")
+        handler.flush()
+        assert (tmp_path / "mine.log").read_text().split() == ["before", "after"]
+    finally:
+        mine.removeHandler(handler)
+        handler.close()
+    logs = sorted(p.name for p in (tmp_path / "w" / "logs").glob("tvm.s_tir.meta_schedule*.log"))
+    assert logs and any("task_scheduler" in n for n in logs) and any("task_0" in n for n in logs)
+    held = [os.readlink(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd")
+            if os.path.exists(f"/proc/self/fd/{fd}")]  # fmt: skip
+    assert not [f for f in held if str(tmp_path / "w" / "logs") in f], held
+
+
 def test_a_spent_time_budget_measures_nothing_and_a_rerun_resumes(tmp_path):
     url = f"sqlite:///{tmp_path / 'r.db'}"
     # Gone before the first round: resolving the task alone takes longer than a microsecond.

@@ -6,11 +6,13 @@ line can name its option instead (``--cost-model``, not ``cost_model``).
 
 from __future__ import annotations
 
+import math
+import numbers
 import os
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -90,6 +92,15 @@ def check_count(value: object, param: str, least: int = 1) -> int:
     return value
 
 
+def check_seconds(value: object, param: str) -> float:
+    """A time limit: a positive finite number of seconds (a bool is no number; NaN never
+    elapses, and 0 times everything out)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 < value < math.inf:
+        raise TensortuneError(f"must be a positive number of seconds, not {value!r}",
+                              param=param)  # fmt: skip
+    return float(value)
+
+
 def check_writable(path: str | os.PathLike | None, param: str, *, directory: bool = False,
                    parents: bool = False) -> None:  # fmt: skip
     """Refuse, before the work that ends in writing it, an output that cannot be written: a
@@ -120,6 +131,7 @@ def check_writable(path: str | os.PathLike | None, param: str, *, directory: boo
 # measured and recorded, and the run ends with KeyboardInterrupt; a second Ctrl-C interrupts
 # at once.
 _interrupted = threading.Event()
+_active: Callable[[int, object], None] | None = None  # the innermost interruptible's handler
 
 
 def interrupted() -> bool:
@@ -133,10 +145,12 @@ def interruptible(*, graceful: bool = False) -> Iterator[None]:
     error that ends the block after it is raised as the ``KeyboardInterrupt`` it was.
     ``graceful``: the first SIGINT is only remembered, and the block raises KeyboardInterrupt
     when it ends."""
+    global _active
     if threading.current_thread() is not threading.main_thread():
         yield  # signal handlers belong to the main thread
         return
     previous = signal.getsignal(signal.SIGINT)
+    outer = _active
 
     def remember(signum: int, frame: object) -> None:
         if graceful and not _interrupted.is_set():
@@ -146,11 +160,16 @@ def interruptible(*, graceful: bool = False) -> Iterator[None]:
         _interrupted.set()
         if callable(previous):
             previous(signum, frame)
-        elif previous != signal.SIG_IGN:
+        elif previous != signal.SIG_IGN or signum != signal.SIGINT:
             raise KeyboardInterrupt
 
     _interrupted.clear()
-    signal.signal(signal.SIGINT, remember)
+    _active = remember
+    # SIGINT ignored (nohup, a shell's background job) stays ignored: a Ctrl-C meant for the
+    # terminal's foreground command must not stop this one.  Signals forwarded as Ctrl-C
+    # (``interrupt``: SIGTERM, SIGHUP) still stop it gracefully.
+    if previous != signal.SIG_IGN:
+        signal.signal(signal.SIGINT, remember)
     try:
         yield
     except Exception:
@@ -162,4 +181,19 @@ def interruptible(*, graceful: bool = False) -> Iterator[None]:
             raise KeyboardInterrupt
     finally:
         signal.signal(signal.SIGINT, previous)
+        _active = outer
         _interrupted.clear()  # a later error outside the block is what it says it is
+
+
+def interrupt(signum: int, frame: object) -> None:
+    """Handle a signal as Ctrl-C is handled now (SIGTERM and SIGHUP are, on the command line):
+    by the innermost ``interruptible`` block, also where SIGINT itself is ignored; else by
+    SIGINT's handler; else by raising KeyboardInterrupt."""
+    if _active is not None:
+        _active(signum, frame)
+        return
+    handler = signal.getsignal(signal.SIGINT)
+    if callable(handler):
+        handler(signum, frame)
+    else:
+        raise KeyboardInterrupt

@@ -25,7 +25,7 @@ from tensortune.cli import bench, dataset, records, serve, train, transfer, tune
 from tensortune.cli import compile as compile_cmd
 from tensortune.cli.display import errors
 from tensortune.cli.options import forget_renamed_options, option_name
-from tensortune.errors import TensortuneError, interruptible, last_line
+from tensortune.errors import TensortuneError, interrupt, interruptible, last_line
 
 app = typer.Typer(
     name="tensortune",
@@ -166,14 +166,10 @@ def _terminate_as_interrupt() -> Iterator[None]:
         yield
         return
 
-    def forward(signum: int, frame: object) -> None:
-        handler = signal.getsignal(signal.SIGINT)  # whichever is in force now
-        if callable(handler):
-            handler(signum, frame)
-        else:
-            raise KeyboardInterrupt
-
-    previous = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGHUP)}
+    # A signal the caller ignores stays ignored: a run started with nohup outlives its
+    # terminal.
+    previous = {s: signal.signal(s, interrupt) for s in (signal.SIGTERM, signal.SIGHUP)
+                if signal.getsignal(s) != signal.SIG_IGN}  # fmt: skip
     try:
         yield
     finally:

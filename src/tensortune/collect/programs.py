@@ -25,6 +25,8 @@ from tensortune.errors import (
     RecordsError,
     TensortuneError,
     about,
+    check_count,
+    check_seed,
     interrupted,
     interruptible,
 )
@@ -237,13 +239,21 @@ def collect(
         raise TensortuneError("no configuration to collect on (this CPU runs none of "
                               f"{', '.join(DEFAULT_CONFIGS)})", param="configs")  # fmt: skip
     configs, exclude, workloads = as_list(configs), as_list(exclude), as_list(workloads)
-    if programs_per_task < 1:
-        raise TensortuneError(f"must be positive, not {programs_per_task}",
-                              param="programs_per_task")  # fmt: skip
-    if heaviest is not None and heaviest < 1:  # before the networks load
-        raise TensortuneError(f"must be positive, not {heaviest}", param="heaviest")
-    if not 0 <= evolved_share <= 1:
-        raise TensortuneError(f"must be from 0 to 1, not {evolved_share}", param="evolved_share")
+    # All checked before the store opens and the networks load.
+    check_count(programs_per_task, "programs_per_task")
+    if heaviest is not None:
+        check_count(heaviest, "heaviest")
+    check_seed(seed)
+    if isinstance(evolved_share, bool) or not (isinstance(evolved_share, int | float)
+                                               and 0 <= evolved_share <= 1):  # fmt: skip
+        raise TensortuneError(f"must be from 0 to 1, not {evolved_share!r}",
+                              param="evolved_share")  # fmt: skip
+    if timing is not None and not isinstance(timing, TimingConfig):
+        raise TensortuneError(f"a TimingConfig, not {timing!r:.60}", param="timing")
+    if sampler is not None and not callable(getattr(sampler, "sample", None)):
+        raise TensortuneError(f"a sampler (an object with a sample method), not {sampler!r:.60}"
+                              " (a selector by name: collect_active(selector=...))",
+                              param="sampler")  # fmt: skip
     sampler = sampler or RandomSampler()
     hw_configs, platforms = check_configs(configs)
     with about("networks"):

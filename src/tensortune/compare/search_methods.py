@@ -41,7 +41,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from tensortune.errors import TensortuneError, about, last_line
+from tensortune.errors import TensortuneError, about, check_count, last_line
 from tensortune.hardware import Platform, resolve_platform
 from tensortune.workloads.resolve import resolve_tasks
 from tensortune.workloads.task import Task
@@ -204,13 +204,14 @@ def bench_tune(
     from tensortune.costmodel.registry import load_cost_model
     from tensortune.search.draft_verify import check_options
 
+    methods = [methods] if isinstance(methods, str) else list(methods)  # not its letters
     unknown = [m for m in methods if m not in METHODS]
-    if unknown:
-        raise TensortuneError(f"unknown method(s) {unknown}; known: {', '.join(METHODS)}",
-                              param="methods")  # fmt: skip
+    if unknown or not methods:
+        raise TensortuneError(f"unknown method(s) {unknown or '(none)'}; known: "
+                              f"{', '.join(METHODS)}", param="methods")  # fmt: skip
     for name, value in (("trials_per_task", trials_per_task), ("max_tasks", max_tasks)):
-        if value is not None and value <= 0:
-            raise TensortuneError(f"must be positive, not {value}", param=name)
+        if value is not None:
+            check_count(value, name)
     if type(retime) is not int or retime < 0:
         raise TensortuneError(f"must be a whole number of rounds, 0 or more, not {retime!r}",
                               param="retime")  # fmt: skip

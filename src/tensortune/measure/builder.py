@@ -17,6 +17,7 @@ from tensortune.compat import (
     derived_object,
     structural_hash,
 )
+from tensortune.errors import check_count, check_seconds, check_writable
 from tensortune.hardware import usable_cores
 from tensortune.measure.pool import WorkerPool
 from tensortune.measure.status import Status, tagged
@@ -24,12 +25,25 @@ from tensortune.measure.status import Status, tagged
 _PREFIX = "tensortune-build-"
 
 
+def _pid_scope() -> str:
+    """Where this process's pids mean something: the boot and the pid namespace.  A container
+    sharing /tmp sees the host's pids (and another container's) as gone, and swept a live
+    builder's directory away."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()[:8]
+        return f"n{boot}{os.stat('/proc/self/ns/pid').st_ino}"
+    except OSError:
+        return "n"
+
+
 def _remove_orphans() -> None:
     """Delete the build directories of builders whose process has died (killed before it
-    could clean up: ``kill -9``, the OOM killer); their names carry the pid."""
+    could clean up: ``kill -9``, the OOM killer); their names carry the pid and where it
+    means something (``_pid_scope``): another scope's, or an older name without one, stay."""
+    scope = _pid_scope()
     for path in Path(tempfile.gettempdir()).glob(f"{_PREFIX}*-*"):
-        pid = path.name[len(_PREFIX) :].split("-")[0]
-        if not pid.isdigit() or int(pid) == os.getpid():
+        pid, _, rest = path.name[len(_PREFIX) :].partition("-")
+        if not pid.isdigit() or int(pid) == os.getpid() or rest.split("-")[0] != scope:
             continue
         try:
             os.kill(int(pid), 0)
@@ -55,12 +69,16 @@ class PersistentBuilder(PyBuilder):
         self, max_workers: int | None = None, timeout_s: float = 60.0, log_path: str | None = None
     ) -> None:
         super().__init__()
-        self.max_workers = max_workers or usable_cores()
-        self.timeout_s = timeout_s
+        # Checked before a worker starts: a zero or NaN limit recorded every candidate as a
+        # timeout (or none ever), and the trials were spent on nothing.
+        self.max_workers = usable_cores() if max_workers is None else check_count(
+            max_workers, "max_workers")  # fmt: skip
+        self.timeout_s = check_seconds(timeout_s, "timeout_s")
+        check_writable(log_path, "log_path", parents=True)
         self._pool = WorkerPool(self.max_workers, log_path=log_path, reuse=True)
         self._pool.start()
         _remove_orphans()
-        self._root = tempfile.mkdtemp(prefix=f"{_PREFIX}{os.getpid()}-")
+        self._root = tempfile.mkdtemp(prefix=f"{_PREFIX}{os.getpid()}-{_pid_scope()}-")
         # Removed by close(), or when the builder is collected or the process exits unclosed.
         self._remove_root = weakref.finalize(self, shutil.rmtree, self._root, True)
         self.seconds = 0.0  # wall time spent building, for benchmarks' breakdowns

@@ -342,8 +342,11 @@ class _IdleWorkers:
         return True
 
     def close(self, *, final: bool = False) -> None:
-        """End the idle workers; ``final``: and any that pools close from now on."""
+        """End the idle workers; ``final``: and any that pools close from now on.  A forked
+        child's exit (its atexit) leaves them: they are its parent's."""
         with self._lock:
+            if os.getpid() != self._pid:
+                self._workers, self._pid = [], os.getpid()
             workers, self._workers = self._workers, []
             self._closed = self._closed or final
         _stop(workers)

@@ -13,6 +13,7 @@ from tensortune.compat import (
     derived_object,
     ms,
 )
+from tensortune.errors import TensortuneError, check_count, check_seconds, check_writable
 from tensortune.hardware import usable_cores
 from tensortune.measure.pool import WorkerPool
 from tensortune.measure.status import Status, tagged
@@ -49,9 +50,13 @@ class PersistentRunner(PyRunner):
         log_path: str | None = None,
     ) -> None:
         super().__init__()
+        if timing is not None and not isinstance(timing, TimingConfig):
+            raise TensortuneError(f"a TimingConfig, not {timing!r:.60}", param="timing")
         self.timing = timing or TimingConfig()
-        self.num_threads = num_threads or usable_cores()
-        self.timeout_s = timeout_s
+        self.num_threads = usable_cores() if num_threads is None else check_count(
+            num_threads, "num_threads")  # fmt: skip
+        self.timeout_s = check_seconds(timeout_s, "timeout_s")
+        check_writable(log_path, "log_path", parents=True)
         self.check_correctness = check_correctness
         self._pool = WorkerPool(1, {"TVM_NUM_THREADS": str(self.num_threads)}, log_path, reuse=True)
         self._pool.start()

@@ -8,7 +8,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from tensortune.errors import RecordsError, about
+from tensortune.errors import RecordsError, TensortuneError, about
 from tensortune.records.postgres import redact
 from tensortune.records.schema import Record
 from tensortune.records.storage import DEFAULT_URL, RecordStore
@@ -65,6 +65,9 @@ def records_from(records: str | os.PathLike | RecordStore, *,
     """The store an API call was given: a URL is opened here (errors opening it are about the
     ``records`` parameter) and closed on the way out; a store is used as it is, left open."""
     if not isinstance(records, str | os.PathLike):
+        if not isinstance(records, RecordStore):  # None, a number: refused before any work
+            raise TensortuneError(f"a records store or its URL, not {records!r:.60}",
+                                  param="records")  # fmt: skip
         yield records
         return
     with about("records"):

@@ -89,7 +89,11 @@ def option_defaults() -> dict[str, object]:
 
 def check_options(options: Mapping[str, object]) -> dict[str, float]:
     """``options`` as numbers of their setting's type, those equal to the default dropped (so
-    equal settings compare equal); a one-line error for an unknown name or a bad value."""
+    equal settings compare equal); a one-line error for an unknown name or a bad value.
+    Values may be numbers or their text (as the command line gives them), not booleans."""
+    if not isinstance(options, Mapping):  # a string would be read as its letters
+        raise TensortuneError(f"a mapping of option names to values, not {options!r:.60}",
+                              param="draft_options")  # fmt: skip
     unknown = sorted(set(options) - set(OPTION_RANGES))
     if unknown:
         known = ", ".join(OPTION_RANGES)
@@ -102,9 +106,12 @@ def check_options(options: Mapping[str, object]) -> dict[str, float]:
         kind = type(default)
         low, high = OPTION_RANGES[key]
         try:
+            if isinstance(raw, bool):  # True would be 1
+                raise TypeError
             value = float(raw)  # type: ignore[arg-type]
-        except (TypeError, ValueError):
-            raise TensortuneError(f"{key}={raw!r}: not a number", param="draft_options") from None
+        except (TypeError, ValueError, OverflowError):
+            raise TensortuneError(f"{key}={raw!r:.40}: not a number",
+                                  param="draft_options") from None  # fmt: skip
         if (
             not low <= value <= high
             or not math.isfinite(value)

@@ -7,9 +7,11 @@ strategy and cost model they hand over.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -80,63 +82,99 @@ def run_search(
         own = strategy_for_task(strategy, session.builder, database, cost_model)
         return own if budget is None else Leased(own, budget, wid, database=database)
 
-    loggers = _task_loggers(work_dir, [t.name for t in tasks])
-    contexts = [
-        tune_context(t.mod, platform, seed=seed + i, task_name=t.name, logger=lg,
-                     strategy=task_strategy(wid))
-        for i, (t, wid, lg) in enumerate(zip(tasks, workload_ids, loggers, strict=True))
-    ]  # fmt: skip
-    callbacks = [
-        RecordToStore(store, workload_ids=workload_ids, hardware_id=platform.hardware.id,
-                      target=platform.key, run_id=run_id, on_batch=on_batch),
-        ms.measure_callback.RemoveBuildArtifact(),
-        ms.measure_callback.UpdateCostModel(),
-    ]  # fmt: skip
-    if task_scheduler == "gradient":  # MetaSchedule's rule, each first round committed at once
-        task_scheduler = GradientScheduler(seed=seed)
-    if isinstance(task_scheduler, GradientScheduler):  # given as an object too: it must listen
-        callbacks.append(task_scheduler.callback())
+    with _task_loggers(work_dir, [t.name for t in tasks]) as loggers:
+        contexts = [
+            tune_context(t.mod, platform, seed=seed + i, task_name=t.name, logger=lg,
+                         strategy=task_strategy(wid))
+            for i, (t, wid, lg) in enumerate(zip(tasks, workload_ids, loggers, strict=True))
+        ]  # fmt: skip
+        callbacks = [
+            RecordToStore(store, workload_ids=workload_ids, hardware_id=platform.hardware.id,
+                          target=platform.key, run_id=run_id, on_batch=on_batch),
+            ms.measure_callback.RemoveBuildArtifact(),
+            ms.measure_callback.UpdateCostModel(),
+        ]  # fmt: skip
+        if task_scheduler == "gradient":  # MetaSchedule's rule, each first round committed at once
+            task_scheduler = GradientScheduler(seed=seed)
+        if isinstance(task_scheduler, GradientScheduler):  # given as an object too: it must listen
+            callbacks.append(task_scheduler.callback())
+        try:
+            ms.tune_tasks(
+                tasks=contexts,
+                task_weights=[float(t.weight) for t in tasks],
+                work_dir=str(work_dir),
+                max_trials_global=trials,
+                max_trials_per_task=max_trials_per_task,
+                num_trials_per_iter=trials_per_round,
+                builder=session.builder,
+                runner=session.runner,
+                database=database,
+                cost_model=cost_model,
+                measure_callbacks=callbacks,
+                task_scheduler=task_scheduler,
+            )
+
+        except Exception:
+            if interrupted():  # Ctrl-C, which TVM hands back as a RuntimeError
+                raise KeyboardInterrupt from None
+            # An error of ours inside a callback reached here as TVM's RuntimeError: raise ours.
+            ours = (callbacks[0].error or (budget.error if budget is not None else None)
+                    or database.error)  # fmt: skip
+            if ours is not None:
+                raise ours from None
+            raise
+
+
+@contextlib.contextmanager
+def _task_loggers(work: Path, names: list[str]) -> Iterator[list[logging.Logger]]:
+    """MetaSchedule's per-task file loggers under ``work/logs``, named and written as its own
+    ``get_loggers_from_work_dir`` names and writes them (file names with only letters, digits,
+    ``.``, ``-`` and ``_``), and its scheduler's log beside them; console copies only of
+    warnings (our own progress lines say the rest).
+
+    Made here, not by MetaSchedule's function: that one runs ``logging.config.dictConfig``,
+    which closes every handler of the process (a notebook's log file opened with mode "w"
+    lost every line after the first tune), and its files stayed open after the run.  Within
+    the block the handlers exist; after it they are removed and closed, and the loggers'
+    settings restored."""
+    log_dir = work / "logs"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    fmt = logging.Formatter("%(asctime)s [%(levelname)s] %(message)s", "%Y-%m-%d %H:%M:%S")
+    base = "tvm.s_tir.meta_schedule.logging"  # MetaSchedule's module, its loggers' prefix
+    width = len(str(len(names) - 1))
+    added: list[tuple[logging.Logger, logging.Handler]] = []
+    saved: list[tuple[logging.Logger, int, bool]] = []
+
+    def own(logger: logging.Logger, *handlers: logging.Handler) -> logging.Logger:
+        saved.append((logger, logger.level, logger.propagate))
+        logger.setLevel(logging.DEBUG)
+        logger.propagate = False
+        for h in handlers:
+            h.setFormatter(fmt)
+            logger.addHandler(h)
+            added.append((logger, h))
+        return logger
+
+    top = logging.getLogger("tvm.s_tir.meta_schedule")
+    console = logging.StreamHandler(sys.stdout)
+    console.setLevel(logging.WARNING)
+    own(top, console, logging.FileHandler(log_dir / f"{base}.task_scheduler.log"))
+    top.addFilter(_not_log_dir_notice)
     try:
-        ms.tune_tasks(
-            tasks=contexts,
-            task_weights=[float(t.weight) for t in tasks],
-            work_dir=str(work_dir),
-            max_trials_global=trials,
-            max_trials_per_task=max_trials_per_task,
-            num_trials_per_iter=trials_per_round,
-            builder=session.builder,
-            runner=session.runner,
-            database=database,
-            cost_model=cost_model,
-            measure_callbacks=callbacks,
-            task_scheduler=task_scheduler,
-        )
-
-    except Exception:
-        if interrupted():  # Ctrl-C, which TVM hands back as a RuntimeError
-            raise KeyboardInterrupt from None
-        # An error of ours inside a callback reached here as TVM's RuntimeError: raise ours.
-        ours = (callbacks[0].error or (budget.error if budget is not None else None)
-                or database.error)  # fmt: skip
-        if ours is not None:
-            raise ours from None
-        raise
-
-
-def _task_loggers(work: Path, names: list[str]) -> list[logging.Logger]:
-    """MetaSchedule's per-task file loggers under ``work/logs``, their files named from the
-    task names with only letters, digits, ``.``, ``-`` and ``_``.
-
-    Console copies are turned down to warnings: our own progress lines say the same.
-    """
-    from tensortune.compat import ms, tvm_logging_guard
-
-    work.mkdir(parents=True, exist_ok=True)
-    logging.getLogger("tvm.s_tir.meta_schedule").addFilter(_not_log_dir_notice)
-    with tvm_logging_guard():
-        loggers = ms.logging.get_loggers_from_work_dir(str(work), [file_safe(n) for n in names])
-    _quiet_console()
-    return loggers
+        loggers = []
+        for i, name in enumerate(names):
+            logger_name = f"{base}.task_{i:0{width}d}_{file_safe(name)[:100]}"
+            loggers.append(own(logging.getLogger(logger_name),
+                               logging.FileHandler(log_dir / f"{logger_name}.log")))  # fmt: skip
+        yield loggers
+    finally:
+        top.removeFilter(_not_log_dir_notice)
+        for logger, handler in added:
+            logger.removeHandler(handler)
+            handler.close()
+        for logger, level, propagate in reversed(saved):
+            logger.setLevel(level)
+            logger.propagate = propagate
 
 
 def file_safe(name: str) -> str:
@@ -147,14 +185,3 @@ def file_safe(name: str) -> str:
 
 def _not_log_dir_notice(record: logging.LogRecord) -> bool:
     return not record.getMessage().startswith("Logging directory")
-
-
-def _quiet_console() -> None:
-    """MetaSchedule logs every round to stdout as well as to the work dir; keep only the files
-    (and warnings) so our own progress lines stay readable."""
-    for name, lg in [("", logging.getLogger()), *logging.Logger.manager.loggerDict.items()]:
-        if not name.startswith("tvm") or not isinstance(lg, logging.Logger):
-            continue
-        for h in lg.handlers:
-            if type(h) is logging.StreamHandler:
-                h.setLevel(logging.WARNING)

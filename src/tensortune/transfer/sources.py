@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Sequence
+import os
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from tensortune.errors import TensortuneError
 from tensortune.records import RecordStore, open_records, redact
 from tensortune.records.schema import origin_kind
 from tensortune.transfer.classes import KernelClass, kernel_class
@@ -35,23 +37,29 @@ class SourceSchedule:
         return json.dumps({**where, "inlined": inlined} if inlined else where)
 
 
-SourceStores = str | RecordStore | Sequence[str | RecordStore]
+SourceStores = str | os.PathLike | RecordStore | Sequence[str | os.PathLike | RecordStore]
 
 
-def source_schedules(stores: SourceStores, platform: Platform,
-                     per_workload: int = 1) -> dict[str, list[SourceSchedule]]:  # fmt: skip
+def source_schedules(stores: SourceStores, platform: Platform, per_workload: int = 1, *,
+                     param: str = "sources") -> dict[str, list[SourceSchedule]]:  # fmt: skip
     """Per kernel-class key, the ``per_workload`` best records of every workload the stores hold
     for ``platform``'s target (measured on any hardware, this one's first)."""
-    if isinstance(stores, str | RecordStore):
+    if isinstance(stores, str | os.PathLike | RecordStore):
         stores = [stores]
+    stores = list(stores) if isinstance(stores, Iterable) else [stores]
+    for spec in stores:  # all before any is read
+        if not isinstance(spec, str | os.PathLike | RecordStore):
+            raise TensortuneError(f"a records store or its URL, not {spec!r:.60}",
+                                  param=param)  # fmt: skip
     out: dict[str, list[SourceSchedule]] = {}
     for spec in stores:
-        store = open_records(spec, create=False) if isinstance(spec, str) else spec
+        given = not isinstance(spec, RecordStore)  # opened here, so closed here
+        store = open_records(spec, create=False) if given else spec
         try:
             for src in _store_sources(store, platform, per_workload):
                 out.setdefault(src.kclass.key, []).append(src)
         finally:
-            if isinstance(spec, str):
+            if given:
                 store.close()
     return out
 

@@ -253,7 +253,7 @@ def plan_tune(
         from tensortune.transfer.sources import source_schedules
 
         with about("warm_start"):
-            by_class = source_schedules(warm_start, platform)
+            by_class = source_schedules(warm_start, platform, param="warm_start")
     tasks = resolve_tasks(workloads, model=model, workloads_from=workloads_from,
                           platform=platform, fast_math=fast_math, winograd=winograd,
                           input_shapes=input_shapes)  # fmt: skip

@@ -4,7 +4,7 @@ the list of tasks a flow works on."""
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from tensortune.errors import TensortuneError, about
@@ -77,7 +77,11 @@ def check_sources(
     if isinstance(workloads, str | os.PathLike):  # one spec, not a sequence of one-letter ones
         workloads = [workloads]
     if workloads is not None:  # a TVMScript file given as a path object
-        workloads = [os.fspath(w) if isinstance(w, os.PathLike) else w for w in workloads]
+        items = list(workloads) if isinstance(workloads, Iterable) else None
+        if items is None or not all(isinstance(w, str | os.PathLike | Task) for w in items):
+            raise TensortuneError(f"operator specs, TVMScript files or tasks, not "
+                                  f"{workloads!r:.60}", param="workloads")  # fmt: skip
+        workloads = [os.fspath(w) if isinstance(w, os.PathLike) else w for w in items]
     sources = (("workloads", workloads), ("model", model), ("workloads_from", workloads_from))
     given = [name for name, x in sources if x is not None and x != []]
     if len(given) != 1:

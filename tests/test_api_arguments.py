@@ -1,0 +1,69 @@
+"""The Python API refuses bad arguments in one line naming the parameter, before it opens a
+store or starts a worker: a notebook gets a TensortuneError, not a TypeError from deep inside
+or a run that silently does something else (a review's probes, each of which got through)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import tensortune as tt
+from tensortune.errors import TensortuneError
+
+
+def _cases(tmp: Path) -> list[tuple[str, Callable[[], object], str]]:
+    url = f"sqlite:///{tmp / 'r.db'}"
+    from tensortune.search.draft_verify import check_options
+
+    return [
+        # A zero limit recorded every build as a timeout; NaN never times out.
+        ("builder, zero timeout", lambda: tt.PersistentBuilder(timeout_s=0), "timeout_s"),
+        ("builder, NaN timeout", lambda: tt.PersistentBuilder(timeout_s=float("nan")),
+         "timeout_s"),
+        ("builder, 2.5 workers", lambda: tt.PersistentBuilder(max_workers=2.5), "max_workers"),
+        ("runner, True threads", lambda: tt.PersistentRunner(num_threads=True), "num_threads"),
+        ("runner, negative timeout", lambda: tt.PersistentRunner(timeout_s=-1), "timeout_s"),
+        ("runner, timing as a dict", lambda: tt.PersistentRunner(timing={"repeat": 3}),
+         "timing"),
+        # These measured, or failed after the store opened.
+        ("collect, 2.5 programs", lambda: tt.collect(["resnet18"], programs_per_task=2.5,
+                                                     records=url), "programs_per_task"),
+        ("collect, negative seed", lambda: tt.collect(["resnet18"], seed=-1, records=url),
+         "seed"),
+        ("collect, a sampler by name", lambda: tt.collect(["resnet18"], sampler="balto",
+                                                          records=url), "sampler"),
+        ("tune, no store", lambda: tt.tune(["matmul:16,16,16"], trials=3, records=None,
+                                           work_dir=tmp / "w"), "records"),
+        ("transfer, a number as a source", lambda: tt.transfer(5, ["matmul:16,16,16"],
+                                                               records=url), "sources"),
+        ("plan_tune, a number", lambda: tt.plan_tune(5), "workloads"),
+        ("plan_tune, None in the list", lambda: tt.plan_tune([None]), "workloads"),
+        # A string was read letter by letter; True was 1; 10**400 overflowed.
+        ("draft options as text", lambda: check_options("seeds=0"), "draft_options"),
+        ("a draft option of True", lambda: check_options({"eps": True}), "draft_options"),
+        ("a huge draft option", lambda: check_options({"population": 10**400}),
+         "draft_options"),
+        ("bench_tune, no methods", lambda: tt.bench_tune(["matmul:16,16,16"], methods=[],
+                                                         trials_per_task=4,
+                                                         work_dir=tmp / "b"), "methods"),
+        ("bench_tune, 1.5 tasks", lambda: tt.bench_tune(["matmul:16,16,16"], max_tasks=1.5,
+                                                        trials_per_task=4,
+                                                        work_dir=tmp / "b"), "max_tasks"),
+    ]  # fmt: skip
+
+
+def test_bad_arguments_are_refused_naming_the_parameter_before_any_work(tmp_path: Path) -> None:
+    failures = []
+    for name, call, param in _cases(tmp_path):
+        try:
+            call()
+        except TensortuneError as e:
+            if e.param != param or len(str(e).splitlines()) != 1:
+                failures.append(f"{name}: {e.param!r} {e}")
+        except Exception as e:
+            failures.append(f"{name}: {type(e).__name__}: {e}")
+        else:
+            failures.append(f"{name}: accepted")
+    assert not failures, failures
+    assert not (tmp_path / "r.db").exists()  # no store was made for a refused call
+    assert not (tmp_path / "b").exists()
