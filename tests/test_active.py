@@ -382,3 +382,14 @@ def test_the_validity_filter_keeps_everything_until_it_has_seen_failures():
     assert f.fit(x, ok).active and not f.keep(x).all()
     with pytest.raises(TensortuneError, match="outcomes"):
         f.fit(x, ok[:-1])
+
+
+def test_nan_keys_neither_stop_k_center_nor_repeat_a_pick():
+    # Random exact ties first took rng.choice of an empty set where a key was NaN.
+    from tensortune.active.selectors import tied_argmax
+
+    rng = np.random.default_rng(0)
+    assert tied_argmax(np.array([-np.inf, np.nan, 1.0]), rng) == 2
+    assert tied_argmax(np.array([-np.inf, np.nan, np.nan]), rng) in (1, 2)
+    assert {tied_argmax(np.array([3.0, -np.inf, 3.0]), np.random.default_rng(s))
+            for s in range(20)} == {0, 2}  # fmt: skip

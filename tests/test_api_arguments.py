@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 import tensortune as tt
 from tensortune.errors import TensortuneError
 
@@ -67,3 +69,22 @@ def test_bad_arguments_are_refused_naming_the_parameter_before_any_work(tmp_path
     assert not failures, failures
     assert not (tmp_path / "r.db").exists()  # no store was made for a refused call
     assert not (tmp_path / "b").exists()
+
+
+def test_numpy_numbers_are_numbers() -> None:
+    # A first version of the checks above refused np.int64 counts, which notebooks pass.
+    import numpy as np
+
+    from tensortune.errors import check_count, check_seconds, check_seed
+
+    assert check_count(np.int64(3), "n") == 3 and type(check_count(np.int32(3), "n")) is int
+    assert check_seed(np.uint8(7)) == 7
+    assert check_seconds(np.float32(0.5), "t") == 0.5
+    for bad in (True, np.float64(2.0), 2.0):
+        with pytest.raises(TensortuneError, match="whole number"):
+            check_count(bad, "n")
+    b = tt.PersistentBuilder(max_workers=np.int64(1))
+    try:
+        assert b.max_workers == 1
+    finally:
+        b.close()

@@ -210,7 +210,7 @@ def test_standalone_operators_are_collected_as_the_network_ops(tiny, tmp_path):
         collect(workloads=["softmax:4"], configs=SMALL[:1], records=url)
 
 
-def test_a_collection_naming_no_configuration_takes_those_this_cpu_runs(monkeypatch):
+def test_a_collection_naming_no_configuration_takes_those_this_cpu_runs(monkeypatch, cli, tmp_path):
     # On an AVX2-only CPU (a Zen 3) the default named avx512-2c, and every `dataset collect`
     # without --config was refused.
     from tensortune.collect import DEFAULT_CONFIGS, default_configs
@@ -223,4 +223,19 @@ def test_a_collection_naming_no_configuration_takes_those_this_cpu_runs(monkeypa
     assert default_configs() == []
     with pytest.raises(TensortuneError, match="runs none of avx512-2c, avx2-1c"):
         collect(["resnet18"])
+    for sampler in ((), ("--sampler", "balto")):  # a selector's collection raised IndexError
+        code, _, err = cli("dataset", "collect", "--network", "resnet18", *sampler,
+                           "--records", f"sqlite:///{tmp_path / 'c.db'}")  # fmt: skip
+        assert code == 2 and "runs none of" in err and len(err.strip().splitlines()) == 1, err
     assert DEFAULT_CONFIGS == ("avx512-2c", "avx2-1c")
+
+
+def test_a_plain_collection_counts_older_collections_and_imports_as_its_own():
+    # Collections before 7c76140 measured their evolved share through tune (12 hex digits):
+    # the shipped data/collect store holds such rows, and topping it up must not be refused.
+    from tensortune.collect.programs import PLAIN_RUN
+
+    for own in ("collect-0123abcd", "0123456789ab", ""):
+        assert PLAIN_RUN.fullmatch(own), own
+    for other in ("collect-balto-0123abcd", "transfer-0123abcd", "collect-0123abc"):
+        assert not PLAIN_RUN.fullmatch(other), other

@@ -608,6 +608,12 @@ def test_a_cgroup_cpu_quota_bounds_the_cores_used(tmp_path, monkeypatch) -> None
     assert fingerprint.cgroup_cpu_quota(v1, v1root) == 3
     monkeypatch.setattr(fingerprint, "cgroup_cpu_quota", lambda: 1)
     assert fingerprint.usable_cores() == 1
+    # The machine keeps its id: the quota bounds the threads, it does not describe the CPU.
+    fingerprint.current_hardware.cache_clear()
+    try:
+        assert fingerprint.current_hardware().cores == len(os.sched_getaffinity(0))
+    finally:
+        fingerprint.current_hardware.cache_clear()
     b = PersistentBuilder()
     try:
         assert b.max_workers == 1

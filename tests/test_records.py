@@ -924,3 +924,21 @@ def test_leases_of_a_process_that_died_here_are_freed_at_once(store) -> None:
     store.add(batch[:2])  # the commit ends our two leases
     assert budget.left(wid) == 2
     budget.close()
+
+
+def test_a_module_too_deep_to_read_back_is_not_stored(tmp_path: Path) -> None:
+    # The reader's depth bound refused a 600-way concatenation that the store had taken; a
+    # store now takes what it can hand back and refuses, in one line, what it could not.
+    import tvm
+    from tvm import te, topi
+
+    def concat(n: int) -> object:
+        xs = [te.placeholder((4,), name=f"x{i}") for i in range(n)]
+        return tvm.IRModule({"main": te.create_prim_func([*xs, topi.concatenate(xs)])})
+
+    with open_records(_url(tmp_path / "r.db")) as store:
+        wid = store.workload_id(concat(600), "concat600")
+        assert store.workload(wid).mod() is not None
+        with pytest.raises(RecordsError, match=r"concat900 cannot be stored.*deeper than 1500"):
+            store.workload_id(concat(900), "concat900")
+        assert len(store.workloads()) == 1

@@ -251,8 +251,10 @@ def test_a_tune_leaves_the_callers_logging_as_it_was(tmp_path):
     finally:
         mine.removeHandler(handler)
         handler.close()
-    logs = sorted(p.name for p in (tmp_path / "w" / "logs").glob("tvm.s_tir.meta_schedule*.log"))
-    assert logs and any("task_scheduler" in n for n in logs) and any("task_0" in n for n in logs)
+    logs = {p.name: p.read_text() for p in (tmp_path / "w" / "logs").glob("tvm.s_tir.*.log")}
+    task = next(text for name, text in logs.items() if "task_0" in name)
+    scheduler = next(text for name, text in logs.items() if "task_scheduler" in name)
+    assert "Initializing Task #0" in task and scheduler.strip(), logs  # MetaSchedule's lines
     held = [os.readlink(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd")
             if os.path.exists(f"/proc/self/fd/{fd}")]  # fmt: skip
     assert not [f for f in held if str(tmp_path / "w" / "logs") in f], held

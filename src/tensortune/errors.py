@@ -76,20 +76,25 @@ def shown(value: object, limit: int = 40) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def _whole(value: object) -> bool:
+    """An integer, NumPy's included (its bool is none); not a bool: True is no count."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
 def check_seed(seed: object, param: str = "seed") -> int:
     """A random seed as the libraries take one (NumPy's generators refuse a negative one)."""
-    if type(seed) is not int or not 0 <= seed < 2**63:
+    if not _whole(seed) or not 0 <= seed < 2**63:  # type: ignore[operator]
         raise TensortuneError(f"must be a whole number from 0 to 2**63 - 1, not {seed!r}",
                               param=param)  # fmt: skip
-    return seed
+    return int(seed)  # type: ignore[call-overload]
 
 
 def check_count(value: object, param: str, least: int = 1) -> int:
     """A count (rounds, repeats, ...): a whole number of at least ``least``."""
-    if type(value) is not int or value < least:
+    if not _whole(value) or value < least:  # type: ignore[operator]
         raise TensortuneError(f"must be a whole number of at least {least}, not {value!r}",
                               param=param)  # fmt: skip
-    return value
+    return int(value)  # type: ignore[call-overload]
 
 
 def check_seconds(value: object, param: str) -> float:

@@ -221,14 +221,19 @@ def k_center(view: TaskView, among: np.ndarray, count: int, rng: np.random.Gener
                 size=len(w))  # fmt: skip
         else:
             key = w * nearest
-        key = np.where(taken, -np.inf, key)
-        # Exact ties (programs whose features are identical) at random: argmax alone always
-        # took the copy stored first, whatever the seed.
-        j = int(rng.choice(np.flatnonzero(key == key.max())))
+        j = tied_argmax(np.where(taken, -np.inf, key), rng)
         chosen.append(j)
         taken[j] = True
         nearest = np.minimum(nearest, _distances(x, x[j : j + 1]))
     return among[np.asarray(chosen, dtype=int)]
+
+
+def tied_argmax(key: np.ndarray, rng: np.random.Generator) -> int:
+    """The position of ``key``'s largest value, exact ties broken at random: ``argmax`` alone
+    took the first of programs whose features are identical, whatever the seed.  A NaN key
+    (from NaN features) ranks below every number but above -inf (what was taken already)."""
+    key = np.where(np.isnan(key), -np.finfo(np.float64).max, key)
+    return int(rng.choice(np.flatnonzero(key == key.max())))
 
 
 def _distances(x: np.ndarray, y: np.ndarray) -> np.ndarray:

@@ -13,6 +13,7 @@ measures a program another has, and each starts at a task of its own.
 from __future__ import annotations
 
 import contextlib
+import numbers
 import os
 import re
 import uuid
@@ -191,6 +192,9 @@ def check_configs(
     machine before anything is measured: a bad last one must not surface after hours spent
     on the first."""
     with about(param):
+        if not as_list(configs):
+            raise TensortuneError("no configuration to collect on (this CPU runs none of "
+                                  f"{', '.join(DEFAULT_CONFIGS)}; name one)")  # fmt: skip
         hw_configs = [c if isinstance(c, HardwareConfig) else get_config(c)
                       for c in as_list(configs)]  # fmt: skip
         platforms = [resolve_platform(c.target) for c in hw_configs]
@@ -235,16 +239,13 @@ def collect(
     # One name where a list is expected is one item (a string is not a list of letters).
     networks = None if networks is None else as_list(networks)
     configs = default_configs() if configs is None else configs
-    if not configs:
-        raise TensortuneError("no configuration to collect on (this CPU runs none of "
-                              f"{', '.join(DEFAULT_CONFIGS)})", param="configs")  # fmt: skip
     configs, exclude, workloads = as_list(configs), as_list(exclude), as_list(workloads)
     # All checked before the store opens and the networks load.
     check_count(programs_per_task, "programs_per_task")
     if heaviest is not None:
         check_count(heaviest, "heaviest")
     check_seed(seed)
-    if isinstance(evolved_share, bool) or not (isinstance(evolved_share, int | float)
+    if isinstance(evolved_share, bool) or not (isinstance(evolved_share, numbers.Real)
                                                and 0 <= evolved_share <= 1):  # fmt: skip
         raise TensortuneError(f"must be from 0 to 1, not {evolved_share!r}",
                               param="evolved_share")  # fmt: skip
@@ -288,9 +289,11 @@ def collect(
     return result
 
 
-# The run ids of a plain collection's workers (``_Filler``); a sampler's are
-# ``collect-NAME-…`` and a tuner's ``tune-…``.
-PLAIN_RUN = re.compile(r"collect-[0-9a-f]{8}")
+# The run ids a plain collection counts as its own: its workers' (``_Filler``), and 12 hex
+# digits, which collections before 7c76140 gave their evolved share (measured through
+# ``tune``, whose runs are named so too, and cannot be told apart: they count), and none (a
+# database imported).  A sampler's (``collect-NAME-…``) and a transfer's picks do not.
+PLAIN_RUN = re.compile(r"(?:collect-[0-9a-f]{8}|[0-9a-f]{12})?")
 
 
 def check_collected_by(store: RecordStore, tasks: dict[int, Task], platform: Platform,

@@ -189,11 +189,12 @@ class CompiledModel:
         arrays = [_as_array(a, spec, i) for i, (a, spec) in pairs]
         try:
             outs = self._call(arrays)
-        except (RuntimeError, ValueError) as e:  # TVM's checks of its inputs raise these
+        except (RuntimeError, ValueError) as e:  # TVM's errors, its input checks' included
             # The manifest's inputs are checked at load by count only (the library does not
-            # say its shapes): a manifest edited to other shapes or dtypes is refused here.
-            raise ArtifactError(f"{self.name}: its library refused the inputs its manifest "
-                                f"lists ({last_line(e)})") from None  # fmt: skip
+            # say its shapes): a manifest edited to other shapes or dtypes fails here.
+            raise ArtifactError(f"{self.name}: the compiled model failed ({last_line(e)}; "
+                                "a manifest whose inputs the library does not take fails "
+                                "so)") from None  # fmt: skip
         if torch_in:
             import torch
 

@@ -96,13 +96,19 @@ def _caches(base: Path = Path("/sys/devices/system/cpu/cpu0/cache")) -> dict[str
     return out
 
 
-def usable_cores() -> int:
-    """Cores this process may run on, not the machine's total: its CPU affinity, and no more
-    than a cgroup CPU quota grants (a container limited to 2 CPUs on a 64-core host would
-    otherwise run 64 threads and start 64 builders)."""
+def affinity_cores() -> int:
+    """Cores this process's CPU affinity allows: what describes the machine (``Hardware``)."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    quota = cgroup_cpu_quota()
-    return max(1, min(int(cores or 1), quota or int(cores or 1)))
+    return int(cores or 1)
+
+
+def usable_cores() -> int:
+    """Cores to run threads and workers on: the CPU affinity's, and no more than a cgroup CPU
+    quota grants (a container limited to 2 CPUs of a 64-core host ran 64 threads and started
+    64 builders).  The quota is not part of the machine's description (``Hardware.cores``):
+    the same machine keeps its id in a container of any quota."""
+    cores = affinity_cores()
+    return max(1, min(cores, cgroup_cpu_quota() or cores))
 
 
 def cgroup_cpu_quota(cgroups: Path = Path("/proc/self/cgroup"),
@@ -184,7 +190,7 @@ def current_hardware() -> Hardware:
     return Hardware(
         cpu_model=info.get("model name") or platform.processor() or "unknown",
         arch=platform.machine(),
-        cores=usable_cores(),
+        cores=affinity_cores(),
         isa=tuple(f for f in ISA_FLAGS if f in flags),
         caches=_caches(),
     )

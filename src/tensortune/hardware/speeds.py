@@ -4,8 +4,9 @@ No CPU reports its bandwidth, so it is timed: a NumPy copy, a few hundred millis
 anew in every process it came out a little different each time, and the draft analyzer's
 roofline, which reads it, then ordered near-tied programs differently from one run to the next:
 a seeded search could not be repeated (benchmarks/RESULTS.md, stop 67).  So the figures are
-kept per machine in the user's cache, ``$XDG_CACHE_HOME/tensortune/speeds-<hardware id>.json``,
-and every process on the machine reads the same ones.  Delete the file to measure again.
+kept per machine in the user's cache (``$XDG_CACHE_HOME/tensortune/speeds-v<N>-<hardware
+id>.json``), and every process on the machine reads the same ones.  Delete the file to
+measure again.
 """
 
 from __future__ import annotations
@@ -38,8 +39,13 @@ def cache_dir() -> Path:
     return Path(base) / "tensortune"
 
 
+# Bumped when what is measured changes, so that a machine measures again (2: the L2 copy
+# sized by the machine's L2, ``l2_block``).
+_VERSION = 2
+
+
 def _path() -> Path:
-    return cache_dir() / f"speeds-{current_hardware().id}.json"
+    return cache_dir() / f"speeds-v{_VERSION}-{current_hardware().id}.json"
 
 
 @cache  # once a process, whatever the file does meanwhile

@@ -60,7 +60,7 @@ def default_target() -> dict:
     from tensortune.compat import tvm
 
     mcpu = tvm.target.codegen.llvm_get_system_cpu()
-    target = {"kind": "llvm", "mcpu": mcpu, "num-cores": current_hardware().cores}
+    target = {"kind": "llvm", "mcpu": mcpu, "num-cores": usable_cores()}
     hidden = hidden_features(mcpu)
     if hidden:
         target["mattr"] = [f"-{f}" for f in sorted(hidden)]

@@ -95,9 +95,13 @@ def to_tuning_record(record: Record, workload: Workload,
     """``record`` as MetaSchedule's record of ``workload``; ``names`` renames its blocks
     (``renamed_blocks``) for a workload that names them differently from the record's."""
     try:
-        trace, args_info = record.trace_json(), json.loads(record.args_info)
+        trace = record.trace_json()
     except (ValueError, TypeError, RecursionError):
-        trace = args_info = None  # refused below
+        trace = None  # refused below
+    try:
+        args_info = json.loads(record.args_info)
+    except (ValueError, TypeError, RecursionError):
+        args_info = None
     problem = trace_problem(trace) or args_info_problem(args_info)
     if problem:  # TVM's reader would follow a null into memory that is not there
         raise RecordsError(f"record {record.id} is damaged: {problem}")

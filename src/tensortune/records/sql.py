@@ -210,7 +210,7 @@ class SQLStore(RecordStore):
         return next((wid for wid, other in cached if structural_equal(mod, other)), None)
 
     def workload_id(self, mod, name: str = "", *, create: bool = True) -> int | None:
-        from tensortune.compat import structural_hash, tvm
+        from tensortune.compat import json_graph_problem, structural_hash, tvm
 
         shash = structural_hash(mod)
         select = "SELECT id, mod_json FROM workloads WHERE shash = ?"
@@ -219,6 +219,11 @@ class SQLStore(RecordStore):
             wid = self._known(mod, shash, self._read(select, (shash,)))
         if wid is not None or not create:
             return wid
+        text = tvm.ir.save_json(mod)
+        problem = json_graph_problem(json.loads(text))
+        if problem:  # stored, it could not be read back (compat.MAX_GRAPH_DEPTH)
+            raise RecordsError(f"workload {name or shash} cannot be stored: its module's "
+                               f"graph {problem}")  # fmt: skip
 
         def insert(cur: Cursor) -> int:
             # Another process may have added it since we looked: look again under the lock.
@@ -228,7 +233,7 @@ class SQLStore(RecordStore):
                 return found
             row = cur.execute(
                 "INSERT INTO workloads (shash, name, mod_json) VALUES (?, ?, ?) RETURNING id",
-                (shash, name, tvm.ir.save_json(mod)),
+                (shash, name, text),
             ).fetchone()
             return int(row[0])
 

@@ -159,7 +159,6 @@ def _task_loggers(work: Path, names: list[str]) -> Iterator[list[logging.Logger]
     console = logging.StreamHandler(sys.stdout)
     console.setLevel(logging.WARNING)
     own(top, console, logging.FileHandler(log_dir / f"{base}.task_scheduler.log"))
-    top.addFilter(_not_log_dir_notice)
     try:
         loggers = []
         for i, name in enumerate(names):
@@ -168,7 +167,6 @@ def _task_loggers(work: Path, names: list[str]) -> Iterator[list[logging.Logger]
                                logging.FileHandler(log_dir / f"{logger_name}.log")))  # fmt: skip
         yield loggers
     finally:
-        top.removeFilter(_not_log_dir_notice)
         for logger, handler in added:
             logger.removeHandler(handler)
             handler.close()
@@ -181,7 +179,3 @@ def file_safe(name: str) -> str:
     """``name`` with every character but letters, digits, ``.``, ``-`` and ``_`` replaced by
     ``_`` (``matmul:64,64,64`` → ``matmul_64_64_64``)."""
     return re.sub(r"[^A-Za-z0-9._-]", "_", name)
-
-
-def _not_log_dir_notice(record: logging.LogRecord) -> bool:
-    return not record.getMessage().startswith("Logging directory")

@@ -39,7 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from tensortune.active import Pool, pool_from_programs
-from tensortune.active.selectors import TaskView, k_center
+from tensortune.active.selectors import TaskView, k_center, tied_argmax
 from tensortune.costmodel.data import ProgramSet
 from tensortune.errors import TensortuneError, about
 
@@ -139,9 +139,8 @@ def cover_order(x: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np
         order[step], radius[step] = j, nearest[j]
         taken[j] = True
         nearest = np.minimum(nearest, np.sqrt(((x - x[j]) ** 2).sum(axis=1)))
-        if step + 1 < len(x):  # ties (identical rows) at random, not the first one stored
-            key = np.where(taken, -np.inf, nearest)
-            j = int(rng.choice(np.flatnonzero(key == key.max())))
+        if step + 1 < len(x):
+            j = tied_argmax(np.where(taken, -np.inf, nearest), rng)
     return order, radius
 
 
