@@ -120,6 +120,25 @@ def test_machine_speeds_are_measured_once_and_read_back(tmp_path, monkeypatch):
         speeds.machine_speeds.cache_clear()
 
 
+def test_speeds_measured_by_an_earlier_version_are_measured_again(tmp_path, monkeypatch):
+    # What is measured changed (the L2 block): a machine that kept the old figures must not
+    # read them on (a Zen 3's "L2" figure was its L3's).
+    import json
+
+    from tensortune.hardware import current_hardware, speeds
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    old = tmp_path / "tensortune" / f"speeds-{current_hardware().id}.json"
+    old.parent.mkdir(parents=True)
+    old.write_text(json.dumps({"ghz": 3.0, "l2_gbps": 123.0, "mem_gbps": 12.0}))
+    speeds.machine_speeds.cache_clear()
+    try:
+        assert speeds.machine_speeds() != speeds.Speeds(3.0, 123.0, 12.0)
+        assert speeds._path().name.startswith(f"speeds-v{speeds._VERSION}-")
+    finally:
+        speeds.machine_speeds.cache_clear()
+
+
 def test_the_l2_copy_stays_in_the_machines_own_l2():
     # A fixed 256 KiB twice filled a Zen 3's whole 512 KiB L2, so "L2" bandwidth measured L3.
     from tensortune.hardware.speeds import l2_block

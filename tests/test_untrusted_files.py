@@ -1151,6 +1151,19 @@ def test_store_rows_whose_traces_would_crash_tvm_never_reach_it(
             one_error(result)
 
 
+def test_a_record_whose_arguments_are_not_json_is_named_for_them(store: Path) -> None:
+    # Its trace was blamed ("the trace is not [instructions, decisions]").
+    import dataclasses
+
+    from tensortune.errors import RecordsError
+    from tensortune.records.convert import to_tuning_record
+
+    with open_records(f"sqlite:///{store}") as s:
+        record = next(iter(s.query()))
+    with pytest.raises(RecordsError, match="args_info is not a list"):
+        to_tuning_record(dataclasses.replace(record, args_info="oops"), None)
+
+
 def test_a_damaged_dataset_trace_is_a_row_that_does_not_replay(store: Path) -> None:
     from tensortune.datasets.lowered import replayed
     from tensortune.records.convert import candidate_from_trace

@@ -216,7 +216,7 @@ def _reference_fields(type_key: str) -> frozenset[str]:
 # How many levels of references TVM's JSON graph reader may follow (about two a level of IR
 # nesting): it decodes them depth first, recursively.  On an 8 MiB stack 2,015 read and
 # 2,815 crashed; the deepest workload of the shipped datasets is 54, a concatenation of 600
-# tensors 1,215.  Records stores refuse to store a deeper module (``workload_id``).
+# tensors 1,214.  Records stores refuse to store a deeper module (``workload_id``).
 MAX_GRAPH_DEPTH = 1500
 
 

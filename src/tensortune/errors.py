@@ -76,25 +76,21 @@ def shown(value: object, limit: int = 40) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _whole(value: object) -> bool:
-    """An integer, NumPy's included (its bool is none); not a bool: True is no count."""
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-
-
 def check_seed(seed: object, param: str = "seed") -> int:
     """A random seed as the libraries take one (NumPy's generators refuse a negative one)."""
-    if not _whole(seed) or not 0 <= seed < 2**63:  # type: ignore[operator]
+    if type(seed) is not int or not 0 <= seed < 2**63:
         raise TensortuneError(f"must be a whole number from 0 to 2**63 - 1, not {seed!r}",
                               param=param)  # fmt: skip
-    return int(seed)  # type: ignore[call-overload]
+    return seed
 
 
 def check_count(value: object, param: str, least: int = 1) -> int:
-    """A count (rounds, repeats, ...): a whole number of at least ``least``."""
-    if not _whole(value) or value < least:  # type: ignore[operator]
+    """A count (rounds, repeats, ...): a whole number of at least ``least`` (a Python int, as
+    every count the API takes: a NumPy one is refused too, in one line)."""
+    if type(value) is not int or value < least:
         raise TensortuneError(f"must be a whole number of at least {least}, not {value!r}",
                               param=param)  # fmt: skip
-    return int(value)  # type: ignore[call-overload]
+    return value
 
 
 def check_seconds(value: object, param: str) -> float:

@@ -193,8 +193,10 @@ def check_configs(
     on the first."""
     with about(param):
         if not as_list(configs):
-            raise TensortuneError("no configuration to collect on (this CPU runs none of "
-                                  f"{', '.join(DEFAULT_CONFIGS)}; name one)")  # fmt: skip
+            runs = ", ".join(default_configs()) or "none"
+            defaults = ", ".join(DEFAULT_CONFIGS)
+            raise TensortuneError(f"no configuration to collect on (of the defaults {defaults}, "
+                                  f"this CPU runs {runs})")  # fmt: skip
         hw_configs = [c if isinstance(c, HardwareConfig) else get_config(c)
                       for c in as_list(configs)]  # fmt: skip
         platforms = [resolve_platform(c.target) for c in hw_configs]
@@ -300,9 +302,9 @@ def check_collected_by(store: RecordStore, tasks: dict[int, Task], platform: Pla
                        own: re.Pattern, who: str) -> None:  # fmt: skip
     """Refuse a store whose records of ``tasks`` on ``platform`` were not all made by runs
     whose id ``own`` matches (``who``): a collection counts what a task has to know what it
-    lacks, and others' programs (a tuner's best, a sampler's picks) would stand in for its own
+    lacks, and others' programs (a sampler's picks, a transfer's) would stand in for its own
     random and evolved ones.  Its own records, from a run it resumes or a worker beside it,
-    are fine."""
+    are fine (``PLAIN_RUN`` says which a plain collection takes for its own)."""
     foreign = sum(1 for wid in tasks
                   for r in store.query(workload_id=wid, hardware_id=platform.hardware.id,
                                        target=platform.key)
