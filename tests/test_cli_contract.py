@@ -145,7 +145,7 @@ BAD = {
     "collect zero heaviest": (
         ["dataset", "collect", "--network", "resnet18", "--heaviest", "0"],
         "--heaviest",
-        "positive",
+        "at least 1",
     ),
     "bench al unknown selector": (
         ["bench", "al", "--dataset", "default", "--held-out", "gpt2-block", "--selector", "x"],
