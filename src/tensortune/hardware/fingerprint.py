@@ -159,6 +159,17 @@ def _v1_quota(directory: Path) -> int | None:
         return None
 
 
+def pid_scope() -> str | None:
+    """Where this process's pids mean something: the boot and the pid namespace (``BOOT:NS``;
+    None without ``/proc``).  Another container or VM, or the same machine after a reboot,
+    sees this process's pid as gone, or as another process."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()[:8]
+        return f"{boot}:{os.stat('/proc/self/ns/pid').st_ino}"
+    except OSError:
+        return None
+
+
 @contextmanager
 def affinity_kept() -> Iterator[None]:
     """Run TVM in this process without losing the calling thread's CPU affinity: TVM's

@@ -19,6 +19,7 @@ from tensortune.compat import (
 )
 from tensortune.errors import check_count, check_seconds, check_writable
 from tensortune.hardware import usable_cores
+from tensortune.hardware.fingerprint import pid_scope
 from tensortune.measure.pool import WorkerPool
 from tensortune.measure.status import Status, tagged
 
@@ -26,14 +27,9 @@ _PREFIX = "tensortune-build-"
 
 
 def _pid_scope() -> str:
-    """Where this process's pids mean something: the boot and the pid namespace.  A container
-    sharing /tmp sees the host's pids (and another container's) as gone, and swept a live
-    builder's directory away."""
-    try:
-        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()[:8]
-        return f"n{boot}{os.stat('/proc/self/ns/pid').st_ino}"
-    except OSError:
-        return "n"
+    """``hardware.pid_scope`` as a part of a directory name: a container sharing /tmp sees the
+    host's pids (and another container's) as gone, and swept a live builder's directory."""
+    return "n" + (pid_scope() or "").replace(":", "")
 
 
 def _remove_orphans() -> None:

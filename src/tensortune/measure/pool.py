@@ -306,14 +306,18 @@ class _IdleWorkers:
         self._pid = os.getpid()
         self._closed = False
 
+    def _forget_if_forked(self) -> None:
+        """In a forked child (the lock held): the workers kept are its parent's, not its own."""
+        if os.getpid() != self._pid:
+            self._workers, self._pid = [], os.getpid()
+
     def take(self, env: dict[str, str], log_path: str | None) -> _Worker | None:
         """An idle worker of ``env``'s environment, now in this process's working directory
         and writing to ``log_path``; None if there is none."""
         key = _env_key(env)
         while True:
             with self._lock:
-                if os.getpid() != self._pid:  # a fork: these are its parent's workers
-                    self._workers, self._pid = [], os.getpid()
+                self._forget_if_forked()
                 w = next((w for w in reversed(self._workers) if w.key == key), None)
                 if w is None:
                     return None
@@ -345,8 +349,7 @@ class _IdleWorkers:
         """End the idle workers; ``final``: and any that pools close from now on.  A forked
         child's exit (its atexit) leaves them: they are its parent's."""
         with self._lock:
-            if os.getpid() != self._pid:
-                self._workers, self._pid = [], os.getpid()
+            self._forget_if_forked()
             workers, self._workers = self._workers, []
             self._closed = self._closed or final
         _stop(workers)

@@ -60,17 +60,17 @@ def check_url(url: str | os.PathLike) -> tuple[str, str]:
 
 
 @contextlib.contextmanager
-def records_from(records: str | os.PathLike | RecordStore, *,
-                 create: bool = True) -> Iterator[RecordStore]:  # fmt: skip
+def records_from(records: str | os.PathLike | RecordStore, *, create: bool = True,
+                 param: str = "records") -> Iterator[RecordStore]:  # fmt: skip
     """The store an API call was given: a URL is opened here (errors opening it are about the
-    ``records`` parameter) and closed on the way out; a store is used as it is, left open."""
+    parameter ``param``) and closed on the way out; a store is used as it is, left open."""
     if not isinstance(records, str | os.PathLike):
         if not isinstance(records, RecordStore):  # None, a number: refused before any work
             raise TensortuneError(f"a records store or its URL, not {records!r:.60}",
-                                  param="records")  # fmt: skip
+                                  param=param)  # fmt: skip
         yield records
         return
-    with about("records"):
+    with about(param):
         store = open_records(records, create=create)
     try:
         yield store

@@ -9,7 +9,7 @@ from tensortune.compat import TVM_VERSION, ArgInfo, MeasureCandidate, TuningReco
 from tensortune.errors import RecordsError
 from tensortune.measure.status import FAILED_COST, Status, classify
 from tensortune.records.schema import Record, positive_seconds
-from tensortune.records.trace_checks import args_info_problem, trace_problem
+from tensortune.records.trace_checks import args_info_problem, parsed, trace_problem
 
 
 def to_plain(value: object) -> object:
@@ -34,14 +34,11 @@ def replay_trace(trace: list | str, sch: object) -> None:
     which a trace from a shared file reaches TVM's reader, checked first (``trace_checks``: a
     null that TVM would read through kills the process).  Raises ``ValueError`` for a damaged
     trace, and whatever TVM raises for one that does not fit the schedule's module."""
-    try:
-        parsed = json.loads(trace) if isinstance(trace, str) else trace
-    except RecursionError:
-        raise ValueError("the trace nests too deep") from None
-    problem = trace_problem(parsed)
+    trace = parsed(trace)
+    problem = trace_problem(trace)
     if problem:
         raise ValueError(problem)
-    tvm.s_tir.Trace.apply_json_to_schedule(parsed, sch)
+    tvm.s_tir.Trace.apply_json_to_schedule(trace, sch)
 
 
 def candidate_from_trace(mod, trace: list | str) -> MeasureCandidate:
@@ -94,14 +91,7 @@ def to_tuning_record(record: Record, workload: Workload,
                      names: dict[str, str] | None = None) -> TuningRecord:  # fmt: skip
     """``record`` as MetaSchedule's record of ``workload``; ``names`` renames its blocks
     (``renamed_blocks``) for a workload that names them differently from the record's."""
-    try:
-        trace = record.trace_json()
-    except (ValueError, TypeError, RecursionError):
-        trace = None  # refused below
-    try:
-        args_info = json.loads(record.args_info)
-    except (ValueError, TypeError, RecursionError):
-        args_info = None
+    trace, args_info = parsed(record.trace), parsed(record.args_info)
     problem = trace_problem(trace) or args_info_problem(args_info)
     if problem:  # TVM's reader would follow a null into memory that is not there
         raise RecordsError(f"record {record.id} is damaged: {problem}")

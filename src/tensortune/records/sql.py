@@ -32,7 +32,7 @@ from tensortune.records.schema import (
     trace_hash,
 )
 from tensortune.records.storage import ClaimBudget, RecordStore
-from tensortune.records.trace_checks import args_info_problem, trace_problem
+from tensortune.records.trace_checks import args_info_problem, parsed, trace_problem
 
 T = TypeVar("T")
 
@@ -110,15 +110,6 @@ def row_to_record(row: tuple) -> Record:
         raise RecordsError(f"record {rid} is damaged: its cost is {cost!r}, not the median of "
                            "its run times (none for a failed measurement)")  # fmt: skip
     return record
-
-
-def _trace_problem(record: Record) -> str | None:
-    """What TVM's readers would crash on in ``record``'s trace or argument list, or None."""
-    try:
-        trace, args_info = json.loads(record.trace), json.loads(record.args_info)
-    except (ValueError, TypeError, RecursionError):
-        return "its trace or args_info is not JSON"
-    return trace_problem(trace) or args_info_problem(args_info)
 
 
 def _run_secs(text: object, rid: object) -> tuple[float, ...]:
@@ -277,7 +268,7 @@ class SQLStore(RecordStore):
                 raise RecordsError(f"a record to add ({r.status}) has run times that are not "
                                    f"positive seconds: {list(r.run_secs)!r:.80}")  # fmt: skip
             _target_text(r.target, "a record to add")
-            problem = _trace_problem(r)
+            problem = trace_problem(parsed(r.trace)) or args_info_problem(parsed(r.args_info))
             if problem:  # copied on, it would crash TVM in every store it reached
                 raise RecordsError(f"a record to add ({r.status}) is damaged: {problem}")
         # uids are fixed before the first try, so a retried transaction adds nothing twice.

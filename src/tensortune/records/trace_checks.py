@@ -11,6 +11,8 @@ command refuses a damaged file before TVM loads.
 
 from __future__ import annotations
 
+import json
+
 # Instructions whose decision is a list of tile sizes.
 _TILINGS = ("SamplePerfectTile", "SamplePartitionedTile")
 # Attributes that may be null: TransformLayout's pad value (none: the layout needs no padding),
@@ -79,6 +81,17 @@ def args_info_problem(args_info: object) -> str | None:
         ):
             return f'argument {k} of args_info is not ["TENSOR", dtype, shape]'
     return None
+
+
+def parsed(value: object) -> object:
+    """``value`` parsed if it is JSON text, as it is otherwise; None for text that is not JSON
+    (or nests past Python's parser), which the checks above refuse."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return json.loads(value)
+    except (ValueError, RecursionError):
+        return None
 
 
 def holds_null(value: object) -> bool:

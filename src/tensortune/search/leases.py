@@ -23,12 +23,12 @@ import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import psutil
 
 from tensortune.compat import PySearchStrategy, derived_object
 from tensortune.errors import RecordsError, TensortuneError, interrupted, last_line
+from tensortune.hardware.fingerprint import pid_scope
 from tensortune.records.convert import trace_text
 from tensortune.records.schema import trace_hash
 from tensortune.records.storage import ClaimBudget, RecordStore
@@ -84,12 +84,8 @@ def _machine() -> str:
     the pid namespace.  Two containers or VMs may share a host name; each sees the other's
     pids as gone, and must not free the leases of a tuner that still measures."""
     host = socket.gethostname().replace("/", "_")
-    try:
-        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()[:8]
-        namespace = os.stat("/proc/self/ns/pid").st_ino
-    except OSError:
-        return host
-    return f"{host}:{boot}:{namespace}"
+    scope = pid_scope()
+    return host if scope is None else f"{host}:{scope}"
 
 
 def _gone(worker: str) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -9,8 +10,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from tensortune.errors import TensortuneError
-from tensortune.records import RecordStore, open_records, redact
+from tensortune.records import RecordStore, records_from, redact
 from tensortune.records.schema import origin_kind
 from tensortune.transfer.classes import KernelClass, kernel_class
 
@@ -44,23 +44,16 @@ def source_schedules(stores: SourceStores, platform: Platform, per_workload: int
                      param: str = "sources") -> dict[str, list[SourceSchedule]]:  # fmt: skip
     """Per kernel-class key, the ``per_workload`` best records of every workload the stores hold
     for ``platform``'s target (measured on any hardware, this one's first)."""
-    if isinstance(stores, str | os.PathLike | RecordStore):
+    if isinstance(stores, str | os.PathLike | RecordStore) or not isinstance(stores, Iterable):
         stores = [stores]
-    stores = list(stores) if isinstance(stores, Iterable) else [stores]
-    for spec in stores:  # all before any is read
-        if not isinstance(spec, str | os.PathLike | RecordStore):
-            raise TensortuneError(f"a records store or its URL, not {spec!r:.60}",
-                                  param=param)  # fmt: skip
     out: dict[str, list[SourceSchedule]] = {}
-    for spec in stores:
-        given = not isinstance(spec, RecordStore)  # opened here, so closed here
-        store = open_records(spec, create=False) if given else spec
-        try:
+    with contextlib.ExitStack() as opened:
+        # Every one opened (or refused, in one line naming ``param``) before any is read.
+        given = [opened.enter_context(records_from(s, create=False, param=param))
+                 for s in stores]  # fmt: skip
+        for store in given:
             for src in _store_sources(store, platform, per_workload):
                 out.setdefault(src.kclass.key, []).append(src)
-        finally:
-            if given:
-                store.close()
     return out
 
 
