@@ -34,7 +34,10 @@ def replay_trace(trace: list | str, sch: object) -> None:
     which a trace from a shared file reaches TVM's reader, checked first (``trace_checks``: a
     null that TVM would read through kills the process).  Raises ``ValueError`` for a damaged
     trace, and whatever TVM raises for one that does not fit the schedule's module."""
-    trace = parsed(trace)
+    try:  # text that is not JSON raises json's own error, which names what is wrong
+        trace = json.loads(trace) if isinstance(trace, str) else trace
+    except RecursionError:
+        raise ValueError("the trace nests too deep") from None
     problem = trace_problem(trace)
     if problem:
         raise ValueError(problem)
