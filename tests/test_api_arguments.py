@@ -51,6 +51,53 @@ def _cases(tmp: Path) -> list[tuple[str, Callable[[], object], str]]:
         ("bench_tune, 1.5 tasks", lambda: tt.bench_tune(["matmul:16,16,16"], max_tasks=1.5,
                                                         trials_per_task=4,
                                                         work_dir=tmp / "b"), "max_tasks"),
+        *_flag_cases(tmp, url),
+    ]  # fmt: skip
+
+
+def _flag_cases(tmp: Path, url: str) -> list[tuple[str, Callable[[], object], str]]:
+    # bool("no") is True: each of these switched its setting on, or off with 0 / "".
+    from tensortune.costmodel.factory import cost_model_from
+    from tensortune.measure.session import MeasureSession
+
+    mm = ["matmul:16,16,16"]
+    return [
+        ("tune, fast math 'no'", lambda: tt.tune(mm, trials=4, records=url, work_dir=tmp / "w",
+                                                 fast_math="no"), "fast_math"),
+        ("plan_tune, winograd 0", lambda: tt.plan_tune(mm, trials=4, winograd=0), "winograd"),
+        ("resolve_tasks, winograd 'off'", lambda: tt.resolve_tasks(
+            mm, platform=tt.resolve_platform(), winograd="off"), "winograd"),
+        ("load_model, channels_last 'no'", lambda: tt.load_model("resnet18", target=None,
+                                                                 channels_last="no"),
+         "channels_last"),
+        ("compile_model, winograd 'no'", lambda: tt.compile_model("resnet18", records=url,
+                                                                  winograd="no"), "winograd"),
+        ("transfer, end_to_end 'no'", lambda: tt.transfer([url], mm, records=url,
+                                                          end_to_end="no"), "end_to_end"),
+        ("collect, worker 'no'", lambda: tt.collect(["resnet18"], records=url, worker="no"),
+         "worker"),
+        ("evaluate, measured_here 1", lambda: tt.evaluate("default", measured_here=1),
+         "measured_here"),
+        ("finetune, validate 'no'", lambda: tt.finetune("default", tmp / "db", samples=16,
+                                                        validate="no"), "validate"),
+        ("recheck, overwrite 'no'", lambda: tt.recheck_dataset("default", tmp / "out",
+                                                               overwrite="no"), "overwrite"),
+        ("bench_tune, fast math 'no'", lambda: tt.bench_tune(mm, trials_per_task=4,
+                                                             work_dir=tmp / "b",
+                                                             fast_math="no"), "fast_math"),
+        ("best_programs, tir 'no'", lambda: tt.best_programs(url, tir="no"), "tir"),
+        ("resolve_platform, measurable 'no'", lambda: tt.resolve_platform(measurable="no"),
+         "measurable"),
+        ("open_records, create 'no'", lambda: tt.open_records(url, create="no"), "create"),
+        ("import_records, measured_here 'no'", lambda: tt.import_records(
+            url, tmp / "db", measured_here="no"), "measured_here"),
+        ("runner, check_correctness 'no'", lambda: tt.PersistentRunner(
+            check_correctness="no"), "check_correctness"),
+        ("session, check_correctness 'no'", lambda: MeasureSession(
+            tt.resolve_platform(), check_correctness="no"), "check_correctness"),
+        ("timing, cache_flush 'no'", lambda: tt.TimingConfig(cache_flush="no"), "timing"),
+        ("cost model, online 1", lambda: cost_model_from("default", tt.resolve_platform(),
+                                                         online=1), "online"),
     ]  # fmt: skip
 
 

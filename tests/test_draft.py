@@ -185,6 +185,33 @@ def test_draft_then_verify_tunes_without_repeats(tmp_path, target):
     assert len(set(traces)) == len(traces)
 
 
+def test_a_resumed_task_measures_new_programs_from_its_first_round(tmp_path, target,
+                                                                  monkeypatch):  # fmt: skip
+    """A rerun's first draft starts from the store's best programs, and a good verifier ranks
+    them first: 6 of the 8 picks of a resumed round had been measured, and were dropped."""
+    from tensortune.search import leases
+    from tensortune.search.draft_verify import DraftThenVerify
+    from tensortune.tuning.tune import tune
+
+    claims: list[tuple[int, int]] = []  # (programs picked, programs the budget held)
+    claim = leases.SharedBudget.claim
+
+    def logged(self, wid, hashes, limit):
+        held = claim(self, wid, hashes, limit)
+        claims.append((len(hashes), len(held)))
+        return held
+
+    monkeypatch.setattr(leases.SharedBudget, "claim", logged)
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    for trials in (24, 48):
+        claims.clear()
+        strategy = DraftThenVerify(population=64, draft_size=32, per_round=8, threads=1)
+        result = tune(["matmul:16,16,16"], trials=trials, records=url, work_dir=tmp_path / "w",
+                      target=target, strategy=strategy, check_correctness=False)  # fmt: skip
+        assert result.tasks[0].trials == trials
+    assert claims == [(8, 8)] * 3
+
+
 def test_one_seed_draws_the_same_rounds_twice(target):
     """Drafting on one thread (``threads=1``: ``tune_context`` makes the task's context so),
     a seed decides a search: two runs of one seed pick the same programs, round after round

@@ -195,9 +195,23 @@ def test_finetune_writes_a_model_that_remembers_its_sample(tmp_path, cli):
     assert not (tmp_path / "f.ttm").exists()
 
 
-def test_the_hardware_study_runs_every_arm_on_unseen_hardware_and_networks():
+def test_the_hardware_study_runs_every_arm_on_unseen_hardware_and_networks(monkeypatch):
+    from tensortune.compare import hardware
     from tensortune.compare.hardware import hardware_study
+    from tensortune.costmodel.moa import MomentumAdapted
 
+    fed: dict[int, tuple[MomentumAdapted, list]] = {}
+    update, sample_rows = MomentumAdapted.update, hardware.sample_rows
+
+    def watched(self, data, **kw):
+        fed.setdefault(id(self), (self, []))[1].append(data)
+        return update(self, data, **kw)
+
+    def uneven(columns, k, seed, **kw):  # 6 rows fewer: a batch of 16 ends inside a task
+        return sample_rows(columns, k, seed, **kw)[6:]
+
+    monkeypatch.setattr(MomentumAdapted, "update", watched)
+    monkeypatch.setattr(hardware, "sample_rows", uneven)
     tiny = {"epochs": 1, "hidden": 16, "hardware_hidden": 8, "heads": 2}
     result = hardware_study("default", hardware="avx512-1c", folds=[["gpt2-block"]],
                             models=["hwattn"], ks=[16, 32], seeds=[0],
@@ -208,6 +222,12 @@ def test_the_hardware_study_runs_every_arm_on_unseen_hardware_and_networks():
                     "scratch-32", "moa-32"]  # fmt: skip
     assert all(0 <= r["pca"] <= 1 for r in result.rows)
     assert {e["arm"] for e in result.summary()} == set(arms)
+    # MoA learns each task as one ranking group, however its rows fell into batches (a task
+    # split by a batch boundary was two groups, its programs never compared across it).
+    ((moa, batches),) = fed.values()
+    assert len(batches) == 2
+    tasks = np.unique(np.concatenate([b.groups for b in batches]))
+    assert len(np.unique(moa.seen_.groups)) == len(tasks)
     with pytest.raises(TensortuneError, match="no row of the dataset was measured on 'sve'"):
         hardware_study("default", hardware="sve", folds=[["gpt2-block"]])
 

@@ -173,6 +173,20 @@ def test_import_uses_a_stand_in_hardware(filled, fresh, tmp_path: Path) -> None:
     assert db.get_top_k(ms.database.Workload(parse_spec(MM).to_module()), 5) == []
 
 
+def test_export_and_import_take_a_stores_url(filled, tmp_path: Path) -> None:
+    # As every other function of the API that reads or writes records; a URL was an
+    # AttributeError from deep inside.
+    source = f"sqlite:///{tmp_path / 'a.db'}"
+    assert export_records(source, tmp_path / "export").records == 5
+    target = f"sqlite:///{tmp_path / 'new.db'}"
+    assert import_records(target, tmp_path / "export").records == 5
+    with open_records(target, create=False) as s:
+        assert s.count() == 5
+    with pytest.raises(RecordsError, match=r"^store: no records store at"):
+        export_records(f"sqlite:///{tmp_path / 'none.db'}", tmp_path / "export2")
+    assert not (tmp_path / "none.db").exists() and not (tmp_path / "export2").exists()
+
+
 def test_import_again_skips_everything(filled, fresh, tmp_path: Path) -> None:
     store, _, _ = filled
     export_records(store, tmp_path / "export")

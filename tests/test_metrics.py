@@ -311,6 +311,20 @@ def test_evaluate_splits_tasks_by_hardware():
     assert out["pca"] == approx(0.5)
 
 
+def test_a_task_with_one_test_program_does_not_count_in_pca():
+    # A within-task split leaves small tasks one test program: a model that ranks every pair
+    # right scored PCA 0.8 here, the lone task's 0.5 weighed in as if it were a measure.
+    rows = {
+        "task_id": np.array([1, 1, 1, 1, 2]),
+        "label": np.array([1.0, 0.5, 0.25, 0.2, 1.0]),
+        "cost": np.array([1.0, 2.0, 4.0, 5.0, 3.0]),
+    }
+    assert score_predictions(rows, rows["label"])["pca"] == 1.0
+    assert score_predictions(rows, -rows["label"])["pca"] == 0.0
+    alone = {key: values[4:] for key, values in rows.items()}
+    assert math.isnan(score_predictions(alone, [0.3])["pca"])  # no pair: undefined
+
+
 def test_evaluate_errors():
     empty = {"task_id": np.array([], int), "label": np.array([]), "cost": np.array([])}
     with pytest.raises(ValueError, match="empty test set"):
@@ -440,3 +454,18 @@ def test_min_records():
     assert set(task[splits.min_records(task, 25, hardware=hw)]) == {2, 3}
     with pytest.raises(ValueError, match="empty selection"):
         splits.min_records(task, 51)
+
+
+def test_the_plots_top_k_curve_ranks_each_machines_programs_apart():
+    from tensortune.train.plots import top_k_curve
+
+    # Machine a's programs ranked right, b's wrong.  Taken as one task, a's top score hid b's
+    # miss: a's best came first and the curve was all 1.
+    task, hw = np.array([7, 7, 7, 7]), np.array(["a", "a", "b", "b"])
+    pred, label = np.array([0.9, 0.8, 0.3, 0.2]), np.array([1.0, 0.5, 0.2, 1.0])
+    assert top_k_curve(task, label, pred, hw, k=3).tolist() == [0.6, 1.0, 1.0]
+    assert top_k_curve(task, label, pred, k=3).tolist() == [1.0, 1.0, 1.0]
+    # tied scores: the worse program first, as the metrics pick
+    assert top_k_curve(np.array([1, 1]), np.array([1.0, 0.5]), np.array([0.5, 0.5]),
+                       k=2).tolist() == [0.5, 1.0]  # fmt: skip
+    assert top_k_curve(np.array([1]), np.array([0.0]), np.array([0.3])) is None

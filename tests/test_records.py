@@ -472,6 +472,17 @@ def test_url_without_file() -> None:
         open_records("sqlite:///")
 
 
+def test_a_url_missing_its_slashes_is_refused_not_made_a_file(tmp_path: Path, monkeypatch) -> None:
+    # sqlite:r.db used to create a SQLite file named "sqlite:r.db" in the working directory.
+    monkeypatch.chdir(tmp_path)
+    for url in ("sqlite:r.db", "sqlite:/r.db", "postgresql:host/db", "SQLite:r.db"):
+        with pytest.raises(RecordsError, match="lacks the '//' after its scheme"):
+            open_records(url)
+    assert list(tmp_path.iterdir()) == []
+    open_records(Path("sqlite:r.db")).close()  # a path object names a file, whatever its name
+    assert (tmp_path / "sqlite:r.db").is_file()
+
+
 def test_missing_directory(tmp_path: Path) -> None:
     path = tmp_path / "no" / "such" / "dir" / "r.db"
     with pytest.raises(RecordsError, match=r"directory .*dir does not exist"):

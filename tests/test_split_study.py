@@ -29,6 +29,25 @@ def test_every_split_kind_has_its_folds_and_by_network_is_the_reference():
         split_study("default", splits=["sideways"])
 
 
+def test_a_split_the_dataset_cannot_make_is_left_out_before_any_fit() -> None:
+    # ttset-cpu-v1 holds one CPU's data: its by-hardware fold trains on nothing.  The study
+    # failed after every other fold had been fitted, and printed none of them.
+    fits = []
+    result = split_study(
+        "ttset-cpu-v1",
+        splits=["by-task", "by-hardware"],
+        models=["xgb"],
+        seeds=[0],
+        params={"xgb": {"n_rounds": 2}},
+        progress=fits.append,
+    )
+    assert [e["split"] for e in result.summary()] == ["by-task"]
+    assert "empty train set" in result.setup["skipped"]["by-hardware"]
+    assert fits[0].startswith("by-hardware: left out")  # said before the first fit
+    with pytest.raises(TensortuneError, match=r"^splits: this dataset makes none"):
+        split_study("ttset-cpu-v1", splits=["by-hardware"], models=["xgb"], seeds=[0])
+
+
 def test_by_task_takes_a_seed():
     columns, _ = dataset_columns("default")
     _, a = split_masks(columns, "by-task")

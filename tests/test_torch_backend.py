@@ -159,4 +159,9 @@ def test_an_unknown_option_is_refused():
     compiled = torch.compile(Block().eval(), backend="tensortune", options={"record": "x"})
     with pytest.raises(Exception, match="unknown tensortune backend option 'record'"):
         compiled(torch.randn(1, 3, 8, 8))
+    # bool("no") is True: a flag given as text switched fast math on.
+    torch._dynamo.reset()
+    compiled = torch.compile(Block().eval(), backend="tensortune", options={"fast_math": "no"})
+    with pytest.raises(Exception, match="fast_math: must be True or False, not 'no'"):
+        compiled(torch.randn(1, 3, 8, 8))
     assert issubclass(TensortuneError, Exception)

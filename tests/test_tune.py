@@ -280,6 +280,22 @@ def test_under_a_time_budget_every_task_gets_a_round_within_the_trial_budget(tmp
     assert result.trials_total == 24 and [t.trials for t in result.tasks] == [8, 8, 8]
 
 
+def test_a_budget_under_8_trials_a_task_still_gives_every_task_a_round(tmp_path):
+    # Rounds were never under 8 and first rounds go in task order: 12 trials for these four
+    # tasks tuned [8, 4, 0, 0].  The scheduler is one object for both runs: the first run's
+    # state, kept, starved a task of the second.
+    from tensortune.search.scheduler import GradientScheduler
+
+    scheduler, url = GradientScheduler(seed=0), f"sqlite:///{tmp_path / 'r.db'}"
+    first = tune(["matmul:8,8,8", "matmul:16,16,16"], trials=8, records=url,
+                 work_dir=tmp_path / "w", task_scheduler=scheduler, **FAST)  # fmt: skip
+    assert [t.trials for t in first.tasks] == [4, 4]
+    specs = ["matmul:8,8,16", "matmul:16,8,8", "matmul:8,16,8", "matmul:16,16,8"]
+    second = tune(specs, trials=12, records=url, work_dir=tmp_path / "w",
+                  task_scheduler=scheduler, **FAST)  # fmt: skip
+    assert [t.trials for t in second.tasks] == [3, 3, 3, 3]
+
+
 def test_the_deadline_ends_the_search_after_the_round_in_flight(tmp_path, monkeypatch):
     from types import SimpleNamespace
 

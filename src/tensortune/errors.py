@@ -102,6 +102,14 @@ def check_seconds(value: object, param: str) -> float:
     return float(value)
 
 
+def check_flags(**flags: object) -> None:
+    """On/off arguments: Python's True or False only, as counts are Python ints.  ``bool("no")``
+    is True, so a string or a number taken for a flag would silently switch a setting on."""
+    for param, value in flags.items():
+        if not isinstance(value, bool):
+            raise TensortuneError(f"must be True or False, not {value!r}", param=param)
+
+
 def check_writable(path: str | os.PathLike | None, param: str, *, directory: bool = False,
                    parents: bool = False) -> None:  # fmt: skip
     """Refuse, before the work that ends in writing it, an output that cannot be written: a

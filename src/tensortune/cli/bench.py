@@ -692,6 +692,8 @@ def splits(
         t.add_row(e["model"], e["split"], str(e["folds"]), *cells,
                   "-" if over is None else f"{over:+.3f}")  # fmt: skip
     print_table(t)
+    for split, why in s.get("skipped", {}).items():
+        console.print(f"Left out {split}: {why}")
     ceiling = s.get("measurement_ceiling")
     if ceiling:
         console.print("Measurement ceiling (each program's first timing repeat ranked against "

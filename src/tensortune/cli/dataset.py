@@ -336,7 +336,8 @@ def lower(
 ) -> None:
     """Compute the lowered-loop features (the register tile TVM hands LLVM) of a dataset's
     programs into lowered.parquet beside its table, so that models with `--param lowered=1`
-    can train on it.  ~15-40 ms a program; a killed run resumes where it stopped.
+    can train on it.  ~13 ms a program on a 2-core machine (benchmarks/RESULTS.md, stop
+    54); a killed run resumes where it stopped.
 
     Example: tensortune dataset lower --dataset my-dataset
     """

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated
 
@@ -251,5 +252,6 @@ def finetune(
 def _metrics_table(title: str, values: dict) -> None:
     t = table(title, {"metric": "left", "value": "right"})
     for k, v in values.items():
-        t.add_row(k, f"{v:.4f}" if isinstance(v, float) else str(v))
+        shown = "n/a" if isinstance(v, float) and math.isnan(v) else f"{v:.4f}"  # PCA: no pair
+        t.add_row(k, shown if isinstance(v, float) else str(v))
     print_table(t)

@@ -121,14 +121,17 @@ def tune(
         int | None,
         typer.Option(
             metavar="N",
-            help="Candidates measured per round (default: 64, 32 under --time, fewer so "
-            "that each task gets a round).",
+            help="Candidates a round may measure (default: 64, 32 under --time, fewer so "
+            "that each task gets a round); draft-verify measures its per_round (16, "
+            "--draft-option per_round=N) up to this.",
         ),
     ] = None,
     check: Annotated[
         bool,
         typer.Option(
-            "--check/--no-check", help="Compare each candidate's output with an unscheduled build."
+            "--check/--no-check",
+            help="Compare each candidate's output with an unscheduled build (the local "
+            "runner; a farm's servers do not).",
         ),
     ] = True,
     fast_math: FastMathOpt = True,

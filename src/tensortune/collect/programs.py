@@ -27,6 +27,7 @@ from tensortune.errors import (
     TensortuneError,
     about,
     check_count,
+    check_flags,
     check_seed,
     interrupted,
     interruptible,
@@ -247,6 +248,7 @@ def collect(
     if heaviest is not None:
         check_count(heaviest, "heaviest")
     check_seed(seed)
+    check_flags(worker=worker)
     if isinstance(evolved_share, bool) or not (isinstance(evolved_share, numbers.Real)
                                                and 0 <= evolved_share <= 1):  # fmt: skip
         raise TensortuneError(f"must be from 0 to 1, not {evolved_share!r}",

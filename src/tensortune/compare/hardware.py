@@ -169,5 +169,8 @@ class _Run:
             if can_adapt(zero) and len(rows) > PER_TASK:
                 moa = MomentumAdapted(copy.deepcopy(zero), every=1)
                 for start in range(0, len(rows), PER_TASK):
-                    moa.update(sample.subset(np.arange(start, min(start + PER_TASK, len(rows)))))
+                    stop = min(start + PER_TASK, len(rows))
+                    # all rows so far as one set: a task a batch boundary cuts stays one group
+                    moa.update(sample.subset(np.arange(start, stop)),
+                               seen=sample.subset(np.arange(stop)))  # fmt: skip
                 self.scored(f"moa-{k}", moa, k)

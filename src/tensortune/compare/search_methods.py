@@ -41,7 +41,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from tensortune.errors import TensortuneError, about, check_count, last_line
+from tensortune.errors import TensortuneError, about, check_count, check_flags, last_line
 from tensortune.hardware import Platform, resolve_platform
 from tensortune.workloads.resolve import resolve_tasks
 from tensortune.workloads.task import Task
@@ -187,7 +187,8 @@ def bench_tune(
     """Run each method on the same tasks with the same budget per task; see the module
     docstring.
 
-    ``pretrained``: the verifier of ``pretrained`` (default: the model shipped for the target);
+    ``pretrained``: the verifier of ``pretrained``, ``alt``, ``alt-adaptive`` and ``frozen``
+    (default: the model shipped for the target);
     ``moa_source``: the neural model MoA adapts (default: the shipped one trained on the most
     configurations other than the target's); a saved run of either with another model file is
     run again.
@@ -215,6 +216,7 @@ def bench_tune(
     if type(retime) is not int or retime < 0:
         raise TensortuneError(f"must be a whole number of rounds, 0 or more, not {retime!r}",
                               param="retime")  # fmt: skip
+    check_flags(fast_math=fast_math)
     options = check_options(draft_options or {})
     with about("target"):
         platform = resolve_platform(target)

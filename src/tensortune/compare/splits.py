@@ -130,17 +130,28 @@ def split_study(
                                "seeds": list(seeds),
                                "measurement_ceiling": measurement_ceiling(columns,
                                                                           card)})  # fmt: skip
+    # Every fold made before the first fit: a split this dataset cannot make (by-hardware
+    # on one CPU's data, by-network on one network's) is left out with a note, not found
+    # after the other splits' hours of fitting, their results lost with it.
+    folds, skipped = [], {}
+    for split in splits:
+        try:
+            folds += [(split, seed, fold, spec, split_masks(columns, spec)) for seed in seeds
+                      for fold, spec in split_specs(columns, card, split, seed)]  # fmt: skip
+        except TensortuneError as e:
+            skipped[split] = e.message
+            tell(f"{split}: left out, {e.message}")
+    if not folds:
+        raise TensortuneError(f"this dataset makes none of these splits: {skipped}",
+                              param="splits")  # fmt: skip
+    result.setup["skipped"] = skipped
     for kind in models:
-        for split in splits:
-            for seed in seeds:
-                for fold, spec in split_specs(columns, card, split, seed):
-                    train, test = split_masks(columns, spec)
-                    model = new_model(kind, seed, (params or {}).get(kind, {}))
-                    model.fit(ProgramSet.from_columns(columns, train))
-                    scores, _ = score_model(model, columns, test, card,
-                                            held_out=split_networks(spec))  # fmt: skip
-                    result.rows.append({"model": kind, "split": split, "fold": fold, "seed": seed,
-                                        **{m: scores[m] for m in METRICS}})  # fmt: skip
-                    tell(f"{kind} {split} {fold} seed {seed}: PCA {scores['pca']:.3f} "
-                         f"top-1 {scores['top1_score']:.3f}")  # fmt: skip
+        for split, seed, fold, spec, (train, test) in folds:
+            model = new_model(kind, seed, (params or {}).get(kind, {}))
+            model.fit(ProgramSet.from_columns(columns, train))
+            scores, _ = score_model(model, columns, test, card, held_out=split_networks(spec))
+            result.rows.append({"model": kind, "split": split, "fold": fold, "seed": seed,
+                                **{m: scores[m] for m in METRICS}})  # fmt: skip
+            tell(f"{kind} {split} {fold} seed {seed}: PCA {scores['pca']:.3f} "
+                 f"top-1 {scores['top1_score']:.3f}")  # fmt: skip
     return result

@@ -40,7 +40,7 @@ def cost_model_from(spec: object, platform: Platform, *, online: bool | str = "a
     """
     from tensortune.compat import ms
 
-    if online not in ONLINE_MODES:
+    if not isinstance(online, bool | str) or online not in ONLINE_MODES:  # 1 == True
         raise TensortuneError(f"{online!r} is not one of {ONLINE_MODES}", param="online")
     with about("cost_model"):
         model = _ours(spec, platform)

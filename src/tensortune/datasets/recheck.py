@@ -38,7 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tensortune.errors import TensortuneError
+from tensortune.errors import TensortuneError, check_flags
 
 TICKS = (10e-3, 4e-3, 1e-3)  # longest first: a multiple of 4 ms is one of 1 ms too
 TICK_TOLERANCE = 0.01  # of a tick
@@ -115,6 +115,7 @@ def recheck_dataset(
     from tensortune.datasets.subset import write_subset
     from tensortune.errors import about
 
+    check_flags(remeasure=remeasure, overwrite=overwrite)
     tell = progress or (lambda _: None)
     source = dataset_path(dataset)
     if Path(out).resolve() == source.resolve():

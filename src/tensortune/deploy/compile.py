@@ -16,6 +16,7 @@ from tensortune.errors import (
     TensortuneError,
     about,
     check_count,
+    check_flags,
     check_writable,
     interruptible,
 )
@@ -112,6 +113,7 @@ def compile_model(
     check_writable(out, "out", parents=True)
     for name, value, least in (("repeat", repeat, 1), ("rounds", rounds, 1), ("retime", retime, 0)):
         check_count(value, name, least)
+    check_flags(fast_math=fast_math, winograd=winograd)
     from tensortune.workloads.models import Model, load_model
 
     with about("target"):

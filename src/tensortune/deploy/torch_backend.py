@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tensortune.deploy.host_call import HostCall
-from tensortune.errors import NoStoreError, TensortuneError, WorkloadError
+from tensortune.errors import NoStoreError, TensortuneError, WorkloadError, check_flags
 from tensortune.records import DEFAULT_URL
 
 _OPTIONS = {"records": DEFAULT_URL, "target": None, "fast_math": True, "winograd": True}
@@ -51,6 +51,7 @@ def tensortune_backend(gm: Any, example_inputs: list, options: dict | None = Non
             known = ", ".join(_OPTIONS)
             raise TensortuneError(f"unknown tensortune backend option {key!r} (known: {known})")
         opts[key] = value
+    check_flags(fast_math=opts["fast_math"], winograd=opts["winograd"])
     if not all(isinstance(x, torch.Tensor) for x in example_inputs):
         return _eager(gm, "its inputs are not all tensors (dynamic shapes?)")
     state = _state_inputs(gm, example_inputs)
@@ -199,7 +200,7 @@ def _build(gm: Any, inputs: tuple, platform: Any, opts: dict) -> tuple[Any, int,
     from tensortune.workloads.models import load_model
 
     m = load_model(gm, target=platform.tvm_target, example_inputs=inputs, name="torch.compile",
-                   fast_math=bool(opts["fast_math"]), winograd=bool(opts["winograd"]))  # fmt: skip
+                   fast_math=opts["fast_math"], winograd=opts["winograd"])  # fmt: skip
     try:
         store = open_records(opts["records"], create=False)
     except NoStoreError as e:  # not tuned yet; a store that is broken or unreachable raises

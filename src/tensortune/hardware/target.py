@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING
 
-from tensortune.errors import TargetError, last_line
+from tensortune.errors import TargetError, check_flags, last_line
 from tensortune.hardware.fingerprint import ISA_FLAGS, Hardware, current_hardware, usable_cores
 
 if TYPE_CHECKING:
@@ -331,6 +331,7 @@ def resolve_platform(
     """The platform of ``target`` (dict, JSON text, ``None`` for this CPU) on ``hardware``
     (default: this machine).  With ``measurable``, a target this machine cannot time is refused
     before TVM sees it (TVM logs warnings while it fills in a GPU target's defaults)."""
+    check_flags(measurable=measurable)
     if isinstance(target, Platform):
         if measurable:
             target.check_measurable()

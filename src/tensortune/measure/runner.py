@@ -13,7 +13,13 @@ from tensortune.compat import (
     derived_object,
     ms,
 )
-from tensortune.errors import TensortuneError, check_count, check_seconds, check_writable
+from tensortune.errors import (
+    TensortuneError,
+    check_count,
+    check_flags,
+    check_seconds,
+    check_writable,
+)
 from tensortune.hardware import usable_cores
 from tensortune.measure.pool import WorkerPool
 from tensortune.measure.status import Status, tagged
@@ -57,6 +63,7 @@ class PersistentRunner(PyRunner):
             num_threads, "num_threads")  # fmt: skip
         self.timeout_s = check_seconds(timeout_s, "timeout_s")
         check_writable(log_path, "log_path", parents=True)
+        check_flags(check_correctness=check_correctness)
         self.check_correctness = check_correctness
         self._pool = WorkerPool(1, {"TVM_NUM_THREADS": str(self.num_threads)}, log_path, reuse=True)
         self._pool.start()

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tensortune.errors import check_flags
 from tensortune.measure.batch import measure_batch
 from tensortune.measure.builder import PersistentBuilder
 from tensortune.measure.runner import PersistentRunner, TimingConfig, signature_of
@@ -39,6 +40,7 @@ class MeasureSession:
         builder: object | None = None,
         runner: object | None = None,
     ) -> None:
+        check_flags(check_correctness=check_correctness)
         platform.check_measurable()
         platform.check_runs_here()
         self.platform = platform

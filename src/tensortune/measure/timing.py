@@ -54,6 +54,9 @@ class TimingConfig:
             if type(value) is not int or value < least:
                 raise TensortuneError(f"TimingConfig.{name} must be a whole number of at least "
                                       f"{least}, not {value!r}", param="timing")  # fmt: skip
+        if not isinstance(self.cache_flush, bool):  # bool("no") is True
+            raise TensortuneError(f"TimingConfig.cache_flush must be True or False, not "
+                                  f"{self.cache_flush!r}", param="timing")  # fmt: skip
         if not 0 <= self.max_wait_share <= 1:
             raise TensortuneError(f"TimingConfig.max_wait_share must be from 0 to 1, not "
                                   f"{self.max_wait_share!r}", param="timing")  # fmt: skip

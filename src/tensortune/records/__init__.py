@@ -8,7 +8,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from tensortune.errors import RecordsError, TensortuneError, about
+from tensortune.errors import RecordsError, TensortuneError, about, check_flags
 from tensortune.records.postgres import redact
 from tensortune.records.schema import Record
 from tensortune.records.storage import DEFAULT_URL, RecordStore
@@ -22,6 +22,7 @@ def open_records(url: str | os.PathLike = DEFAULT_URL, *, create: bool = True) -
     a PostgreSQL database (libpq's ``PGPASSWORD`` and ``~/.pgpass`` work too), whose schema
     is created on first use.
     """
+    check_flags(create=create)
     scheme, where = check_url(url)
     if scheme == "sqlite":
         from tensortune.records.sqlite import SQLiteStore
@@ -37,9 +38,15 @@ def check_url(url: str | os.PathLike) -> tuple[str, str]:
     the URL itself; the ``RecordsError`` that opening it would raise for its form alone (and
     for a file that is not SQLite's, read from its first bytes).  Creates and connects to
     nothing: what a dry run can check."""
+    typed = isinstance(url, str)
     url = os.fspath(url)  # a path object names a SQLite file
     scheme, sep, rest = url.partition("://")
     if not sep:
+        # Text such as sqlite:x.db is a URL mistyped, not a file to create by that name.
+        if typed and url.partition(":")[0].lower() in ("sqlite", "postgresql", "postgres"):
+            raise RecordsError(f"records URL {url!r} lacks the '//' after its scheme "
+                               "(a file: sqlite:///records.db; a database: "
+                               "postgresql://host/db)")  # fmt: skip
         scheme, rest = "sqlite", "/" + url
     if scheme == "sqlite":
         path = rest[1:] if rest.startswith("/") else rest

@@ -17,9 +17,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tensortune.errors import RecordsError, last_line
+from tensortune.errors import RecordsError, check_count, check_flags, last_line
 from tensortune.hardware import Hardware, current_hardware, target_key
 from tensortune.measure.status import FAILED_COST
+from tensortune.records import records_from
 from tensortune.records.convert import args_info_text, to_tuning_record, trace_text
 from tensortune.records.ms_json import check_database, read_in_order
 from tensortune.records.schema import Record
@@ -38,22 +39,28 @@ class Transfer:
 
 
 def export_records(
-    store: RecordStore,
+    store: RecordStore | str | os.PathLike,
     directory: str | Path,
     *,
     top_k: int | None = None,
     hardware_id: str | None = None,
     target: str | None = None,
 ) -> Transfer:
-    """Write one hardware's records (default: this machine's) as a MetaSchedule JSON database,
-    with the workloads' names beside it.
+    """Write one hardware's records (default: this machine's) from ``store`` (a records store
+    or its URL) as a MetaSchedule JSON database, with the workloads' names beside it.
 
     With ``top_k``, only the k fastest successful records of each workload and target; with
     ``target`` (a target's canonical text, ``Platform.key``), only that target's records.
     Records whose traces no longer replay on their workload are left out (``skipped``).
     """
-    if top_k is not None and top_k < 1:
-        raise RecordsError("must be at least 1", param="top_k")
+    if top_k is not None:
+        check_count(top_k, "top_k")
+    with records_from(store, create=False, param="store") as opened:
+        return _export_checked(opened, Path(directory), top_k, hardware_id, target)
+
+
+def _export_checked(store: RecordStore, out: Path, top_k: int | None, hardware_id: str | None,
+                    target: str | None) -> Transfer:  # fmt: skip
     hw = hardware_id or current_hardware().id
     known = store.hardware()
     if hw not in known:
@@ -62,7 +69,6 @@ def export_records(
     if target is not None and not store.count(hardware_id=hw, target=target):
         raise RecordsError(f"no records of this target on hardware {hw} in {store.url} (see "
                            "`tensortune records stats`)", param="target")  # fmt: skip
-    out = Path(directory)
     if out.exists() and not out.is_dir():
         raise RecordsError(f"{out} exists and is not a directory", param="directory")
     if any((out / f).exists() for f in _FILES):
@@ -126,22 +132,30 @@ def _export(store: RecordStore, out: Path, top_k: int | None, hw: str,
 
 
 def import_records(
-    store: RecordStore,
+    store: RecordStore | str | os.PathLike,
     directory: str | Path,
     *,
     measured_here: bool = False,
     run_id: str = "",
 ) -> Transfer:
-    """Add a MetaSchedule JSON database's records to the store, skipping ones already there.
+    """Add a MetaSchedule JSON database's records to ``store`` (a records store or its URL,
+    made if new), skipping ones already there.
 
     Without ``measured_here`` the records get a stand-in hardware id derived from the files, so
     they are kept and exported but never taken as this machine's measurements.  Workloads keep
     the names an export wrote beside the database (else ``DIRNAME.w``).
     """
-    from tensortune.compat import TVM_VERSION, structural_hash
-
+    check_flags(measured_here=measured_here)
     src = Path(directory)
     check_database(src)  # TVM's reader trusts the files: a malformed line could crash it
+    with records_from(store, param="store") as opened:
+        return _import_checked(opened, src, measured_here, run_id)
+
+
+def _import_checked(store: RecordStore, src: Path, measured_here: bool,
+                    run_id: str) -> Transfer:  # fmt: skip
+    from tensortune.compat import TVM_VERSION, structural_hash
+
     names = workload_names(src)
     try:
         # Everything TVM may refuse is read before the store is touched: a refused database

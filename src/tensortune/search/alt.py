@@ -168,15 +168,7 @@ class AltPolicy:
         tuning records, with whether each ran): a task that failed before is filtered from its
         first round.  Traces that no longer replay are skipped.  Returns the programs' keys
         (what the search must not draft again: they are measured)."""
-        cands, ran = [], []
-        for record, ok in earlier:
-            sch = tvm.s_tir.Schedule(context.mod)
-            try:
-                record.trace.apply_to_schedule(sch, remove_postproc=False)
-            except Exception:  # a trace from another TVM or another version of the workload
-                continue
-            cands.append(MeasureCandidate(sch, record.args_info))
-            ran.append(run_seconds(record.run_secs) if ok else np.inf)
+        cands, ran = replay_earlier(context, earlier)
         if not cands:
             return set()
         self._measured.extend(self.features(context, cands))
@@ -227,6 +219,27 @@ class AltPolicy:
 
 def _key(cand) -> str:
     return structural_hash(cand.sch.mod)
+
+
+def replay_earlier(context, earlier: list[tuple[object, bool]]) -> tuple[list, list[float]]:
+    """Candidates of a task's earlier measurements (tuning records, with whether each ran)
+    and their run seconds (inf: failed); traces that no longer replay are skipped."""
+    cands, ran = [], []
+    for record, ok in earlier:
+        sch = tvm.s_tir.Schedule(context.mod)
+        try:
+            record.trace.apply_to_schedule(sch, remove_postproc=False)
+        except Exception:  # a trace from another TVM or another version of the workload
+            continue
+        cands.append(MeasureCandidate(sch, record.args_info))
+        ran.append(run_seconds(record.run_secs) if ok else np.inf)
+    return cands, ran
+
+
+def measured_keys(context, earlier: list[tuple[object, bool]]) -> set[str]:
+    """The keys of the programs of a task's earlier measurements: what a resumed search must
+    not pick again."""
+    return {_key(c) for c in replay_earlier(context, earlier)[0]}
 
 
 def _programs(per_store: list[np.ndarray], labels: np.ndarray | None) -> ProgramSet:

@@ -57,7 +57,7 @@ from tensortune.costmodel.timed import TimedCostModel
 from tensortune.errors import TensortuneError, last_line
 from tensortune.hardware import Platform, current_hardware, target_key
 from tensortune.measure.status import run_seconds
-from tensortune.search.alt import STAT_KEYS, AltPolicy
+from tensortune.search.alt import STAT_KEYS, AltPolicy, measured_keys
 from tensortune.search.analyzer.cost_model import AnalyzerCostModel
 from tensortune.search.analyzer.machine import machine_for
 from tensortune.search.analyzer.roofline import Analyzer
@@ -297,8 +297,10 @@ class DraftThenVerify(PySearchStrategy):
                               seed=int(self.alt_rng.integers(1 << 30)), log=self.alt_log)
                     if self.validity or self.pingpong else None)  # fmt: skip
         earlier = getattr(self.records, "outcomes", None)
-        if self.alt is not None and callable(earlier):
-            self.seen |= self.alt.warm_start(self.context, earlier(self.context.mod))
+        if callable(earlier):  # a resumed task: the store's programs are not new
+            found = earlier(self.context.mod)
+            self.seen |= (self.alt.warm_start(self.context, found) if self.alt is not None
+                          else measured_keys(self.context, found))  # fmt: skip
         self.seeded = self._seeds(design_spaces, database)  # after what ``seen`` knows
         # the seed a kernel without a record is built from: measured in the first round
         with self._clock("draft"):  # the analyzer's share goes to "analyzer", as elsewhere

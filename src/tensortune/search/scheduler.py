@@ -54,11 +54,20 @@ class GradientScheduler(PyTaskScheduler):
         super().__init__()
         self.alpha = alpha
         self.window_size = window_size
-        self.rng = np.random.default_rng(seed)
+        self.seed = seed
+        self._start()
+
+    def _start(self) -> None:
+        self.rng = np.random.default_rng(self.seed)
         self.history: list[list[float]] = []  # per task: its best latency after each round
         self._first_pass = 0  # tasks handed their first round so far
 
     def callback(self) -> object:
+        """The measure callback of one run, which starts the scheduler afresh: one object may
+        serve several runs (``tune(task_scheduler=...)``), each numbering its tasks from 0,
+        and the last run's history would steer this one.  (Overriding ``tune`` cannot do it:
+        TVM 0.27 then never reaches its own loop.)"""
+        self._start()
         return _Latencies(self)
 
     def _grow(self, n: int) -> None:

@@ -45,7 +45,7 @@ from tensortune.costmodel.base import CostModel
 from tensortune.costmodel.data import ProgramSet
 from tensortune.costmodel.nn import _RankModel
 from tensortune.datasets.build import cpu_of
-from tensortune.errors import TensortuneError, check_seed, check_writable
+from tensortune.errors import TensortuneError, check_flags, check_seed, check_writable
 
 PER_TASK = 16
 # Fine-tuning a neural model: optimizer steps, not passes, so that k = 16 (one step a pass)
@@ -284,6 +284,7 @@ def finetune(
     from tensortune.train.trainer import dataset_columns, records_columns
 
     check_writable(out, "out")
+    check_flags(validate=validate)
     if seed is not None:
         check_seed(seed)
     # before the records are read: a database can take minutes to lower

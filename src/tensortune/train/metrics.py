@@ -102,13 +102,19 @@ def average_peak_score(pred: ArrayLike, label: ArrayLike, k: int) -> float:
     Every label 0 (all programs failed): NaN. There is no peak to reach, so the task says
     nothing about the model; ``task_weighted`` leaves NaN tasks out (TenSet would divide 0/0).
     """
+    curve = best_so_far(pred, label, k)
+    return math.nan if curve is None else float(np.mean(curve))
+
+
+def best_so_far(pred: ArrayLike, label: ArrayLike, k: int) -> Array | None:
+    """``best label so far / best label`` after each of the first ``min(k, n)`` picks (ties
+    worst first); None when every label is 0."""
     _check_k(k)
     p, y = _pair(pred, label)
     peak = y.max()
     if peak <= 0:
-        return math.nan
-    chosen = y[_picks(p, y)[: min(k, len(y))]]
-    return float(np.mean(np.maximum.accumulate(chosen) / peak))
+        return None
+    return np.maximum.accumulate(y[_picks(p, y)[: min(k, len(y))]]) / peak
 
 
 def top_k_recall(pred: ArrayLike, label: ArrayLike, k: int) -> float:
@@ -279,7 +285,8 @@ def score_predictions(
     tie rule depends on it).
 
     Keys (``METRIC_KEYS``): task-level metrics (``pca``, ``a_peak@k``, ``topk_recall``,
-    ``r2``, ``rmse``) are weighted by test-set size per task (§1.5); ``topk_score`` is
+    ``r2``, ``rmse``) are weighted by test-set size per task (§1.5), PCA over the tasks with
+    two test programs or more (NaN when none has: no pair to compare); ``topk_score`` is
     TenSet's score@k (§1.2) per network, averaged over networks.  ``networks`` maps a
     network to ``{task_id: weight}``; only its tasks present in the test rows count, and with
     a ``hardware`` column each (network, hardware) pair is scored on its own.  Networks
@@ -328,7 +335,9 @@ def score_predictions(
     sizes = {key: len(idx) for key, idx in groups.items()}
     for key, idx in groups.items():
         p, y = pred[idx], label[idx]
-        per_task["pca"][key] = pairwise_accuracy(p, y)
+        # A task with one test program has no pair: its 0.5 is no measure of the model, and
+        # a within-task split leaves hundreds of them (TenSet keeps no task under 48 programs).
+        per_task["pca"][key] = pairwise_accuracy(p, y) if len(idx) > 1 else math.nan
         for k in (1, 5):
             per_task[f"a_peak@{k}"][key] = average_peak_score(p, y, k)
             per_task[f"top{k}_recall"][key] = top_k_recall(p, y, k)

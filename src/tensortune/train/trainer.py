@@ -14,7 +14,7 @@ import numpy as np
 from tensortune.costmodel.base import CostModel
 from tensortune.costmodel.data import ProgramSet
 from tensortune.costmodel.registry import check_settings, load_cost_model, model_class
-from tensortune.errors import TensortuneError, about, check_writable
+from tensortune.errors import TensortuneError, about, check_flags, check_writable
 from tensortune.train import metrics, splits
 
 SPLITS = ("within-task", "by-task[:SEED]", "by-network:NET[,NET...]", "by-hardware:HW[,HW...]")
@@ -121,7 +121,8 @@ def score_model(model: CostModel, columns: dict, test: np.ndarray, card: dict,
     if plot is not None:
         from tensortune.train.plots import plot_predictions
 
-        plot_predictions(rows["task_id"], rows["label"], pred, plot, title=model.kind)
+        plot_predictions(rows["task_id"], rows["label"], pred, plot, title=model.kind,
+                         hardware=rows["hardware"])  # fmt: skip
     return metrics.score_predictions(rows, pred, networks=networks), per_second
 
 
@@ -194,6 +195,7 @@ def evaluate(
     say what it ran on, gets a stand-in machine's, which a hardware-aware model reads too.
     """
     check_writable(plot, "plot")
+    check_flags(measured_here=measured_here)
     with about("cost_model"):
         estimator = _model(cost_model, target)
     if test_records is not None:

@@ -28,7 +28,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tensortune.errors import TensortuneError, about, check_count, interrupted, interruptible
+from tensortune.errors import (
+    TensortuneError,
+    about,
+    check_count,
+    check_flags,
+    interrupted,
+    interruptible,
+)
 from tensortune.hardware import Platform, resolve_platform
 from tensortune.records import DEFAULT_URL, RecordStore, records_from
 from tensortune.records.schema import origin_of, trace_hash
@@ -160,6 +167,7 @@ def transfer(
     # Checked now, not after every kernel was measured (``rounds`` is compile_model's).
     check_count(per_kernel, "per_kernel")
     check_count(rounds, "rounds")
+    check_flags(fast_math=fast_math, winograd=winograd, end_to_end=end_to_end)
     from tensortune.workloads.resolve import resolve_tasks
 
     with about("target"):

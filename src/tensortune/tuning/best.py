@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from tensortune.errors import RecordsError, last_line
+from tensortune.errors import RecordsError, check_flags, last_line
 from tensortune.records import RecordStore, records_from
 
 
@@ -47,6 +47,7 @@ def best_programs(
     from tensortune.records.convert import candidate_from_trace
     from tensortune.workloads.sources import workload_flop
 
+    check_flags(tir=tir)
     out = []
     with records_from(records, create=False) as store:
         modules: dict[int, object] = {}

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from tensortune.errors import (
     TensortuneError,
     about,
+    check_flags,
     check_seed,
     check_writable,
     interruptible,
@@ -213,6 +214,7 @@ def plan_tune(
     from tensortune.search.factory import default_verifier, strategy_from
 
     check_seed(seed)
+    check_flags(fast_math=fast_math, winograd=winograd, runs_elsewhere=runs_elsewhere)
     check_sources(workloads, model=model, workloads_from=workloads_from,
                   input_shapes=input_shapes)  # fmt: skip
     for name, value in (("trials", trials), ("trials_per_round", trials_per_round),
@@ -300,7 +302,8 @@ def tune(
     ``search.leases``).
 
     ``strategy`` takes MetaSchedule's names (``evolutionary``, ``replay-trace``,
-    ``replay-func``), ``draft-verify`` (ours, the default) or a strategy object.
+    ``replay-func``), ``draft-verify`` (ours, the default), ``alt`` (draft-verify with ALT's
+    validity filter and ping-pong, ``search.alt``) or a strategy object.
     ``draft_options`` sets draft-then-verify's (and ``alt``'s) settings by name, e.g.
     ``{"seeds": 0, "population": 256}`` (``search.draft_verify.OPTION_RANGES``).
     ``cost_model`` takes MetaSchedule's names (``xgb``, ``random``, ``mlp``), ``default`` (the
@@ -315,8 +318,9 @@ def tune(
     ``task_scheduler``: which task each round goes to; ``gradient`` (MetaSchedule's rule, by
     the end-to-end latency a task stands to gain), ``round-robin`` or a MetaSchedule
     ``TaskScheduler``.
-    ``trials_per_round`` defaults to 64 (32 under a time budget), lowered (down to 8) so that
-    each task gets a round.
+    ``trials_per_round`` defaults to 64 (32 under a time budget), lowered so that each task
+    gets a round (down to 8, or below with fewer than 8 trials a task); draft-verify measures
+    its own ``per_round`` (16) up to it.
     ``fast_math`` approximates float32 ``exp``/``tanh``/``erf`` so they vectorize; outputs
     are then checked against the exact workload (``tensortune.workloads.fast_math``) by our
     local runner; a farm or a runner of the caller's checks nothing, and a warning says so.
@@ -479,9 +483,11 @@ def _warm_start(store: RecordStore, plan: TunePlan, session: Callable[[], Measur
 def _per_round(requested: int | None, remaining: int, n_tasks: int, timed: bool = False) -> int:
     """Candidates per round: as asked, else 64 (MetaSchedule's default; under a time budget
     ``TIMED_TRIALS_PER_ROUND``) but small enough that every task gets a round within the
-    trial budget (a round never goes below 8 candidates)."""
+    trial budget: not below 8 candidates unless the budget is under 8 a task (the scheduler
+    hands out first rounds in task order, so rounds of 8 left the last tasks nothing)."""
     largest = TIMED_TRIALS_PER_ROUND if timed else 64
-    per_round = requested or max(8, min(largest, remaining // n_tasks))
+    fair = remaining // n_tasks
+    per_round = requested or (min(largest, fair) if fair >= 8 else max(1, fair))
     return max(1, min(per_round, remaining))
 
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from tensortune.compat import ms, tvm
-from tensortune.errors import WorkloadError, about
+from tensortune.errors import WorkloadError, about, check_flags
 from tensortune.workloads.inference import for_inference
 from tensortune.workloads.networks import get_network, names_a_file
 from tensortune.workloads.task import Task
@@ -73,6 +73,7 @@ def load_model(
     small images, F(2×2, 3×3) (see ``workloads.winograd``).
     Raises ``WorkloadError`` for anything the user can fix.
     """
+    check_flags(fast_math=fast_math, winograd=winograd, channels_last=channels_last)
     if not isinstance(target, tvm.target.Target):  # a dict, JSON text, a Platform, None
         from tensortune.hardware import resolve_platform
 

@@ -7,7 +7,7 @@ import os
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
-from tensortune.errors import TensortuneError, about
+from tensortune.errors import TensortuneError, about, check_flags
 from tensortune.workloads.task import Task
 
 if TYPE_CHECKING:
@@ -34,6 +34,7 @@ def resolve_tasks(
     and each changed task keeps its exact module to check outputs against. ``winograd``
     applies to a model (``models.load_model``). A loaded ``Model`` keeps what it was loaded
     with."""
+    check_flags(fast_math=fast_math, winograd=winograd)
     workloads = check_sources(workloads, model=model, workloads_from=workloads_from,
                               input_shapes=input_shapes)  # fmt: skip
     if model is not None:
