@@ -101,9 +101,9 @@ def build_dataset(
         for (hw_id, target), group in groups.items():
             label = hardware_label(target, hw_id)
             platform = Platform(json.loads(target), hardware[hw_id])  # as measured: no checks
-            hw_vec = F.hardware_vector(platform)
+            hw_vec = F.hardware_vector(platform).tolist()  # one list for the group's rows
             hw_seen[label] = {"fingerprint": json.loads(hardware[hw_id].to_json()),
-                              "target": json.loads(target), "vector": hw_vec.tolist()}  # fmt: skip
+                              "target": json.loads(target), "vector": hw_vec}  # fmt: skip
             best = min((r.cost for r in group if r.ok), default=None)
             per_store = F.per_store_features(mod, platform, [r.trace_json() for r in group])
             for r, feats in zip(group, per_store, strict=True):
@@ -119,10 +119,11 @@ def build_dataset(
                 columns["cost"].append(r.cost if r.ok else None)
                 columns["label"].append(best / r.cost if r.ok and best else 0.0)
                 columns["trace"].append(r.trace)
-                columns["per_store"].append(None if feats is None else feats.tolist())
-                columns["trace_tokens"].append(F.trace_tokens(r.trace_json()).tolist())
+                # Arrays, not lists of Python floats: ~60 KB a row less (10^5 programs took 6 GB)
+                columns["per_store"].append(None if feats is None else list(_f32(feats)))
+                columns["trace_tokens"].append(list(_f32(F.trace_tokens(r.trace_json()))))
                 columns["workload_embedding"].append(embedding)
-                columns["hardware_vector"].append(hw_vec.tolist())
+                columns["hardware_vector"].append(hw_vec)
     if not columns:
         raise TensortuneError(f"{store.url} holds no records to build a dataset from")
     present = {n for ns in columns["networks"] for n in ns}
@@ -135,6 +136,10 @@ def build_dataset(
                          task_weights=weights, hardware=hw_seen,
                          extra={"held_out": list(held_out)} if held_out else None,
                          overwrite=overwrite)  # fmt: skip
+
+
+def _f32(values: np.ndarray) -> np.ndarray:
+    return np.asarray(values, dtype=np.float32)
 
 
 def check_out_dir(out: str | Path, *, overwrite: bool = False) -> None:

@@ -125,7 +125,10 @@ def recheck_dataset(
     with about("dataset"):
         found = read_card(source)
         card = found.data
-        columns = load_table(source).to_pydict()
+        # The columns recheck reads: the features and tokens would take ~70 KB a row as Python
+        # objects (write_subset copies the whole table on its own).
+        columns = load_table(source, ["program_id", "task_id", "hardware", "target",
+                                      "run_secs", "cost", "trace"]).to_pydict()  # fmt: skip
     suspects = find_suspects(columns)
     tell(f"{len(suspects)} suspect rows of {len(columns['cost'])}")
     here = _rows_measured_here(columns, suspects, card) if remeasure else []

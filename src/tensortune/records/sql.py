@@ -316,7 +316,12 @@ class SQLStore(RecordStore):
     def query(self, *, workload_id=None, hardware_id=None, target=None, ok_only=False,
               best_first=False, limit=None) -> Iterator[Record]:  # fmt: skip
         where, params = self._where(workload_id, hardware_id, target, ok_only)
-        order = " ORDER BY cost IS NULL, cost, id" if best_first else " ORDER BY id"
+        # Successful records only: "cost, id" is the index's own order (``records_lookup``,
+        # then the rowid), where "cost IS NULL" first made SQLite sort every record of the
+        # task for each top-k (28 ms at 80k records, against 0.02).
+        order = " ORDER BY id"
+        if best_first:
+            order = " ORDER BY cost, id" if ok_only else " ORDER BY cost IS NULL, cost, id"
         tail = f" LIMIT {int(limit)}" if limit is not None else ""
         for row in self._read(f"SELECT {COLUMNS} FROM records{where}{order}{tail}", params):
             yield row_to_record(row)

@@ -297,10 +297,10 @@ class DraftThenVerify(PySearchStrategy):
                               seed=int(self.alt_rng.integers(1 << 30)), log=self.alt_log)
                     if self.validity or self.pingpong else None)  # fmt: skip
         earlier = getattr(self.records, "outcomes", None)
-        if callable(earlier):  # a resumed task: the store's programs are not new
-            found = earlier(self.context.mod)
-            self.seen |= (self.alt.warm_start(self.context, found) if self.alt is not None
-                          else measured_keys(self.context, found))  # fmt: skip
+        if self.alt is not None and callable(earlier):
+            self.seen |= self.alt.warm_start(self.context, earlier(self.context.mod))
+        else:  # a resumed task's first draft starts from the store's best: measured already
+            self.seen |= measured_keys(self.context, self._stored_best(database))
         self.seeded = self._seeds(design_spaces, database)  # after what ``seen`` knows
         # the seed a kernel without a record is built from: measured in the first round
         with self._clock("draft"):  # the analyzer's share goes to "analyzer", as elsewhere
@@ -312,6 +312,15 @@ class DraftThenVerify(PySearchStrategy):
         for drafter in (self.drafter, self.first_drafter):
             if drafter is not None:
                 drafter.pre_tuning(1 << 30, self.draft_size, design_spaces, database, self.analyzer)
+
+    def _stored_best(self, database) -> list[tuple[object, bool]]:
+        """The measured programs a first draft starts from (``init_measured_ratio`` of its
+        population), as ``(record, ran)``: what the verifier would rank first and pick again."""
+        mod = self.context.mod
+        if database is None or not database.has_workload(mod):
+            return []
+        k = math.ceil(self.population * self.init_measured_ratio)
+        return [(r, True) for r in database.get_top_k(database.commit_workload(mod), k)]
 
     def _seeds(self, design_spaces, database) -> list:
         """Register-blocked seeds (``search/seeds.py``) for a task without records: one that
