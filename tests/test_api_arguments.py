@@ -62,6 +62,12 @@ def _flag_cases(tmp: Path, url: str) -> list[tuple[str, Callable[[], object], st
 
     mm = ["matmul:16,16,16"]
     return [
+        ("tune, check_correctness 'no'", lambda: tt.tune(mm, trials=4, records=url,
+                                                         work_dir=tmp / "w",
+                                                         check_correctness="no"),
+         "check_correctness"),
+        ("DraftThenVerify, verifier_screens 'no'", lambda: tt.DraftThenVerify(
+            verifier_screens="no"), "verifier_screens"),
         ("tune, fast math 'no'", lambda: tt.tune(mm, trials=4, records=url, work_dir=tmp / "w",
                                                  fast_math="no"), "fast_math"),
         ("plan_tune, winograd 0", lambda: tt.plan_tune(mm, trials=4, winograd=0), "winograd"),

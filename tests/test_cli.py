@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -105,6 +106,10 @@ BAD_INPUTS = {
     "export to an empty name": (
         ["records", "export", "", "--records", "sqlite:///garbage.db"],
         ["DIR|URL", "empty name"],
+    ),
+    "export to a URL without its slashes": (
+        ["records", "export", "sqlite:backup.db", "--records", "sqlite:///garbage.db"],
+        ["DIR|URL", "lacks the '//' after its scheme"],
     ),
     "unknown network in a transfer pair": (
         ["bench", "transfer", "--pair", "nosuch:resnet18", "--work-dir", "bt"],
@@ -373,3 +378,13 @@ def test_signals_the_caller_ignores_stay_ignored() -> None:
     finally:
         for s, handler in saved.items():
             signal.signal(s, handler)
+
+
+def test_a_metrics_table_shows_undefined_pca_file_names_and_counts(capsys) -> None:
+    # finetune's table holds the model file it wrote: formatting every value as a float
+    # failed after the model was saved.
+    from tensortune.cli.train import _metrics_table
+
+    _metrics_table("t", {"pca": float("nan"), "top1_score": 0.5, "tasks": 3, "out": "mine.ttm"})
+    out = capsys.readouterr().out
+    assert re.search(r"pca\W+n/a\W", out) and "0.5000" in out and "mine.ttm" in out, out

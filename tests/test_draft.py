@@ -212,7 +212,7 @@ def test_a_resumed_task_measures_new_programs_from_its_first_round(tmp_path, tar
         assert result.tasks[0].trials == trials
     # The first round, drafted from the store's best, is new; a later mutant may still meet a
     # stored program in a space this small (the lease drops it).
-    assert claims[0] == (8, 8) and len(claims) <= 4
+    assert claims[0] == (8, 8)
 
 
 def test_one_seed_draws_the_same_rounds_twice(target):

@@ -481,6 +481,8 @@ def test_a_url_missing_its_slashes_is_refused_not_made_a_file(tmp_path: Path, mo
     assert list(tmp_path.iterdir()) == []
     open_records(Path("sqlite:r.db")).close()  # a path object names a file, whatever its name
     assert (tmp_path / "sqlite:r.db").is_file()
+    open_records("sqlite").close()  # a file named like a scheme, with no colon: a file
+    assert (tmp_path / "sqlite").is_file()
 
 
 def test_missing_directory(tmp_path: Path) -> None:

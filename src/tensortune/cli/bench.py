@@ -8,7 +8,15 @@ from typing import Annotated
 
 import typer
 
-from tensortune.cli.display import console, fmt_ratio, fmt_seconds, print_json, print_table, table
+from tensortune.cli.display import (
+    console,
+    fmt_metric,
+    fmt_ratio,
+    fmt_seconds,
+    print_json,
+    print_table,
+    table,
+)
 from tensortune.cli.options import (
     DraftOptionOpt,
     FastMathOpt,
@@ -690,7 +698,7 @@ def splits(
         over = e["pca_over_by_network"]
         cells = (_mean_sd(e, k) for k in RANK_METRICS)
         t.add_row(e["model"], e["split"], str(e["folds"]), *cells,
-                  "-" if over is None else f"{over:+.3f}")  # fmt: skip
+                  "-" if over is None else fmt_metric(over, "+.3f"))  # fmt: skip
     print_table(t)
     for split, why in s.get("skipped", {}).items():
         console.print(f"Left out {split}: {why}")
@@ -698,14 +706,15 @@ def splits(
     if ceiling:
         console.print("Measurement ceiling (each program's first timing repeat ranked against "
                       f"its other repeats, {ceiling['programs']} programs): PCA "
-                      f"{ceiling['pca']:.3f}, top-1 score {ceiling['top1_score']:.3f}, top-5 "
-                      f"score {ceiling['top5_score']:.3f}")  # fmt: skip
+                      f"{fmt_metric(ceiling['pca'], '.3f')}, top-1 score "
+                      f"{ceiling['top1_score']:.3f}, top-5 score "
+                      f"{ceiling['top5_score']:.3f}")  # fmt: skip
 
 
 def _mean_sd(entry: dict, key: str) -> str:
     """A study table's cell: the mean ± the sample standard deviation (none of one run)."""
     sd = entry[f"{key}_std"]
-    return f"{entry[key]:.3f} ± " + ("-" if math.isnan(sd) else f"{sd:.3f}")
+    return fmt_metric(entry[key], ".3f") + " ± " + ("-" if math.isnan(sd) else f"{sd:.3f}")
 
 
 def _print_json(result) -> None:

@@ -55,6 +55,14 @@ def fmt_gflops(g: float | None) -> str:
     return "-" if g is None else f"{g:.1f}"
 
 
+def fmt_metric(value: object, spec: str) -> str:
+    """A metric's cell: a float in ``spec``, ``n/a`` for NaN (PCA of tasks with one test
+    program each: no pair), anything else as it is (a count, a file name)."""
+    if isinstance(value, float):
+        return "n/a" if math.isnan(value) else format(value, spec)
+    return str(value)
+
+
 def fmt_ratio(x: float | None) -> str:
     return "not reached" if x is None else f"{x:.2f}x"
 

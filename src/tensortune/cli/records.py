@@ -11,7 +11,7 @@ import typer
 from tensortune.cli.display import console, fmt_gflops, fmt_seconds, print_json, print_table, table
 from tensortune.cli.options import JsonOpt, RecordsOpt, TargetOpt, rename_options
 from tensortune.errors import TensortuneError, about
-from tensortune.records import DEFAULT_URL, RecordStore, open_records, redact
+from tensortune.records import DEFAULT_URL, RecordStore, names_a_url, open_records, redact
 
 app = typer.Typer(help="Inspect, import and export measurement records.", no_args_is_help=True)
 
@@ -158,7 +158,7 @@ def export(
     if not directory.strip():  # Path("") is the working directory, files and all
         raise TensortuneError("give a directory or a records URL, not an empty name",
                               param="directory")  # fmt: skip
-    if _is_url(directory):
+    if names_a_url(directory):
         given = [n for n, v in (("--top-k", top_k), ("--hardware", hardware),
                                 ("--target", target)) if v is not None]  # fmt: skip
         if given:
@@ -176,15 +176,14 @@ def export(
                   f"(hardware {done.hardware_id}) to {directory}{left_out}")  # fmt: skip
 
 
-def _is_url(text: str) -> bool:
-    return "://" in text
-
-
 def _copy(src: str, dst: str, *, params: tuple[str, str], verb: str) -> None:
     """Every record of store ``src`` into store ``dst`` (only those it lacks); ``params``:
     the API parameters that name them, for errors."""
+    from tensortune.records import check_url
     from tensortune.records.interop import copy_records
 
+    with about(params[1]):
+        check_url(dst)  # a mistyped URL is said before the source is opened
     with about(params[0]):
         source = open_records(src, create=False)
     with source:
@@ -225,7 +224,7 @@ def import_(
     from tensortune.records.ms_json import check_database
 
     rename_options({"directory": "DIR|URL"})
-    if _is_url(directory):
+    if names_a_url(directory):
         if measured_here:
             raise TensortuneError("--measured-here applies to a MetaSchedule database: a copy "
                                   "from another store keeps its hardware ids")  # fmt: skip

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from tensortune.cli.display import console, print_json, print_table, table
+from tensortune.cli.display import console, fmt_metric, print_json, print_table, table
 from tensortune.cli.options import JsonOpt, TargetOpt, key_values
 from tensortune.cli.progress import Reporter
 from tensortune.errors import TensortuneError
@@ -252,6 +251,5 @@ def finetune(
 def _metrics_table(title: str, values: dict) -> None:
     t = table(title, {"metric": "left", "value": "right"})
     for k, v in values.items():
-        shown = "n/a" if isinstance(v, float) and math.isnan(v) else f"{v:.4f}"  # PCA: no pair
-        t.add_row(k, shown if isinstance(v, float) else str(v))
+        t.add_row(k, fmt_metric(v, ".4f"))
     print_table(t)

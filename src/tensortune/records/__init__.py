@@ -33,6 +33,13 @@ def open_records(url: str | os.PathLike = DEFAULT_URL, *, create: bool = True) -
     return PostgresStore(url, create=create)
 
 
+def names_a_url(text: str) -> bool:
+    """Whether ``text`` is meant as a records store's URL, not a path: ``scheme://...``, or
+    one of ours with the slashes left out (``sqlite:x.db``, which ``check_url`` refuses)."""
+    head, colon, _ = text.partition(":")
+    return "://" in text or (bool(colon) and head.lower() in ("sqlite", "postgresql", "postgres"))
+
+
 def check_url(url: str | os.PathLike) -> tuple[str, str]:
     """The scheme of ``url`` (``sqlite`` or ``postgresql``) and the file it names (SQLite) or
     the URL itself; the ``RecordsError`` that opening it would raise for its form alone (and
@@ -43,7 +50,7 @@ def check_url(url: str | os.PathLike) -> tuple[str, str]:
     scheme, sep, rest = url.partition("://")
     if not sep:
         # Text such as sqlite:x.db is a URL mistyped, not a file to create by that name.
-        if typed and url.partition(":")[0].lower() in ("sqlite", "postgresql", "postgres"):
+        if typed and names_a_url(url):
             raise RecordsError(f"records URL {url!r} lacks the '//' after its scheme "
                                "(a file: sqlite:///records.db; a database: "
                                "postgresql://host/db)")  # fmt: skip
@@ -90,6 +97,7 @@ __all__ = [
     "Record",
     "RecordStore",
     "check_url",
+    "names_a_url",
     "open_records",
     "records_from",
     "redact",

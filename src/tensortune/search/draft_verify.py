@@ -54,7 +54,7 @@ from tensortune.compat import (
     structural_hash,
 )
 from tensortune.costmodel.timed import TimedCostModel
-from tensortune.errors import TensortuneError, last_line
+from tensortune.errors import TensortuneError, check_flags, last_line
 from tensortune.hardware import Platform, current_hardware, target_key
 from tensortune.measure.status import run_seconds
 from tensortune.search.alt import STAT_KEYS, AltPolicy, measured_keys
@@ -168,6 +168,7 @@ class DraftThenVerify(PySearchStrategy):
                  records: object | None = None, verifier_screens: bool = False,
                  threads: int = 0) -> None:  # fmt: skip
         super().__init__()
+        check_flags(verifier_screens=verifier_screens)
         self.population = population
         self.draft_generations = draft_generations
         self.first_draft_generations = first_draft_generations

@@ -341,6 +341,7 @@ def tune(
     from tensortune.measure import names_a_farm
 
     start = time.monotonic()
+    check_flags(check_correctness=check_correctness)
     plan = plan_tune(workloads, model=model, workloads_from=workloads_from, trials=trials,
                      max_seconds=max_seconds, target=target, strategy=strategy,
                      draft_options=draft_options, cost_model=cost_model,
