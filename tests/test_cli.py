@@ -388,3 +388,11 @@ def test_a_metrics_table_shows_undefined_pca_file_names_and_counts(capsys) -> No
     _metrics_table("t", {"pca": float("nan"), "top1_score": 0.5, "tasks": 3, "out": "mine.ttm"})
     out = capsys.readouterr().out
     assert re.search(r"pca\W+n/a\W", out) and "0.5000" in out and "mine.ttm" in out, out
+
+
+def test_seconds_read_in_a_unit_that_shows_them() -> None:
+    from tensortune.cli.display import fmt_seconds
+
+    # a kernel of a few elements ran in 37 ns, shown as "0.0 µs"
+    assert [fmt_seconds(s) for s in (3.7e-8, 2.5e-6, 0.0123, 2.0, None)] == [
+        "37.0 ns", "2.5 µs", "12.30 ms", "2.00 s", "-"]  # fmt: skip

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -90,10 +91,12 @@ def test_a_segfaulting_kernel_is_recorded_as_a_run_error_and_the_run_goes_on(
     seeded: str, cli: Cli
 ) -> None:
     before = _snapshot(seeded)
-    code, _, err = cli("tune", "--workload", str(KERNELS / "crash.py"), "--workload", MM,
+    code, out, err = cli("tune", "--workload", str(KERNELS / "crash.py"), "--workload", MM,
                          "--trials", "16", "--records", seeded, "--strategy", "replay-trace",
                          "--cost-model", "random")  # fmt: skip
     assert code == 0, err
+    # the task none of whose programs ran says why (its table row alone said "0 ok")
+    assert re.search(r"crash\.\w+: none of its programs ran \(\d+ of \d+: .*SIGSEGV", out), out
     after = _snapshot(seeded)
     _assert_kept(before, after)
     with open_records(seeded) as store:

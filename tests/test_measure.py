@@ -167,6 +167,56 @@ def test_a_wrong_mask_is_a_wrong_result(builder):
     assert classify(None, wrong.error_msg) is Status.WRONG_RESULT, wrong.error_msg
 
 
+def test_every_output_is_checked_wherever_it_stands_in_the_signature(builder):
+    # Only the last argument was compared: an output first, or the first of two, went
+    # unchecked (the check compared an input with itself).
+    def kernel(first, second, order) -> object:
+        a = tvm.te.placeholder((8, 8), name="A")
+        b = tvm.te.compute((8, 8), lambda i, j: first(a[i, j]), name="B")
+        c = tvm.te.compute((8, 8), lambda i, j: second(a[i, j]), name="C")
+        args = {"A": a, "B": b, "C": c}
+        return tvm.IRModule({"main": tvm.te.create_prim_func([args[n] for n in order])})
+
+    double, triple = (lambda x: x * 2.0), (lambda x: x * 3.0)
+    cases = [("BA", kernel(double, triple, "BA"), kernel(triple, triple, "BA")),  # output first
+             ("ABC", kernel(double, triple, "ABC"), kernel(triple, triple, "ABC"))]  # fmt: skip
+    runner = PersistentRunner(TimingConfig(repeat=1, min_repeat_ms=1), check_correctness=True)
+    try:
+        for order, reference, impostor in cases:
+            ref_build, impostor_build, same_build = _build(builder, [reference, impostor,
+                                                                     reference])  # fmt: skip
+            runner.add_reference(_signature(reference), ref_build.artifact_path)
+            wrong, right = _run(runner, [impostor_build.artifact_path, same_build.artifact_path],
+                                [ArgInfo.from_prim_func(reference["main"])] * 2)  # fmt: skip
+            assert classify(None, wrong.error_msg) is Status.WRONG_RESULT, (order, wrong)
+            assert right.error_msg is None, (order, right.error_msg)
+    finally:
+        runner.close()
+
+
+def test_a_coarse_floats_output_is_checked_to_its_own_precision():
+    import ml_dtypes
+    import numpy as np
+
+    from tensortune.measure.worker import _mismatch
+
+    rng = np.random.default_rng(0)
+    a, b = rng.uniform(-1, 1, (16, 64)), rng.uniform(-1, 1, (64, 16))
+    bf16 = ml_dtypes.bfloat16
+    # the same products summed in two orders, each sum rounded to bfloat16 as it goes
+    terms = (a[:, :, None] * b[None, :, :]).astype(bf16)
+    forward, backward = np.zeros((16, 16), bf16), np.zeros((16, 16), bf16)
+    for k in range(64):
+        forward = (forward + terms[:, k]).astype(bf16)
+        backward = (backward + terms[:, 63 - k]).astype(bf16)
+    assert _mismatch(forward, forward) is None
+    assert (forward != backward).any() and _mismatch(backward, forward) is None
+    assert _mismatch((backward * 1.5).astype(bf16), forward) is not None
+    # float32 keeps its tolerance: a relative error of 1e-2 is wrong
+    want = (a @ b).astype(np.float32)
+    assert _mismatch((want * 1.01).astype(np.float32), want) is not None
+
+
 def test_the_reference_runs_once_per_kernel_not_once_per_candidate(builder, monkeypatch):
     # its unscheduled loops ran again beside every candidate, inside the candidate's time
     from tensortune.measure import worker

@@ -334,6 +334,33 @@ def test_tvmscript_module_with_two_functions(tmp_path: Path) -> None:
         task_from_spec(str(path))
 
 
+def test_tvmscript_a_run_could_only_fail_on_is_refused_when_read(tmp_path: Path) -> None:
+    # A scalar parameter crashed the run after the store was written; a PrimFunc without
+    # blocks passed --dry-run, then every search broke on it and the run exited 0.
+    scalar = (
+        "from tvm.script import tirx as T\n"
+        "@T.prim_func(s_tir=True)\n"
+        "def scale(A: T.Buffer((8,), 'float32'), alpha: T.float32, C: T.Buffer((8,), 'float32')):\n"
+        "    for i in range(8):\n"
+        "        with T.sblock('C'):\n"
+        "            vi = T.axis.remap('S', [i])\n"
+        "            C[vi] = A[vi] * alpha\n"
+    )
+    loops = (
+        "from tvm.script import tirx as T\n"
+        "@T.prim_func\n"
+        "def add(A: T.Buffer((8,), 'float32'), C: T.Buffer((8,), 'float32')):\n"
+        "    for i in range(8):\n"
+        "        C[i] = A[i] + T.float32(1)\n"
+    )
+    for name, text, error in (("scalar", scalar, "parameter alpha is a scalar"),
+                              ("loops", loops, r"no blocks to schedule.*s_tir=True")):  # fmt: skip
+        path = tmp_path / f"{name}.py"
+        path.write_text(text)
+        with pytest.raises(WorkloadError, match=error):
+            task_from_spec(str(path))
+
+
 def test_tvmscript_no_prim_func(tmp_path: Path) -> None:
     path = tmp_path / "empty.py"
     path.write_text("from tvm.script import tirx as T\n\nX = 3\n")

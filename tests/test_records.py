@@ -154,6 +154,18 @@ def filled(store):
     return store, {"mm": mm, "sm": sm, "other_hw": other_hw, "other_tgt": other_tgt}
 
 
+def test_counts_per_workload_agree_with_count_in_one_query(filled) -> None:
+    from tensortune.records.storage import RecordStore
+
+    store, recs = filled
+    here, tkey = current_hardware().id, target_key(TARGET)
+    wmm, wsm = recs["mm"][0].workload_id, recs["sm"][0].workload_id
+    counts = store.counts([wmm, wsm, 999], here, tkey)
+    assert counts == {wmm: 4, wsm: 2}  # the other hardware's and target's left out
+    assert counts == RecordStore.counts(store, [wmm, wsm, 999], here, tkey)  # the generic one
+    assert store.counts([], here, tkey) == {}
+
+
 def test_add_and_query_filters(filled) -> None:
     store, recs = filled
     here, there = current_hardware().id, other_hardware().id

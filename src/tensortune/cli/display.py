@@ -34,6 +34,8 @@ def _finite(value: object) -> object:
 def fmt_seconds(s: float | None) -> str:
     if s is None or not math.isfinite(s):
         return "-"
+    if s < 1e-6:  # a kernel of a few elements: "0.0 µs" said nothing
+        return f"{s * 1e9:.1f} ns"
     if s < 1e-3:
         return f"{s * 1e6:.1f} µs"
     if s < 1:

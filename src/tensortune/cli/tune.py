@@ -235,6 +235,8 @@ def tune(
     for r in result.tasks:
         if r.error:
             console.print(f"{r.name}: its search broke and stopped: {r.error}", style="yellow")
+        elif r.failure:
+            console.print(f"{r.name}: none of its programs ran ({r.failure})", style="yellow")
     if result.out_of_time:
         console.print(f"stopped: the time budget ({time_budget}) is spent after "
                       f"{fmt_duration(result.seconds)}; run again to go on")  # fmt: skip

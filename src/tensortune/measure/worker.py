@@ -179,18 +179,52 @@ _outputs: dict[tuple[str, str], Any] = {}
 KEEP_OUTPUT_BYTES = 1 << 28
 
 
-def _expected(reference: str, signature: Signature) -> Any:
-    """The reference build's output on the arguments every candidate gets: computed once per
-    kernel, not per candidate (an unscheduled build's loops can take longer than the
-    candidate itself, inside its time limit)."""
+def _expected(reference: str, signature: Signature) -> list[tuple[int, Any]]:
+    """The reference build's outputs on the arguments every candidate gets, as (argument
+    index, values): every argument the build writes, wherever it stands in the signature
+    (the last one, when none changed).  Computed once per kernel, not per candidate (an
+    unscheduled build's loops can take longer than the candidate itself, inside its time
+    limit)."""
+    import numpy as np
+
     key = (reference, repr(signature))
     if key not in _outputs:
         expected = _arguments(signature, seed=0)
+        before = [a.numpy() for a in expected]
         _load(reference)(*expected)
-        if sum(a.nbytes for a in _outputs.values()) > KEEP_OUTPUT_BYTES:
+        after = [a.numpy() for a in expected]
+        written = [i for i, (b, a) in enumerate(zip(before, after, strict=True))
+                   if not np.array_equal(b, a)] or [len(after) - 1]  # fmt: skip
+        if sum(a.nbytes for kept in _outputs.values() for _, a in kept) > KEEP_OUTPUT_BYTES:
             _outputs.clear()
-        _outputs[key] = expected[-1].numpy()
+        _outputs[key] = [(i, after[i]) for i in written]
     return _outputs[key]
+
+
+def _tolerance(dtype: Any) -> float:
+    """Relative tolerance of an output check: 1e-3, or 8 units in the last place of a coarser
+    float (float16, bfloat16: a sum taken in another order lands a few units away)."""
+    import ml_dtypes
+
+    try:
+        return max(1e-3, 8 * float(ml_dtypes.finfo(dtype).eps))
+    except ValueError:  # integers and bools
+        return 1e-3
+
+
+def _mismatch(got: Any, want: Any) -> str | None:
+    """What is wrong with one output (None: within tolerance of the reference's)."""
+    import numpy as np
+
+    if got.shape != want.shape:
+        return f"output shape {got.shape} differs from the reference's {want.shape}"
+    tol = _tolerance(want.dtype)
+    # as float64: a mask's bools cannot be subtracted, nor bfloat16 compared
+    got, want = got.astype(np.float64), want.astype(np.float64)
+    scale = float(np.abs(want).max()) if want.size else 0.0
+    if np.allclose(got, want, rtol=tol, atol=tol / 10 * max(1.0, scale), equal_nan=True):
+        return None
+    return f"output differs from the reference (max error {float(np.abs(got - want).max()):.3g})"
 
 
 def run(
@@ -216,7 +250,6 @@ def run(
     import statistics
     import time
 
-    import numpy as np
     import tvm
 
     from tensortune.measure.affinity import keep_caller_off_pool_cores
@@ -228,15 +261,10 @@ def run(
     args = _arguments(signature, seed=0)
     if reference is not None:
         module(*args)
-        got, want = args[-1].numpy(), _expected(reference, signature)
-        scale = float(np.abs(want).max()) if want.size else 0.0
-        if got.shape != want.shape or not np.allclose(
-            got, want, rtol=1e-3, atol=1e-4 * max(1.0, scale), equal_nan=True
-        ):
-            same = got.shape == want.shape  # as float64: a mask's bools cannot be subtracted
-            err = float(np.abs(got.astype(np.float64) - want).max()) if same else float("nan")
-            message = f"output differs from the reference (max error {err:.3g})"
-            return {"costs": [], "mismatch": message}
+        for i, want in _expected(reference, signature):
+            message = _mismatch(args[i].numpy(), want)
+            if message is not None:
+                return {"costs": [], "mismatch": message}
     evaluator = module.time_evaluator(
         module.entry_name,
         tvm.cpu(),

@@ -76,6 +76,14 @@ class RecordStore(abc.ABC):
         ok_only: bool = False,
     ) -> int: ...
 
+    def counts(self, workload_ids: Sequence[int], hardware_id: str,
+               target: str) -> dict[int, int]:  # fmt: skip
+        """Per workload of ``workload_ids``, its records on this hardware and target (those
+        with none are left out).  A store over SQL answers in one query."""
+        found = {w: self.count(workload_id=w, hardware_id=hardware_id, target=target)
+                 for w in workload_ids}  # fmt: skip
+        return {w: n for w, n in found.items() if n}
+
     @abc.abstractmethod
     def add_task_sources(self, sources: Iterable[TaskSource]) -> None:
         """Record which networks each workload is a task of (replacing earlier entries)."""

@@ -169,7 +169,7 @@ class SharedBudget:
             return 0
         self._sweep()
         key = {"hardware_id": self.hardware_id, "target": self.target}
-        done = {w: self.store.count(workload_id=w, **key) for w in self.workload_ids}
+        done = self.store.counts(self.workload_ids, **key)
         # Every live lease, ours included: under a scheduler that collects rounds late
         # (MetaSchedule's gradient scheduler in its first pass, a remote runner's pending
         # futures) this worker holds other tasks' rounds, measured but not yet committed.
@@ -217,7 +217,7 @@ class SharedBudget:
         others = self.store.leased(self.workload_ids, worker=self.worker, **key)
         if not others or self.store.leased(self.workload_ids, **key) != others:
             return 0
-        done = {w: self.store.count(workload_id=w, **key) for w in self.workload_ids}
+        done = self.store.counts(self.workload_ids, **key)
         # the run's budget all leased, and this task's cap not all measured: when only the
         # task's cap is leased, other tasks have budget left, and this task ends
         free = self.total - sum(done.values())

@@ -10,6 +10,7 @@ import math
 import os
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import partial
@@ -23,6 +24,7 @@ from tensortune.errors import (
     check_seed,
     check_writable,
     interruptible,
+    last_line,
 )
 from tensortune.hardware import Platform, resolve_platform
 from tensortune.records import DEFAULT_URL, Record, RecordStore, records_from
@@ -57,6 +59,7 @@ class TaskResult:
     ok: int
     best_seconds: float | None
     error: str = ""  # why its search stopped early, when it broke
+    failure: str = ""  # when none of its programs ran: the most common reason
 
     @property
     def gflops(self) -> float | None:
@@ -452,8 +455,10 @@ def _search(store: RecordStore, plan: TunePlan, session: Callable[[], MeasureSes
     # have spent the trial budget.
     counts = [t.trials for t in result.tasks]
     result.out_of_time = expired and sum(counts) < trials and any(c < cap for c in counts)
-    for r, wid in zip(result.tasks, wids, strict=True):
+    for r, wid, w in zip(result.tasks, wids, where, strict=True):
         r.error = failed.get(wid, "")
+        if r.trials and not r.ok:  # a task whose every program failed says why
+            r.failure = _failure(store, w)
     return result
 
 
@@ -496,3 +501,13 @@ def _task_result(store: RecordStore, task: Task, where: dict) -> TaskResult:
     best = next(store.query(**where, ok_only=True, best_first=True, limit=1), None)
     return TaskResult(task.name, task.weight, task.flop, store.count(**where),
                       store.count(**where, ok_only=True), best.cost if best else None)  # fmt: skip
+
+
+def _failure(store: RecordStore, where: dict) -> str:
+    """The most common reason a task's measurements failed, with how many it stopped, as
+    ``"3 of 8: [build_error] ..."``."""
+    reasons = Counter(last_line(r.error or r.status) for r in store.query(**where))
+    if not reasons:
+        return ""
+    (reason, n), total = reasons.most_common(1)[0], sum(reasons.values())
+    return f"{n} of {total}: {reason}"

@@ -77,7 +77,27 @@ def _task_from_tvmscript(path: Path) -> Task:
         value if isinstance(value, tvm.IRModule) else tvm.IRModule({name: value}), path
     )
     check_arguments(mod, str(path))
+    _check_schedulable(mod, path)
     return Task(name=f"{path.stem}.{name}", mod=mod, flop=estimate_flop(mod), source=str(path))
+
+
+def _check_schedulable(mod, path: Path) -> None:
+    """Refuse, when the file is read, a PrimFunc that a run could only fail on: a scalar
+    parameter (MetaSchedule makes arguments for buffers only: the run crashed), or no
+    blocks (TVMScript written without ``s_tir=True``: every search broke on it)."""
+    from tensortune.compat import tvm
+
+    func = mod["main"]
+    scalars = [p.name for p in func.params if getattr(p.ty, "shape", None) is None]
+    if scalars:
+        raise WorkloadError(f"{path}: parameter {scalars[0]} is a scalar; a workload to tune "
+                            "takes buffers only (pass it as a buffer of shape (1,))")  # fmt: skip
+    try:
+        tvm.s_tir.Schedule(mod).get_sblock("root")
+    except Exception:  # TVM's ScheduleError
+        raise WorkloadError(f"{path}: the PrimFunc has no blocks to schedule; write it with "
+                            "@T.prim_func(s_tir=True) and T.sblock (examples/ has one)"
+                            ) from None  # fmt: skip
 
 
 def _with_main(mod, path: Path):
