@@ -398,6 +398,19 @@ def test_a_run_ending_just_above_the_defaults_latency_counts_within_a_tolerance(
     assert summary["speedup_within_1pct"]["near"]["sem"] is None  # one seed: no spread
 
 
+def test_within_a_tolerance_the_default_is_timed_to_the_same_easier_goal():
+    # Over the default's whole run, the default itself was "2x faster" to within 3% of its
+    # own final latency, and a method that matched it step for step scored the same 2x.
+    r = BenchResult(["t"], 8, {}, seed=0)
+    curve = [(2.0, 2, 1.2), (5.0, 4, 1.02), (10.0, 8, 1.0)]
+    r.runs["default"] = MethodRun("default", 10.0, 8, 1.0, curve)
+    r.runs["same"] = MethodRun("same", 10.0, 8, 1.0, list(curve))
+    r.runs["quick"] = MethodRun("quick", 10.0, 8, 1.0, [(2.5, 2, 1.02), (6.0, 8, 1.0)])
+    assert r.speedup_within(0.03) == {"default": 1.0, "same": 1.0, "quick": 2.0}
+    # the exact goal stays over the default's whole run: its final is known when it ends
+    assert r.speedup == {"default": 1.0, "same": 1.0, "quick": pytest.approx(10 / 6)}
+
+
 def test_each_pair_of_seeds_runs_every_two_methods_in_both_orders():
     """Later methods of a process run slower: what two methods are compared on must not be
     which of them ran first."""
