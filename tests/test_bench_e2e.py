@@ -226,3 +226,21 @@ def test_a_runtime_that_fails_is_left_out_of_the_peak(tmp_path, monkeypatch):
     monkeypatch.setattr(e2e, "_ort_runner", broken)
     peak, where = e2e.peak_gflops(1, tmp_path, ("pytorch", "onnxruntime"), sizes=(64,), repeat=1)
     assert peak > 0 and where == "pytorch, 64³"
+
+
+@pytest.mark.filterwarnings("ignore:No artists with labels")  # the bars are caught, not drawn
+def test_the_plot_shows_the_tables_figure_the_median_of_each_rounds_ratio(tmp_path, monkeypatch):
+    # The bars were the ratio of the medians; with rounds this uneven it lies on the other side
+    # of 1 from the table's median of ratios (0.9 here, against 1.1).
+    from matplotlib.axes import Axes
+
+    from tensortune.compare.e2e import SystemTiming
+
+    bars: dict[str, list[float]] = {}
+    monkeypatch.setattr(Axes, "bar", lambda self, xs, ys, *a, label, **k: bars.update({label: ys}))
+    result = e2e.E2EResult("net", 1e-3, 2, "cpu", 100.0, 1.0, 4, {
+        e2e.TUNED: SystemTiming(e2e.TUNED, rounds=[1.0, 2.0, 3.0]),
+        "pytorch": SystemTiming("pytorch", rounds=[1.1, 1.8, 3.3])})  # fmt: skip
+    assert result.speedup_over("pytorch") == pytest.approx(1.1)
+    e2e.plot_e2e([result], tmp_path / "p.png")
+    assert bars["pytorch"] == [pytest.approx(1.1)] and bars[e2e.TUNED] == [1.0]

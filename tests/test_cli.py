@@ -396,3 +396,10 @@ def test_seconds_read_in_a_unit_that_shows_them() -> None:
     # a kernel of a few elements ran in 37 ns, shown as "0.0 µs"
     assert [fmt_seconds(s) for s in (3.7e-8, 2.5e-6, 0.0123, 2.0, None)] == [
         "37.0 ns", "2.5 µs", "12.30 ms", "2.00 s", "-"]  # fmt: skip
+
+
+def test_a_ratio_near_one_shows_which_side_of_it_it_lies() -> None:
+    from tensortune.cli.display import fmt_ratio
+
+    assert [fmt_ratio(x) for x in (0.996, 1.0, 1.004, 1.2345, None)] == [
+        "0.996x", "1.00x", "1.004x", "1.23x", "not reached"]  # fmt: skip

@@ -66,7 +66,10 @@ def fmt_metric(value: object, spec: str) -> str:
 
 
 def fmt_ratio(x: float | None) -> str:
-    return "not reached" if x is None else f"{x:.2f}x"
+    if x is None:
+        return "not reached"
+    # near 1, a third decimal says which side of it a ratio lies (0.996 is no 1.00x)
+    return f"{x:.3f}x" if x != 1 and abs(x - 1) < 0.005 else f"{x:.2f}x"
 
 
 # A name column keeps at least this many characters before it is shortened.

@@ -94,11 +94,16 @@ class E2EResult:
 
     def speedup_over(self, name: str) -> float | None:
         """Median over rounds of that system's time / tuned time, each pair from one round."""
+        ratios = self.round_ratios(name)
+        return statistics.median(ratios) if ratios else None
+
+    def round_ratios(self, name: str) -> list[float]:
+        """That system's time / tuned time in each round (empty: not timed)."""
         other = self.systems[name].rounds
         tuned = self.systems[name].baseline or self.systems[TUNED].rounds
         if not tuned or not other:
-            return None
-        return statistics.median(o / t for o, t in zip(other, tuned, strict=True))
+            return []
+        return [o / t for o, t in zip(other, tuned, strict=True)]
 
     def fastest_runtime(self) -> str | None:
         """The faster of ONNX Runtime and OpenVINO, by median."""
@@ -507,17 +512,19 @@ def plot_e2e(results: list[E2EResult], out: str | Path) -> None:
     for k, name in enumerate(names):
         xs, ys, lo, hi = [], [], [], []
         for i, r in enumerate(results):
-            s, tuned = r.systems.get(name), r.systems[TUNED].median
-            if s is None or not s.median or not tuned:
+            # the table's figure: the median of each round's ratio, its range the bar's
+            ratios = r.round_ratios(name) if name in r.systems else []
+            if not ratios:
                 continue
+            mid = statistics.median(ratios)
             xs.append(i + (k - (len(names) - 1) / 2) * width)
-            ys.append(s.median / tuned)
-            lo.append(s.median / tuned - min(s.rounds) / tuned)
-            hi.append(max(s.rounds) / tuned - s.median / tuned)
+            ys.append(mid)
+            lo.append(mid - min(ratios))
+            hi.append(max(ratios) - mid)
         ax.bar(xs, ys, width, yerr=[lo, hi], label=name, capsize=2)
     ax.axhline(1.0, color="grey", lw=0.8, ls="--")
     ax.set_xticks(range(len(results)), [r.network for r in results])
-    ax.set_ylabel("latency / tensortune's (median)")
+    ax.set_ylabel("latency / tensortune's (median of rounds)")
     ax.set_title(f"{results[0].cpu}, {results[0].threads} threads" if results else "",
                  fontsize=9)  # fmt: skip
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))  # off the bars
