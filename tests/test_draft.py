@@ -52,6 +52,19 @@ def test_symbols_read_the_loop_nest():
     assert main.footprint[0] == pytest.approx(3 * 256 * 256 * 4)
 
 
+def test_one_parallel_loop_wakes_the_thread_pool_once_whatever_blocks_it_holds():
+    # Each block under it was charged a wake-up: a cache-write sketch paid twice (about 2 µs
+    # of a small task's estimate) for the one launch TVM makes.
+    sch = tvm.s_tir.Schedule(parse_spec("matmul:64,64,64").to_module())
+    block = sch.get_child_blocks(sch.get_sblock("root"))[0]
+    i, _, _ = sch.get_loops(block)
+    outer, _ = sch.split(i, [8, 8])
+    sch.parallel(outer)
+    sch.reverse_compute_at(sch.cache_write(block, 0, "global"), outer)
+    symbols = program_symbols(sch.mod)
+    assert len(symbols) == 2 and sum(b.launches for b in symbols) == 1
+
+
 def test_a_programs_symbols_do_not_depend_on_the_programs_read_before_it():
     # The structure cache gave later programs of a sketch the bindings of the first one (a
     # split of extent 1 drops a loop from them) and a padded input's size where the padding

@@ -55,12 +55,15 @@ _VECTORIZED = int(tvm.tirx.ForKind.VECTORIZED)
 _UNROLLED = int(tvm.tirx.ForKind.UNROLLED)
 
 
-@dataclass(frozen=True)
+@dataclass(eq=False)  # one per loop of the program walked: ``launched`` is set on it
 class _Loop:
     name: str
     extent: float
     kind: int
     unroll: float  # auto-unroll step annotated on the loop (1: none)
+    # a block under this parallel loop has been charged its thread-pool wake-ups: TVM wakes
+    # the pool once per run of the loop, whatever blocks it holds
+    launched: bool = False
 
 
 @dataclass(frozen=True)
@@ -174,9 +177,12 @@ def _symbols(name: str, shape: _BlockShape, loops: list[_Loop], bound: _Bound) -
     parallel = vector = unroll = 1.0
     launches = 0.0
     iterations = 1.0
+    outermost = True
     for lp in loops:
         if lp.kind == _PARALLEL:
-            launches = launches or iterations
+            if outermost and not lp.launched:
+                launches, lp.launched = iterations, True
+            outermost = False
             parallel *= lp.extent
         elif lp.kind == _VECTORIZED:
             vector = lp.extent
@@ -202,6 +208,8 @@ def _symbols(name: str, shape: _BlockShape, loops: list[_Loop], bound: _Bound) -
     return BlockSymbols(
         name=name, iterations=iterations, ops_per_iter=2.0 if shape.reduction else 1.0,
         parallel=parallel, vector=vector, dtype_bits=shape.bits, unroll=unroll,
-        inner=loops[-1].extent if loops else 1.0, footprint=footprint, trips=trips,
+        # the innermost loop that iterates: lowering drops a loop of extent 1
+        inner=loops[-1].extent if loops else 1.0,
+        footprint=footprint, trips=trips,
         unique_bytes=unique, launches=launches,
     )  # fmt: skip
