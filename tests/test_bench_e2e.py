@@ -59,7 +59,8 @@ def test_every_system_runs_the_same_model_and_is_timed_in_turns(tuned):
     pairs = zip(result.systems["pytorch"].rounds, result.systems[e2e.TUNED].rounds, strict=True)
     ratios = sorted(p / t for p, t in pairs)
     assert result.speedup_over("pytorch") == pytest.approx(sum(ratios) / 2)
-    assert result.fastest_runtime() in ("onnxruntime", "openvino")
+    assert result.fastest_runtime() == min(("onnxruntime", "openvino"),
+                                           key=lambda n: result.systems[n].median)  # fmt: skip
     assert result.to_dict()["systems"]["pytorch"]["gflops"] == pytest.approx(
         1e-3 / result.systems["pytorch"].median
     )

@@ -50,16 +50,22 @@ def test_collect_fills_every_task_on_every_configuration_and_resumes(tiny, tmp_p
     with open_records(url) as store:
         sources = store.task_sources("tiny")
         assert {s.task_name for s in sources} == {t.name for t in tiny.tasks}
+        counts = {}
         for config in SMALL:
             for s in sources:
-                n = store.count(workload_id=s.workload_id, target=target_key(config.target))
-                assert n >= 2  # the random half at least; tiny spaces may run dry after that
+                key = (s.workload_id, target_key(config.target))
+                counts[key] = store.count(workload_id=key[0], target=key[1])
+                assert counts[key] >= 2  # the random half at least; tiny spaces may run dry
         total = store.count()
     again = collect([tiny], configs=SMALL, programs_per_task=4, records=url,
                     work_dir=tmp_path / "w")  # fmt: skip
     with open_records(url) as store:
         assert store.count() == total + again.measured
-    assert again.measured <= first.measured
+        # A rerun only tops tasks up: a full task is not measured again.
+        assert again.measured <= sum(max(0, 4 - n) for n in counts.values())
+        for (wid, target), n in counts.items():
+            if n >= 4:
+                assert store.count(workload_id=wid, target=target) == n
 
 
 def test_random_sampler_never_repeats_a_measured_program():
@@ -239,3 +245,46 @@ def test_a_plain_collection_counts_older_collections_and_imports_as_its_own():
         assert PLAIN_RUN.fullmatch(own), own
     for other in ("collect-balto-0123abcd", "transfer-0123abcd", "collect-0123abc"):
         assert not PLAIN_RUN.fullmatch(other), other
+
+
+def test_collectors_share_the_random_share_and_lease_a_batch_for_as_long_as_it_takes(
+    tmp_path, monkeypatch
+):
+    """A collector arriving later samples other random programs than the first (its seed
+    follows the count): leases alone let both measure a full share.  And a batch's lease
+    must outlast the batch, or a third collector takes the same programs over."""
+    import importlib
+    from types import SimpleNamespace
+
+    from conftest import make_records
+
+    import tensortune.records.convert as convert
+
+    programs = importlib.import_module("tensortune.collect.programs")  # `collect` is a function
+
+    from tensortune.search.leases import LEASE_SECONDS_PER_CANDIDATE
+
+    store = open_records(f"sqlite:///{tmp_path / 'r.db'}")
+    done = make_records(store, "matmul:16,16,16", [1e-3, 2e-3])
+    store.add(done)
+    wid, hw, tgt = done[0].workload_id, done[0].hardware_id, done[0].target
+    store.claim(wid, hw, tgt, ["x1", "x2"], worker="remote-host/1/1/x", seconds=600)  # in flight
+    leases, measured = [], []
+    claim = store.claim
+    monkeypatch.setattr(store, "claim", lambda *a, **k: (leases.append(k["seconds"]),
+                                                          claim(*a, **k))[1])  # fmt: skip
+    monkeypatch.setattr(programs, "candidate_hash", str)  # the programs are names here
+    monkeypatch.setattr(convert, "measured_records", lambda *a, **k: [])
+    session = SimpleNamespace(
+        platform=SimpleNamespace(hardware=SimpleNamespace(id=hw), key=tgt),
+        measure=lambda batch: (measured.extend(batch), (None, None))[1],
+    )
+    sampler = SimpleNamespace(sample=lambda mod, platform, n, seed, exclude:
+                              [f"p{seed}-{i}" for i in range(n)])  # fmt: skip
+    filler = programs._Filler(store, session, sampler, want=16, n_random=16, work=tmp_path,
+                              seed=0)  # fmt: skip
+    monkeypatch.setattr(filler, "_evolve", lambda *a: 0)
+    filler.fill(wid, SimpleNamespace(mod=None), lambda have: None)
+    assert len(measured) == 16 - 2 - 2  # what the records and the other's leases leave
+    assert leases == [14 * LEASE_SECONDS_PER_CANDIDATE]  # one batch of the 14 sampled
+    store.close()

@@ -144,6 +144,9 @@ def test_every_model_learns_where_most_tasks_only_failed(fitted, train):
                                train.groups, labels, train.lowered)  # fmt: skip
     model = type(fitted)(**fitted.get_params()).fit(mostly_failed)
     assert np.all(np.isfinite(model.predict(train)))
+    # It learned the task of successes: its failures, whole tasks of them, are no order.
+    ran = train.groups == 0
+    assert _spearman(model.predict(train)[ran], train.labels[ran]) > 0.4, fitted.kind
 
 
 def test_update_adds_new_measurements(fitted, train, test):
@@ -158,8 +161,12 @@ def test_every_model_learns_from_a_handful_of_programs(fitted, test):
     """A few-shot fine-tuning or a search's first batch: a dozen programs, fitted anew or
     added to what a fitted model knows."""
     few = synthetic(12, seed=11)
-    for model in (type(fitted)(**fitted.get_params()).fit(few),
-                  copy.deepcopy(fitted).update(few)):  # fmt: skip
+    fresh = type(fitted)(**fitted.get_params()).fit(few)
+    assert _spearman(fresh.predict(few), few.labels) > 0, fitted.kind  # not a constant
+    updated = copy.deepcopy(fitted).update(few)
+    assert len(updated.seen_) == len(few)
+    assert not np.allclose(updated.predict(test), fitted.predict(test))  # it moved
+    for model in (fresh, updated):
         assert np.all(np.isfinite(model.predict(test)))
 
 

@@ -229,3 +229,27 @@ def test_held_out_networks_must_be_the_datasets_and_a_card_must_list_them_as_nam
     (copy / "card.json").write_text(json.dumps({**card, "held_out": 5}))
     with pytest.raises(TensortuneError, match="held_out is not a list of network names"):
         read_card(copy)
+
+
+def test_a_dataset_is_built_from_a_store_that_grows_meanwhile(tmp_path, monkeypatch):
+    """A collector on another machine registers its hardware while a build reads the store
+    (minutes of features): its records reached the build with no hardware known for them, a
+    KeyError."""
+    from conftest import fill, other_hardware
+
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    with open_records(url) as store:
+        fill(store, "matmul:16,16,16", [1e-3, 2e-3])
+        fill(store, "matmul:16,16,16", [3e-3, 4e-3], hardware=other_hardware(), seed=1)
+        newcomer = other_hardware().id
+        read = store.hardware
+
+        def before_the_newcomer() -> dict:  # the build's first look, then the store as it is
+            known = read()
+            monkeypatch.setattr(store, "hardware", read)
+            return {k: v for k, v in known.items() if k != newcomer}
+
+        monkeypatch.setattr(store, "hardware", before_the_newcomer)
+        card = build_dataset(store, tmp_path / "ds")
+    assert card.data["programs"] == 4
+    assert any(h.endswith("@" + newcomer[:8]) for h in card.data["hardware"])

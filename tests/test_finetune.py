@@ -391,8 +391,9 @@ def test_the_hardware_study_holds_out_a_whole_cpu(monkeypatch):
         hardware.hardware_study("default", hardware="avx512-2c", folds=[["gpt2-block"]])
     for bad in ({"seeds": []}, {"ks": [1]}, {"folds": []}, {"models": ["ms-xgb"]}):
         args = {"hardware": same, "folds": [["gpt2-block"]], "models": ["xgb"]} | bad
-        with pytest.raises(TensortuneError):
+        with pytest.raises(TensortuneError) as e:
             hardware.hardware_study("default", **args)
+        assert e.value.param == next(iter(bad))  # refused for the argument, not for the data
     assert len(seen) == 1
 
 

@@ -141,6 +141,44 @@ def test_reading_an_empty_database_writes_nothing(postgres_url: str) -> None:
                             ).fetchone() == (0,)  # fmt: skip
 
 
+def test_transactions_read_committed_whatever_the_server_default(postgres_url: str) -> None:
+    """A claim must see what other workers committed while it waited on their locks: under a
+    server default of SERIALIZABLE, colliding claims and commits failed the run instead."""
+    db = postgres_url.rsplit("/", 1)[1].split("?")[0]
+    _sql(postgres_url, f"ALTER DATABASE {db} SET default_transaction_isolation = 'serializable'")
+    try:
+        with open_records(postgres_url) as store:
+            level = store._write(lambda cur: cur.execute("SHOW transaction_isolation").fetchone())
+            assert level == ("read committed",)
+    finally:
+        _sql(postgres_url, f"ALTER DATABASE {db} RESET default_transaction_isolation")
+
+
+def test_a_transaction_aborted_for_a_conflict_is_run_again(postgres_url: str) -> None:
+    from tensortune.records import postgres
+
+    def aborted(conflict: type, times: int):
+        """A transaction that another one wins against ``times`` times, and how often it ran."""
+        runs: list = []
+
+        def write(cur):
+            runs.append(cur.execute("SELECT 1").fetchone())
+            if len(runs) <= times:
+                raise conflict("aborted: a conflict with another transaction")
+            return "committed"
+
+        return write, runs
+
+    with open_records(postgres_url) as store:
+        for conflict in (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure):
+            write, runs = aborted(conflict, 2)
+            assert store._write(write) == "committed" and len(runs) == 3
+        write, runs = aborted(psycopg.errors.DeadlockDetected, 10**6)
+        with pytest.raises(RecordsError, match="a conflict with another"):  # not for ever
+            store._write(write)
+        assert len(runs) == 1 + postgres.CONFLICT_RETRIES
+
+
 def test_records_copy_between_sqlite_and_postgresql_both_ways(postgres_url: str, cli: Cli,
                                                              tmp_path: Path) -> None:  # fmt: skip
     import dataclasses

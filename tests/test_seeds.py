@@ -286,5 +286,6 @@ def test_seeds_can_be_turned_off_by_name():
     from tensortune.search.draft_verify import check_options
 
     assert check_options({"seeds": "0"}) == {"seeds": 0} and check_options({"seeds": 1}) == {}
-    with pytest.raises(TensortuneError):
+    with pytest.raises(TensortuneError, match="seeds") as e:
         check_options({"seeds": 2})
+    assert e.value.param == "draft_options"

@@ -8,6 +8,8 @@ import warnings
 import pytest
 
 torch = pytest.importorskip("torch")
+# Dynamo wraps a backend's error; the tensortune error it holds is what users read.
+from torch._dynamo.exc import BackendCompilerFailed  # noqa: E402
 
 from tensortune.compat import tvm  # noqa: E402
 from tensortune.deploy import torch_backend  # noqa: E402
@@ -151,17 +153,20 @@ def test_a_broken_store_is_an_error_not_an_untuned_build(tmp_path):
         torch._dynamo.reset()
         f = torch.compile(torch.nn.Linear(4, 4).eval(), backend="tensortune",
                           options={"records": url, "target": TARGET})  # fmt: skip
-        with pytest.raises(Exception, match=r"not a database|unsupported records URL"):
+        refused = r"not a database|unsupported records URL"
+        with pytest.raises(BackendCompilerFailed, match=refused) as e:
             f(torch.randn(1, 4))
+        assert isinstance(e.value.inner_exception, TensortuneError)
 
 
 def test_an_unknown_option_is_refused():
     compiled = torch.compile(Block().eval(), backend="tensortune", options={"record": "x"})
-    with pytest.raises(Exception, match="unknown tensortune backend option 'record'"):
+    with pytest.raises(BackendCompilerFailed, match="unknown tensortune backend option") as e:
         compiled(torch.randn(1, 3, 8, 8))
+    assert isinstance(e.value.inner_exception, TensortuneError)
     # bool("no") is True: a flag given as text switched fast math on.
     torch._dynamo.reset()
     compiled = torch.compile(Block().eval(), backend="tensortune", options={"fast_math": "no"})
-    with pytest.raises(Exception, match="fast_math: must be True or False, not 'no'"):
+    with pytest.raises(BackendCompilerFailed, match="fast_math: must be True or False") as e:
         compiled(torch.randn(1, 3, 8, 8))
-    assert issubclass(TensortuneError, Exception)
+    assert isinstance(e.value.inner_exception, TensortuneError)

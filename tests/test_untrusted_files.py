@@ -278,7 +278,8 @@ def test_network_weights_that_predict_nan_are_refused(
         saved["scale"][3] = 0
     path = model_file(tmp_path / "m.ttm", meta, _torch_bytes(saved))
     message = refused(lambda: load_cost_model(path))
-    assert message is not None and ("NaN" in message or "scale" in message), message
+    named = "weights hold NaN" if damage == "a NaN weight" else "input scale"
+    assert message is not None and named in message, message
     check_model_file(cli, path, dataset)
 
 
@@ -454,30 +455,36 @@ def _with_params(**changes):
     return lambda meta, state: ({**meta, "params": {**meta["params"], **changes}}, state)
 
 
-# What a crafted meta.json or zip can claim, each refused before anything is built from it.
+# What a crafted meta.json or zip can claim, each refused before anything is built from it,
+# and what the refusal names.
 _ZIP_CRAFTED = {
-    "a meta.json larger than any model's": lambda m, s: (" " * 2**21 + json.dumps(m), s),
-    "a meta.json nested deeper than Python parses": lambda m, s: ("[" * 100_000, s),
-    "a network far larger than its weights": _with_params(hidden=10**9),
-    "more ensemble members than weights": _with_params(members=10**9),
-    "a setting of another type": _with_params(hidden="8"),
-    "a chunk of zero programs": _with_params(chunk=0),
-    "a negative learning rate": _with_params(lr=-1.0),
-    "refinement that would train for ever": _with_params(refine_epochs=10**9),
-    "a setting the kind does not have": _with_params(nosuch=1),
-    "another kind's state": _with(kind="tlp"),
-    "GBDT kind, torch state": _with(kind="xgb"),
-    "a provenance that is not an object": _with(provenance="by-task"),
-}
+    "a meta.json larger than any model's": (lambda m, s: (" " * 2**21 + json.dumps(m), s),
+                                            "meta.json is larger than"),
+    "a meta.json nested deeper than Python parses": (lambda m, s: ("[" * 100_000, s),
+                                                     "not a tensortune cost model file"),
+    "a network far larger than its weights": (_with_params(hidden=10**9), "hidden="),
+    "more ensemble members than weights": (_with_params(members=10**9), "members="),
+    "a setting of another type": (_with_params(hidden="8"), "hidden=8 is not a finite int"),
+    "a chunk of zero programs": (_with_params(chunk=0), "chunk=0 is out of range"),
+    "a negative learning rate": (_with_params(lr=-1.0), "lr=-1.0 is out of range"),
+    "refinement that would train for ever": (_with_params(refine_epochs=10**9),
+                                             "refine_epochs="),
+    "a setting the kind does not have": (_with_params(nosuch=1), "no setting nosuch"),
+    "another kind's state": (_with(kind="tlp"), "cannot restore the tlp model"),
+    "GBDT kind, torch state": (_with(kind="xgb"), "xgb has no setting"),
+    "a provenance that is not an object": (_with(provenance="by-task"), "provenance"),
+}  # fmt: skip
 
 
 @pytest.mark.parametrize("case", list(_ZIP_CRAFTED))
 def test_crafted_model_metadata_is_refused(
     cli: Cli, models: dict[str, Path], dataset: Path, tmp_path: Path, case: str
 ) -> None:
-    meta, state = _ZIP_CRAFTED[case](*parts(models["mlp"]))
+    craft, named = _ZIP_CRAFTED[case]
+    meta, state = craft(*parts(models["mlp"]))
     path = model_file(tmp_path / "m.ttm", meta, state)
-    assert refused(lambda: load_cost_model(path)) is not None
+    message = refused(lambda: load_cost_model(path))
+    assert message is not None and named in message, message
     check_model_file(cli, path, dataset)
 
 

@@ -41,10 +41,11 @@ from tensortune.hardware import (
 )
 from tensortune.records import DEFAULT_URL, RecordStore, records_from
 from tensortune.records.schema import TaskSource
+from tensortune.records.storage import ClaimBudget
 from tensortune.search.leases import (
-    LEASE_SECONDS,
     SharedBudget,
     candidate_hash,
+    lease_seconds,
     worker_name,
 )
 from tensortune.workloads.task import Task
@@ -353,7 +354,10 @@ class _Filler:
             for k in range(0, len(cands), BATCH):
                 if interrupted():  # Ctrl-C: what is measured is recorded; stop here
                     raise KeyboardInterrupt
-                batch = self._claimed(wid, cands[k : k + BATCH])
+                # The random share is shared too: a collector that arrives later samples
+                # other programs (its seed follows the count), which leases alone let through.
+                share = ClaimBudget((wid,), self.n_random, self.n_random)
+                batch = self._claimed(wid, cands[k : k + BATCH], share)
                 if batch:
                     built, ran = self.session.measure(batch)
                     store.add(measured_records(
@@ -366,11 +370,13 @@ class _Filler:
             mine += self._evolve(task, wid, have, lambda n: report(have + n))
         return mine
 
-    def _claimed(self, wid: int, batch: list) -> list:
-        """The candidates of ``batch`` this collector may measure: leased to it now."""
+    def _claimed(self, wid: int, batch: list, budget: ClaimBudget | None = None) -> list:
+        """The candidates of ``batch`` this collector may measure: leased to it now, within
+        ``budget``."""
         hashes = [candidate_hash(c) for c in batch]
         held = set(self.store.claim(wid, self.platform.hardware.id, self.platform.key, hashes,
-                                    worker=self.worker, seconds=LEASE_SECONDS))  # fmt: skip
+                                    worker=self.worker, seconds=lease_seconds(len(hashes)),
+                                    budget=budget))  # fmt: skip
         return [c for c, h in zip(batch, hashes, strict=True) if h in held]
 
     def _evolve(self, task: Task, wid: int, have: int, measured: Callable[[int], object]) -> int:

@@ -19,7 +19,7 @@ from tensortune import features as F
 from tensortune.errors import TensortuneError, last_line, shown
 from tensortune.hardware import Platform, config_of
 from tensortune.hardware.target import is_target_text
-from tensortune.records import RecordStore, open_records
+from tensortune.records import RecordStore, records_from
 
 TABLE = "programs.parquet"
 WORKLOADS = "workloads.parquet"  # task_id -> the workload module, to replay traces on
@@ -73,10 +73,28 @@ def build_dataset(
     ``held_out``: networks a study of the dataset scores on and never trains on (the card's
     ``held_out``, read by ``bench al`` and ``dataset select``); ``overwrite``: replace a
     dataset already in ``out_dir``."""
+    check_out_dir(out_dir, overwrite=overwrite)  # before the features, not after
+    with records_from(records, create=False) as store:
+        columns, modules, weights, hw_seen = _rows(store)
+        if not columns:
+            raise TensortuneError(f"{store.url} holds no records to build a dataset from")
+    present = {n for ns in columns["networks"] for n in ns}
+    unknown = [n for n in held_out or [] if n not in present]
+    if unknown:
+        named = ", ".join(sorted(present)) or "none (no record names its network)"
+        raise TensortuneError(f"held-out network {unknown[0]} has no records here; the "
+                              f"networks are: {named}", param="held_out")  # fmt: skip
+    return write_dataset(out_dir, columns, modules, description=description,
+                         task_weights=weights, hardware=hw_seen,
+                         extra={"held_out": list(held_out)} if held_out else None,
+                         overwrite=overwrite)  # fmt: skip
+
+
+def _rows(store: RecordStore) -> tuple[dict, dict, dict, dict]:
+    """Every record of ``store`` as dataset columns; each task's module; each network's task
+    weights; each hardware label's description."""
     from tensortune.workloads.sources import estimate_flop
 
-    check_out_dir(out_dir, overwrite=overwrite)  # before the features, not after
-    store = open_records(records, create=False) if isinstance(records, str) else records
     networks: dict[int, list[str]] = defaultdict(list)
     weights: dict[str, dict[str, int]] = defaultdict(dict)
     for s in store.task_sources():
@@ -100,6 +118,8 @@ def build_dataset(
             groups[(r.hardware_id, r.target)].append(r)
         for (hw_id, target), group in groups.items():
             label = hardware_label(target, hw_id)
+            if hw_id not in hardware:  # registered by a collector since the build began
+                hardware = store.hardware()
             platform = Platform(json.loads(target), hardware[hw_id])  # as measured: no checks
             hw_vec = F.hardware_vector(platform).tolist()  # one list for the group's rows
             hw_seen[label] = {"fingerprint": json.loads(hardware[hw_id].to_json()),
@@ -124,18 +144,7 @@ def build_dataset(
                 columns["trace_tokens"].append(list(_f32(F.trace_tokens(r.trace_json()))))
                 columns["workload_embedding"].append(embedding)
                 columns["hardware_vector"].append(hw_vec)
-    if not columns:
-        raise TensortuneError(f"{store.url} holds no records to build a dataset from")
-    present = {n for ns in columns["networks"] for n in ns}
-    unknown = [n for n in held_out or [] if n not in present]
-    if unknown:
-        named = ", ".join(sorted(present)) or "none (no record names its network)"
-        raise TensortuneError(f"held-out network {unknown[0]} has no records here; the "
-                              f"networks are: {named}", param="held_out")  # fmt: skip
-    return write_dataset(out_dir, dict(columns), dict(modules), description=description,
-                         task_weights=weights, hardware=hw_seen,
-                         extra={"held_out": list(held_out)} if held_out else None,
-                         overwrite=overwrite)  # fmt: skip
+    return dict(columns), dict(modules), weights, hw_seen
 
 
 def _f32(values: np.ndarray) -> np.ndarray:

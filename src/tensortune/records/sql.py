@@ -204,7 +204,9 @@ class SQLStore(RecordStore):
         from tensortune.compat import json_graph_problem, structural_hash, tvm
 
         shash = structural_hash(mod)
-        select = "SELECT id, mod_json FROM workloads WHERE shash = ?"
+        # The oldest first: every process picks the same of two equal workloads, should a
+        # store ever hold them (a hand edit, a TVM whose structural equality changed).
+        select = "SELECT id, mod_json FROM workloads WHERE shash = ? ORDER BY id"
         wid = self._known(mod, shash, []) if shash in self._workload_cache else None
         if wid is None:  # only hits are cached: another writer may have added it since
             wid = self._known(mod, shash, self._read(select, (shash,)))

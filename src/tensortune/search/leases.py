@@ -23,6 +23,7 @@ import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import psutil
 
@@ -71,11 +72,30 @@ def candidate_hash(candidate) -> str:
     return trace_hash(trace_text(candidate.sch.trace))
 
 
+def lease_seconds(candidates: int, at_least: float = LEASE_SECONDS) -> float:
+    """How long a lease of a batch of ``candidates`` lasts: long enough for the batch at its
+    slowest, for an expired lease lets another worker measure the same candidates again."""
+    return max(at_least, candidates * LEASE_SECONDS_PER_CANDIDATE)
+
+
 def worker_name() -> str:
     """This process, as leases name it: machine, pid and the process's start time (a pid is
     reused; a pid with its start time is not)."""
-    started = int(psutil.Process().create_time() * 1000)
-    return f"{_machine()}/{os.getpid()}/{started}/{uuid.uuid4().hex[:6]}"
+    return f"{_machine()}/{os.getpid()}/{_started(os.getpid())}/{uuid.uuid4().hex[:6]}"
+
+
+def _started(pid: int) -> int:
+    """When ``pid`` started, on a clock the wall clock's steps do not move: Linux's clock
+    ticks since boot.  psutil's start time is those ticks plus the boot time, which it derives
+    from the wall clock each time: after an NTP step or a VM's resume, every live worker
+    looked like another process, and its leases were freed every sweep."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        if Path("/proc/self/stat").exists():
+            raise psutil.NoSuchProcess(pid) from None
+        return int(psutil.Process(pid).create_time() * 1000)  # no procfs: not Linux
+    return int(stat.rsplit(")", 1)[1].split()[19])  # field 22; the name may hold spaces
 
 
 @functools.cache
@@ -95,10 +115,10 @@ def _gone(worker: str) -> bool:
         return False
     try:
         pid, started = int(parts[1]), int(parts[2])
-        return int(psutil.Process(pid).create_time() * 1000) != started
+        return _started(pid) != started
     except (ValueError, psutil.NoSuchProcess):
         return True
-    except psutil.Error:  # not ours to inspect: assume it lives
+    except (psutil.Error, OSError):  # not ours to inspect: assume it lives
         return False
 
 
@@ -249,9 +269,7 @@ class SharedBudget:
         while len(held) < limit and pos < len(hashes):
             take = list(hashes[pos : pos + limit - len(held)])
             pos += len(take)
-            # Long enough for this batch at its slowest: an expired lease lets another worker
-            # measure the same candidates again.
-            seconds = max(self.seconds, len(take) * LEASE_SECONDS_PER_CANDIDATE)
+            seconds = lease_seconds(len(take), self.seconds)
             held.update(self.store.claim(workload_id, self.hardware_id, self.target, take,
                                          worker=self.worker, seconds=seconds,
                                          budget=self._caps))  # fmt: skip
