@@ -405,6 +405,47 @@ def test_candidates_are_timed_on_every_server_of_the_key(lab: Lab, farm, built) 
     assert all(sessions.seen.values()), sessions.seen  # each server served some
 
 
+def _ignored(pid: int) -> set[int]:
+    """The signals process ``pid`` ignores."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    mask = int(next(ln.split()[1] for ln in status.splitlines() if ln.startswith("SigIgn:")), 16)
+    return {n for n in range(1, 65) if mask >> (n - 1) & 1}
+
+
+def test_closing_drops_the_queued_candidates_and_workers_leave_stops_to_the_tuner(
+    lab: Lab, farm, built
+) -> None:
+    """A graceful stop sent to the whole group (SIGTERM, SIGHUP) killed the farm's workers, and
+    their candidates were recorded as failed for good; closing then measured every candidate
+    still queued, each in a session of its own."""
+    url, servers = farm
+    lab.wait_free(url.key, 2)
+    runner, _ = farm_runner(url, platform(TARGET), FAST)
+    try:
+        assert all(f.result().error_msg is None for f in runner.run(built[:2]))
+        workers = [c for c in psutil.Process().children()
+                   if "popen_worker" in " ".join(c.cmdline())]  # fmt: skip
+        assert workers  # they stay for the next batch
+        for w in workers:
+            assert {signal.SIGINT, signal.SIGHUP, signal.SIGTERM} <= _ignored(w.pid)
+    finally:
+        runner.close()
+
+    lab.wait_free(url.key, 2)
+    slow = TimingConfig(number=1, repeat=3, min_repeat_ms=100)  # sessions of 0.3 s or more
+    runner, _ = farm_runner(url, platform(TARGET), slow)
+    try:
+        with Sessions(servers) as sessions:
+            futures = runner.run(built)  # 8 candidates, 2 at a time
+            _wait(lambda: any(sessions.in_session(p.pid, 0.05) for p in servers),
+                  "a session under way", [], poll_s=0.005)  # fmt: skip
+            runner.close()
+            time.sleep(1.0)  # what the old pool went on measuring
+        assert sum(len(s) for s in sessions.seen.values()) <= len(servers), futures  # in flight
+    finally:
+        runner.close()
+
+
 def test_sessions_run_the_targets_threads_and_no_more_than_the_servers_have(lab: Lab, farm) -> None:
     from tensortune.compat import ms
     from tensortune.measure.rpc import _session_with_threads

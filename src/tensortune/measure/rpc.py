@@ -23,7 +23,9 @@ reference, and a timing that competed for the CPU is not retried (the remote's l
 seen from here), so servers sharing one machine disturb each other's timings.  A candidate
 whose server dies is reported as failed (``[run_error] rpc: ...``); the tracker hands the next
 ones to the servers left.  When no server is left, TVM's tracker queues the requests until one
-registers again.
+registers again, for up to ``QUEUE_TIMEOUT_S`` a candidate: then it is reported as failed.
+Kernels are timed as ``TimingConfig`` says, all alike: the local runner's cold timing of
+kernels whose weights outgrow the caches (``model_timing``) is not done here.
 """
 
 from __future__ import annotations
@@ -64,7 +66,7 @@ from tensortune.measure import names_a_farm
 from tensortune.measure.affinity import keep_caller_off_pool_cores
 from tensortune.measure.runner import TimingConfig
 from tensortune.measure.status import Status, tagged
-from tensortune.measure.worker import tie_to_parent
+from tensortune.measure.worker import leave_stops_to_parent
 
 # The global functions of a ``tensortune serve`` server's sessions: its hardware descriptor,
 # and the size of the session's thread pool.
@@ -301,8 +303,13 @@ class FarmRunner(PyRunner):
         return [_FarmFuture(f) for f in self.rpc_runner.run(runner_inputs)]
 
     def close(self) -> None:
-        """Stop the worker processes that hold the sessions."""
-        self.rpc_runner.pool.shutdown()
+        """Stop the worker processes that hold the sessions.  Candidates still queued are
+        dropped, not measured: TVM's pool ran every one of them first (each in a new session),
+        so a second Ctrl-C or an error waited on the whole queue, 10 minutes a candidate
+        with the farm down."""
+        pool = self.rpc_runner.pool
+        pool._threadpool.shutdown(wait=False, cancel_futures=True)  # TVM's pool has no such option
+        pool.shutdown()
 
 
 @derived_object
@@ -384,11 +391,12 @@ def farm_runner(
     session = functools.partial(_session_with_threads, threads=threads,
                                 deadline_s=session_timeout_s + CLIENT_MARGIN_S,
                                 queue_s=QUEUE_TIMEOUT_S)  # fmt: skip
-    # Its worker processes leave Ctrl-C to this one (a graceful stop lets the batch in flight
-    # finish; killed by the terminal's SIGINT they recorded it as failed) and die with it.
+    # Its worker processes leave Ctrl-C, SIGHUP and SIGTERM to this one (a graceful stop lets
+    # the batch in flight finish; killed by the signal meant for the group, they recorded it
+    # as failed) and die with it.
     runner = ms.runner.RPCRunner(config, evaluator, f_create_session=session,
                                  f_cleanup=_cleanup_and_disarm, max_workers=servers,
-                                 initializer=tie_to_parent)  # fmt: skip
+                                 initializer=leave_stops_to_parent)  # fmt: skip
     return FarmRunner(runner, servers), remote
 
 

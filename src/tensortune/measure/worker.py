@@ -22,15 +22,7 @@ Signature = list[tuple[str, list[int]]]  # (dtype, shape) of each argument, in o
 
 def serve(conn: Any) -> None:
     """Serve requests: receive ``(name, args)``, reply ``("ok", value)`` or ``("error", text)``."""
-    import signal
-
-    tie_to_parent()
-    # A closed terminal's SIGHUP and a service manager's SIGTERM reach the whole process group
-    # (or control group): the parent finishes the batch in flight, then ends its workers
-    # itself (a None request, or SIGKILL).  A worker killed by them first had its program
-    # recorded as a failure ("worker killed by SIGHUP"), for good.
-    for sig in (signal.SIGHUP, signal.SIGTERM):
-        signal.signal(sig, signal.SIG_IGN)
+    leave_stops_to_parent()
     import tensortune.compat  # noqa: F401  (TVM without torch; paid before the first request)
 
     conn.send(("ready", os.getpid()))
@@ -70,6 +62,20 @@ def tie_to_parent() -> None:
         return
     if os.getppid() != parent:  # the parent went before the request was made
         os._exit(1)
+
+
+def leave_stops_to_parent() -> None:
+    """:func:`tie_to_parent`, and leave the parent SIGHUP and SIGTERM too.
+
+    A closed terminal's SIGHUP and a service manager's SIGTERM reach the whole process group
+    (or control group): the parent finishes the batch in flight, then ends its workers itself
+    (a None request, or SIGKILL).  A worker killed by them first had its program recorded as a
+    failure ("worker killed by SIGHUP"), for good."""
+    import signal
+
+    tie_to_parent()
+    for sig in (signal.SIGHUP, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
 
 
 def _describe(e: BaseException) -> str:
