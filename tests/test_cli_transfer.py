@@ -108,6 +108,14 @@ def test_transfer_rejects_bad_input_before_any_work(cli: Cli, source: str, tmp_p
     missing = tmp_path / "missing.db"
     one_error(cli("transfer", "--from", f"sqlite:///{missing}", *common), "--from", "missing.db")
     one_error(cli("transfer", "--from", source, "--per-kernel", "0", *common), "--per-kernel")
+    # A store with nothing to transfer: the run would time and record only untuned kernels.
+    empty = f"sqlite:///{tmp_path / 'empty.db'}"
+    open_records(empty).close()
+    one_error(cli("transfer", "--from", empty, *common), "--from", "no successful schedule")
+    other = {"kind": "llvm", "mcpu": "haswell", "num-cores": 1}  # what the source holds is not it
+    one_error(cli("transfer", "--from", source, "--workload", TASK, "--records",
+                  f"sqlite:///{out}", "--target", json.dumps(other)),
+              "--from", "their schedules are for")  # fmt: skip
     code, _, err = cli("transfer", *common)
     assert code == 2 and "--from" in err
     # a model loads as tune loads it: --input-shape and --winograd are transfer's too

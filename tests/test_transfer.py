@@ -4,7 +4,9 @@ on real schedules built and timed with the project's measurement."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
+import time
 
 import pytest
 from hypothesis import given, settings
@@ -298,8 +300,10 @@ def test_an_untuned_record_is_no_source(tmp_path, platform):
     from tensortune.transfer.sources import source_schedules
 
     with open_records(f"sqlite:///{tmp_path / 'r.db'}") as store:
-        tuned, untuned = make_records(store, "matmul:32,32,32", [2e-3, 1e-3])
-        store.add([tuned, dataclasses.replace(untuned, origin=UNTUNED_ORIGIN)])
+        tuned, untuned, imported = make_records(store, "matmul:32,32,32", [2e-3, 1e-3, 5e-4])
+        # One exported to a MetaSchedule database and imported back has lost its label.
+        imported = dataclasses.replace(imported, trace=json.dumps([[], []]))
+        store.add([tuned, dataclasses.replace(untuned, origin=UNTUNED_ORIGIN), imported])
         (found,) = [s for srcs in source_schedules([store], platform).values() for s in srcs]
     assert found.record.cost == 2e-3 and origin_kind(found.record) == ""
 
@@ -353,11 +357,12 @@ def test_a_budget_too_small_to_warm_start_every_task_starts_the_heaviest(tmp_pat
 def test_the_warm_start_keeps_the_task_limit_and_the_deadline(tmp_path, source_store, monkeypatch):
     from tensortune.transfer import run as transfer_run
 
-    asked = []
+    asked, deadlines = [], []
     real = transfer_run.transfer_tasks
 
     def spy(*args, per_kernel: int, **kwargs):
         asked.append(per_kernel)
+        deadlines.append((kwargs["deadline"], time.monotonic()))
         return real(*args, per_kernel=per_kernel, **kwargs)
 
     monkeypatch.setattr(transfer_run, "transfer_tasks", spy)
@@ -370,6 +375,11 @@ def test_the_warm_start_keeps_the_task_limit_and_the_deadline(tmp_path, source_s
     late = tune(["dense_bias_relu:96,64,64"], max_seconds=1e-6, records=f"sqlite:///{tmp_path}/t.db",
                 work_dir=tmp_path / "w", warm_start=source_store, **FAST)  # fmt: skip
     assert late.out_of_time and late.tasks[0].trials == 0
+    # Half the time at most: under --time alone the trials bound nothing (100,000 a task).
+    tune(["dense_bias_relu:96,64,64"], trials=8, max_seconds=600, work_dir=tmp_path / "w",
+         records=f"sqlite:///{tmp_path}/h.db", warm_start=source_store, **FAST)  # fmt: skip
+    deadline, called = deadlines[-1]
+    assert 200 < deadline - called <= 300
 
 
 # -- the benchmark's arithmetic ------------------------------------------------------------------

@@ -10,6 +10,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from tensortune.errors import TensortuneError
 from tensortune.records import RecordStore, records_from, redact
 from tensortune.records.schema import origin_kind
 from tensortune.transfer.classes import KernelClass, kernel_class
@@ -43,7 +44,9 @@ SourceStores = str | os.PathLike | RecordStore | Sequence[str | os.PathLike | Re
 def source_schedules(stores: SourceStores, platform: Platform, per_workload: int = 1, *,
                      param: str = "sources") -> dict[str, list[SourceSchedule]]:  # fmt: skip
     """Per kernel-class key, the ``per_workload`` best records of every workload the stores hold
-    for ``platform``'s target (measured on any hardware, this one's first)."""
+    for ``platform``'s target (measured on any hardware, this one's first).  Stores that hold
+    none are refused in one line: a transfer from them would only time the untuned programs,
+    and record them, with nothing transferred."""
     if isinstance(stores, str | os.PathLike | RecordStore) or not isinstance(stores, Iterable):
         stores = [stores]
     out: dict[str, list[SourceSchedule]] = {}
@@ -54,7 +57,24 @@ def source_schedules(stores: SourceStores, platform: Platform, per_workload: int
         for store in given:
             for src in _store_sources(store, platform, per_workload):
                 out.setdefault(src.kclass.key, []).append(src)
+        if not out:
+            held = sorted({t for s in given for *_, t, _, ok, _ in s.summary() if ok})
+            names = ", ".join(s.url for s in given)
+            verb = "holds" if len(given) == 1 else "hold"
+            raise TensortuneError(
+                f"{names} {verb} no successful schedule for the target {platform.key}"
+                + (f"; their schedules are for {'; '.join(held)}" if held else ""),
+                param=param,
+            )
     return out
+
+
+def _schedules(record: Record) -> bool:
+    """Whether the record's trace holds any instruction (an untuned program's holds none)."""
+    try:
+        return bool(json.loads(record.trace)[0])
+    except (ValueError, IndexError, TypeError, KeyError):
+        return True  # not ours to judge here: replaying it will say
 
 
 def _store_sources(store: RecordStore, platform: Platform, per_workload: int) -> list:
@@ -65,11 +85,13 @@ def _store_sources(store: RecordStore, platform: Platform, per_workload: int) ->
         best: list[Record] = []
         for hw in [here, *others]:
             # Not an untuned record (a transfer's store holds one a kernel, hence two rows
-            # more than needed): its empty trace would time the target's own bare loops.
+            # more than needed): its empty trace would time the target's own bare loops.  Its
+            # label is not enough: a MetaSchedule database carries no origins, so one taken
+            # through `records export` and `import` holds them unlabelled.
             ranked = store.query(workload_id=w.id, hardware_id=hw, target=platform.key,
                                  ok_only=True, best_first=True, limit=per_workload + 2)  # fmt: skip
-            best = list(itertools.islice((r for r in ranked if origin_kind(r) != "untuned"),
-                                         per_workload))  # fmt: skip
+            best = list(itertools.islice((r for r in ranked if origin_kind(r) != "untuned"
+                                          and _schedules(r)), per_workload))  # fmt: skip
             if best:
                 break
         if not best:

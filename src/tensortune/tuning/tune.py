@@ -481,6 +481,8 @@ def _warm_start(store: RecordStore, plan: TunePlan, session: Callable[[], Measur
                       stacklevel=2)  # fmt: skip
         cold = sorted(cold, key=lambda t: t.weight * (t.flop or 0), reverse=True)[:room]
     per_kernel = min(plan.warm_per_kernel, room // len(cold), plan.max_trials_per_task or room)
+    if deadline is not None:  # half of the time too: under --time alone, trials hold nothing
+        deadline = time.monotonic() + max(0.0, deadline - time.monotonic()) / 2
     with session() as measure:
         transfer_tasks(store, cold, plan.platform, measure, plan.warm_start,
                        per_kernel=per_kernel, untuned=False, deadline=deadline)  # fmt: skip
