@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -298,6 +299,24 @@ def test_an_unreachable_tracker_is_one_line_before_anything_is_measured(cli: Cli
     code, out, err = cli("serve", "--tracker", url[6 : url.rindex("/")], "--key", "k")
     assert code == 2 and len(err.splitlines()) == 1
     assert err.startswith("error: --tracker: cannot reach the TVM RPC tracker"), err
+
+
+def test_a_server_address_tuners_cannot_reach_is_refused_and_an_open_one_warned_of(cli: Cli):
+    """The tracker hands tuners the address ``serve --host`` names: 0.0.0.0 sent them to their
+    own machine.  And a server other machines reach runs whatever code it is sent."""
+    tracker = f"{HOST}:{_free_port()}"  # nothing listens there: nothing gets as far
+    for wildcard in ("0.0.0.0", "::"):
+        code, out, err = cli("serve", "--tracker", tracker, "--key", "k", "--host", wildcard)
+        assert (code, out) == (2, "") and len(err.splitlines()) == 1, err
+        assert err.startswith(f"error: --host: {wildcard} listens on every interface"), err
+    from tensortune.measure.rpc import serve
+
+    with pytest.warns(UserWarning, match="no authentication"), pytest.raises(TensortuneError):
+        serve(tracker, "k", host="192.0.2.1")  # an address of the farm's network
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # loopback: no warning
+        with pytest.raises(TensortuneError, match="cannot reach the TVM RPC tracker"):
+            serve(tracker, "k", host=HOST)
 
 
 # ---- the farm's hardware ----------------------------------------------------------------------

@@ -33,6 +33,7 @@ from __future__ import annotations
 import dataclasses
 import errno
 import functools
+import ipaddress
 import logging
 import math
 import multiprocessing
@@ -43,6 +44,7 @@ import socket
 import struct
 import sys
 import threading
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -489,6 +491,7 @@ def serve(
     """
     tracker_addr = parse_address(tracker, "tracker")
     _check_key(key, "key")
+    _check_host(host)
     if not 0 < port < 65536:
         raise TensortuneError(f"port must be from 1 to 65535, not {port}", param="port")
     end = min(port_end or port + 100, 65536)
@@ -514,6 +517,27 @@ def serve(
         sock.close()
         if in_main:
             signal.signal(signal.SIGTERM, previous)
+
+
+def _check_host(host: str) -> None:
+    """Refuse an address tuners cannot connect to (the tracker hands them ``host``), and warn
+    when the server is open to other machines: TVM's RPC has no authentication, and a session
+    loads and runs whatever native code it is sent."""
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        ip = None  # a host name: the tuners resolve it
+    if ip is not None and ip.is_unspecified:
+        raise TensortuneError(
+            f"{host} listens on every interface, but it is also the address the tracker gives "
+            "the tuners, who would connect to their own machine: give this machine's address "
+            "on the farm's network",
+            param="host",
+        )
+    if host != "localhost" and (ip is None or not ip.is_loopback):
+        warnings.warn(f"tensortune: serving on {host}: whoever reaches it or the tracker can "
+                      "run code on this machine as this user (TVM's RPC has no "
+                      "authentication); serve on a network you trust", stacklevel=3)  # fmt: skip
 
 
 _session_sigterm_default = False
