@@ -1,12 +1,12 @@
 """Refit the shipped cost models on the default dataset and rewrite their card.
 
-Maintainers run this after the default dataset changes (``python data/collect/ship_models.py``,
-about 3 minutes on 2 cores).  Each shipped file is a ``pacm`` model fitted on the rows of the
-hardware configurations its name lists; the rows of every other configuration are its test
-split, so its card entry says how well it ranks programs on configurations it was not trained
-on (some measured on a machine it was trained on in another configuration: ``by-hardware``
-holds out names, not machines).  The card
-keeps each file's sha256, which ``costmodel/shipped.py`` checks before loading it.
+Maintainers run this after the default dataset changes (``python data/collect/ship_models.py``:
+3 minutes on a 2-core Zen 5 at v5, 10 on a 2-core Xeon at v6).  Each shipped file is a ``pacm``
+model fitted on the rows of the hardware configurations its name lists; the rows of every other
+configuration are its test split, so its card entry says how well it ranks programs on
+configurations it was not trained on (some measured on a machine it was trained on in another
+configuration: ``by-hardware`` holds out names, not machines).  The card keeps each file's
+sha256, which ``costmodel/shipped.py`` checks before loading it.
 """
 
 from __future__ import annotations

@@ -16,8 +16,8 @@ DatasetOpt = Annotated[
     str | None,
     typer.Option("--dataset", metavar="DIR",
                  help="Dataset directory (from `tensortune dataset build`), or the name of a "
-                 "shipped dataset: default (the main one, ttset-cpu-v5), pool (the dense pool) or "
-                 "an older version by name (ttset-cpu-v1 to v4)."),
+                 "shipped dataset: default (the main one, ttset-cpu-v6), pool (the dense pool) or "
+                 "an older version by name (ttset-cpu-v1 to v5)."),
 ]  # fmt: skip
 SplitOpt = Annotated[
     str | None,
