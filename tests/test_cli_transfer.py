@@ -11,6 +11,7 @@ from conftest import TARGET, Cli
 
 from tensortune.records import open_records
 from tensortune.records.schema import origin_of
+from tensortune.tuning.tune import tune
 
 TJ = json.dumps(TARGET)
 SOURCE = "dense_bias_relu:64,64,64"
@@ -115,7 +116,7 @@ def test_transfer_rejects_bad_input_before_any_work(cli: Cli, source: str, tmp_p
     other = {"kind": "llvm", "mcpu": "haswell", "num-cores": 1}  # what the source holds is not it
     one_error(cli("transfer", "--from", source, "--workload", TASK, "--records",
                   f"sqlite:///{out}", "--target", json.dumps(other)),
-              "--from", "their schedules are for")  # fmt: skip
+              "--from", "its schedules are for")  # fmt: skip
     code, _, err = cli("transfer", *common)
     assert code == 2 and "--from" in err
     # a model loads as tune loads it: --input-shape and --winograd are transfer's too
@@ -176,6 +177,15 @@ def test_tune_warm_start_names_its_option(cli: Cli, tmp_path: Path):
             f"sqlite:///{missing}", "--target", TJ, "--strategy", "replay-trace",
             "--cost-model", "random"]  # fmt: skip
     one_error(cli(*args), "--warm-start", "missing.db")
+    # One that exists and holds nothing yet (the first run of a loop that warm-starts from its
+    # own growing store) is no error: the search starts cold, and says so.
+    empty = f"sqlite:///{tmp_path / 'empty.db'}"
+    open_records(empty).close()
+    with pytest.warns(UserWarning, match="hold no schedule for this target"):
+        result = tune([TASK], trials=8, records=f"sqlite:///{tmp_path / 'r.db'}",
+                      work_dir=tmp_path / "w", warm_start=empty, target=json.loads(TJ),
+                      strategy="replay-trace", cost_model="random")  # fmt: skip
+    assert result.trials_warm_start == 0 and result.tasks[0].trials == 8
 
 
 def test_the_table_says_where_each_kernel_comes_from(capfd: pytest.CaptureFixture,

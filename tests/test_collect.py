@@ -283,8 +283,10 @@ def test_collectors_share_the_random_share_and_lease_a_batch_for_as_long_as_it_t
                               [f"p{seed}-{i}" for i in range(n)])  # fmt: skip
     filler = programs._Filler(store, session, sampler, want=16, n_random=16, work=tmp_path,
                               seed=0)  # fmt: skip
-    monkeypatch.setattr(filler, "_evolve", lambda *a: 0)
+    evolved = []
+    monkeypatch.setattr(filler, "_evolve", lambda *a: evolved.append(a) or 0)
     filler.fill(wid, SimpleNamespace(mod=None), lambda have: None)
     assert len(measured) == 16 - 2 - 2  # what the records and the other's leases leave
+    assert not evolved  # the rest of the random share is the other's: not evolved over
     assert leases == [14 * LEASE_SECONDS_PER_CANDIDATE]  # one batch of the 14 sampled
     store.close()

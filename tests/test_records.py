@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import sqlite3
+import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -811,18 +813,23 @@ def test_leases_of_a_tuner_that_dies_beside_this_one_are_freed_while_it_runs(
     budget.close()
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_a_live_worker_is_not_taken_for_dead_when_the_wall_clock_steps(monkeypatch) -> None:
     """psutil derives a process's start from the boot time, read against the wall clock: after
     an NTP step or a VM's resume every live worker looked like another process, and its
     siblings freed its leases at every sweep."""
     import subprocess
-    import sys
 
     import psutil
 
     from tensortune.search import leases
 
     me = leases.worker_name()
+    # The start read is the process's: psutil's start less its boot time, in clock ticks.
+    ticks = leases._started(os.getpid()) / os.sysconf("SC_CLK_TCK")
+    assert abs(ticks - (psutil.Process().create_time() - psutil.boot_time())) < 1
+    fields = " ".join(["S", *map(str, range(4, 22)), "777", "0"])
+    assert leases._start_field(f"42 (a) b) {fields}") == 777  # a name with ") " in it
     started = psutil.Process.create_time
     monkeypatch.setattr(psutil.Process, "create_time", lambda self: started(self) + 3600.0)
     assert not leases._gone(me)  # the clock moved on by an hour; the process is the same
@@ -830,6 +837,9 @@ def test_a_live_worker_is_not_taken_for_dead_when_the_wall_clock_steps(monkeypat
                            "worker_name; print(worker_name())"], capture_output=True, text=True,
                           check=True).stdout.strip()  # fmt: skip
     assert leases._gone(dead)
+    # An earlier version named it with its start in ms since the epoch, four fields: read as
+    # alive (its expiry frees it), as that version reads this one's names.
+    assert not leases._gone("/".join([*dead.split("/")[:2], "1796600000000", "abcdef"]))
 
 
 def test_a_task_held_back_only_by_another_workers_leases_waits_for_them(tmp_path: Path) -> None:

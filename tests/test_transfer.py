@@ -296,6 +296,7 @@ def test_an_untuned_record_is_no_source(tmp_path, platform):
     # trace took a source's place and timed the target's own bare loops as a transfer.
     from conftest import make_records
 
+    from tensortune.errors import TensortuneError
     from tensortune.transfer.run import UNTUNED_ORIGIN
     from tensortune.transfer.sources import source_schedules
 
@@ -306,6 +307,12 @@ def test_an_untuned_record_is_no_source(tmp_path, platform):
         store.add([tuned, dataclasses.replace(untuned, origin=UNTUNED_ORIGIN), imported])
         (found,) = [s for srcs in source_schedules([store], platform).values() for s in srcs]
     assert found.record.cost == 2e-3 and origin_kind(found.record) == ""
+    # A store of untuned programs only is nothing to transfer from, and says why.
+    with open_records(f"sqlite:///{tmp_path / 'untuned.db'}") as store:
+        (only,) = make_records(store, "matmul:32,32,32", [1e-3])
+        store.add([dataclasses.replace(only, origin=UNTUNED_ORIGIN)])
+        with pytest.raises(TensortuneError, match="its records for it are of untuned programs"):
+            source_schedules([store], platform)
 
 
 def test_a_kernel_without_same_class_sources_takes_a_shorter_epilogues(tmp_path, source_store):

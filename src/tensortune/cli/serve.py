@@ -34,7 +34,8 @@ def serve(
             metavar="ADDR",
             help="Address to listen on and to give the tracker for clients to connect to: "
             "this device's address on the farm's network (default: loopback, this machine "
-            "only).",
+            "only; not 0.0.0.0, which clients cannot connect to).  Whoever reaches it can run "
+            "code here: TVM's RPC has no authentication.",
         ),
     ] = "127.0.0.1",
     port: Annotated[

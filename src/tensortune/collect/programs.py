@@ -366,6 +366,11 @@ class _Filler:
                     mine += len(batch)
                 report(store.count(**where))
             have = store.count(**where)
+            if have < self.n_random and not dry:
+                # Others hold the rest of the random share: the task is theirs for now (a
+                # rerun fills what a stopped one left).  Evolving now would evolve from a
+                # model of nothing and take the place of their random programs.
+                return mine
         if have < self.want and not dry:  # evolution cannot beat a dry space
             mine += self._evolve(task, wid, have, lambda n: report(have + n))
         return mine

@@ -525,8 +525,11 @@ def _check_host(host: str) -> None:
     loads and runs whatever native code it is sent."""
     try:
         ip = ipaddress.ip_address(host)
-    except ValueError:
-        ip = None  # a host name: the tuners resolve it
+    except ValueError:  # a host name: what it names here (the tuners resolve it themselves)
+        try:
+            ip = ipaddress.ip_address(socket.getaddrinfo(host, None)[0][4][0])
+        except (OSError, ValueError, IndexError):
+            ip = None  # not known here: binding to it will say
     if ip is not None and ip.is_unspecified:
         raise TensortuneError(
             f"{host} listens on every interface, but it is also the address the tracker gives "

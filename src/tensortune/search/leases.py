@@ -39,7 +39,7 @@ _log = logging.getLogger(__name__)
 
 # How long a claim lasts: longer than its batch takes to build and run (each candidate at
 # most the builder's and the runner's time limits), short enough that the budget a dead worker
-# on another machine held comes back within minutes.
+# on another machine held comes back in well under an hour (16 candidates: 27 minutes).
 LEASE_SECONDS = 600.0
 LEASE_SECONDS_PER_CANDIDATE = 100.0
 # How often a worker looks for holders on this machine that have died (a query and a process
@@ -80,8 +80,11 @@ def lease_seconds(candidates: int, at_least: float = LEASE_SECONDS) -> float:
 
 def worker_name() -> str:
     """This process, as leases name it: machine, pid and the process's start time (a pid is
-    reused; a pid with its start time is not)."""
-    return f"{_machine()}/{os.getpid()}/{_started(os.getpid())}/{uuid.uuid4().hex[:6]}"
+    reused; a pid with its start time is not).  The last field says the start is in ticks
+    since boot: earlier versions' names have four fields, their start in ms since the epoch,
+    and each version reads the other's as alive (a mix on one machine must not free each
+    other's leases at every sweep)."""
+    return f"{_machine()}/{os.getpid()}/{_started(os.getpid())}/{uuid.uuid4().hex[:6]}/t"
 
 
 def _started(pid: int) -> int:
@@ -95,7 +98,13 @@ def _started(pid: int) -> int:
         if Path("/proc/self/stat").exists():
             raise psutil.NoSuchProcess(pid) from None
         return int(psutil.Process(pid).create_time() * 1000)  # no procfs: not Linux
-    return int(stat.rsplit(")", 1)[1].split()[19])  # field 22; the name may hold spaces
+    return _start_field(stat)
+
+
+def _start_field(stat: str) -> int:
+    """Field 22 of a ``/proc/PID/stat`` line, the start in ticks since boot; the command name
+    before it, in parentheses, may hold spaces and parentheses of its own."""
+    return int(stat.rsplit(")", 1)[1].split()[19])
 
 
 @functools.cache
@@ -111,8 +120,8 @@ def _machine() -> str:
 def _gone(worker: str) -> bool:
     """True when ``worker`` ran where this process runs (``_machine``) and no longer runs."""
     parts = worker.split("/")
-    if len(parts) != 4 or parts[0] != _machine():
-        return False
+    if len(parts) != 5 or parts[4] != "t" or parts[0] != _machine():
+        return False  # elsewhere, or named by an earlier version: only its expiry frees it
     try:
         pid, started = int(parts[1]), int(parts[2])
         return _started(pid) != started

@@ -42,11 +42,13 @@ SourceStores = str | os.PathLike | RecordStore | Sequence[str | os.PathLike | Re
 
 
 def source_schedules(stores: SourceStores, platform: Platform, per_workload: int = 1, *,
-                     param: str = "sources") -> dict[str, list[SourceSchedule]]:  # fmt: skip
+                     param: str = "sources",
+                     required: bool = True) -> dict[str, list[SourceSchedule]]:  # fmt: skip
     """Per kernel-class key, the ``per_workload`` best records of every workload the stores hold
     for ``platform``'s target (measured on any hardware, this one's first).  Stores that hold
-    none are refused in one line: a transfer from them would only time the untuned programs,
-    and record them, with nothing transferred."""
+    none are refused in one line when they are ``required``: a transfer from them would only
+    time each kernel's untuned and fallback programs, and record them, with nothing
+    transferred."""
     if isinstance(stores, str | os.PathLike | RecordStore) or not isinstance(stores, Iterable):
         stores = [stores]
     out: dict[str, list[SourceSchedule]] = {}
@@ -57,16 +59,22 @@ def source_schedules(stores: SourceStores, platform: Platform, per_workload: int
         for store in given:
             for src in _store_sources(store, platform, per_workload):
                 out.setdefault(src.kclass.key, []).append(src)
-        if not out:
-            held = sorted({t for s in given for *_, t, _, ok, _ in s.summary() if ok})
-            names = ", ".join(s.url for s in given)
-            verb = "holds" if len(given) == 1 else "hold"
-            raise TensortuneError(
-                f"{names} {verb} no successful schedule for the target {platform.key}"
-                + (f"; their schedules are for {'; '.join(held)}" if held else ""),
-                param=param,
-            )
+        if not out and required:
+            raise TensortuneError(_nothing_for(given, platform.key), param=param)
     return out
+
+
+def _nothing_for(stores: list[RecordStore], target: str) -> str:
+    """Why ``stores`` give no source for ``target``, and what targets they do hold."""
+    one = len(stores) == 1
+    held = {t for s in stores for *_, t, _, ok, _ in s.summary() if ok}
+    says = (f"{', '.join(s.url for s in stores)} {'holds' if one else 'hold'} no successful "
+            f"schedule for the target {target}")  # fmt: skip
+    if target in held:  # only programs that are no source: untuned ones
+        return says + f" ({'its' if one else 'their'} records for it are of untuned programs)"
+    others = sorted(held)
+    return says + (f"; {'its' if one else 'their'} schedules are for {'; '.join(others)}"
+                   if others else "")  # fmt: skip
 
 
 def _schedules(record: Record) -> bool:

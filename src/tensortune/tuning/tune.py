@@ -257,8 +257,13 @@ def plan_tune(
     if warm_start is not None:  # read now: a bad URL is refused before anything is written
         from tensortune.transfer.sources import source_schedules
 
-        with about("warm_start"):
-            by_class = source_schedules(warm_start, platform, param="warm_start")
+        with about("warm_start"):  # a store still empty (the first run of a loop) is no error
+            by_class = source_schedules(warm_start, platform, param="warm_start", required=False)
+        if not by_class:
+            import warnings
+
+            warnings.warn("tensortune: the warm-start stores hold no schedule for this target: "
+                          "the search starts cold", stacklevel=2)  # fmt: skip
     tasks = resolve_tasks(workloads, model=model, workloads_from=workloads_from,
                           platform=platform, fast_math=fast_math, winograd=winograd,
                           input_shapes=input_shapes)  # fmt: skip
