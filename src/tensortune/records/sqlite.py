@@ -4,9 +4,8 @@ A crash (even ``kill -9``) loses at most the transaction in flight: each batch o
 is committed as one transaction the moment it is measured, and a commit reaches the disk before
 it returns (``synchronous=FULL``: in WAL mode NORMAL lets a power cut take back the last
 commits; a sync per write transaction, a batch's lease and its commit, costs milliseconds
-against the batch's seconds on a local disk).  Several
-processes on one machine may share a file: write transactions take the file's lock in turn
-(``BEGIN IMMEDIATE``).
+against the batch's seconds on a local disk).  Several processes on one machine may share a
+file: write transactions take the file's lock in turn (``BEGIN IMMEDIATE``).
 """
 
 from __future__ import annotations
