@@ -40,8 +40,9 @@ def seeded(pool):
 def test_every_selector_picks_distinct_unmeasured_programs_spread_over_tasks(name, pool, seeded):
     selector = make_selector(name)
     labelled, model = seeded
-    for lab, mod in ((np.zeros(0, int), None), (labelled, model)):
-        picks = selector.select(pool, lab, mod, 30, seed=1)
+    # Round 1 too: ALT's is an exploring round (disagreement, no scores).
+    for rnd, lab, mod in ((0, np.zeros(0, int), None), (0, labelled, model), (1, labelled, model)):
+        picks = selector.select(pool, lab, mod, 30, seed=1, round=rnd)
         assert len(picks) == 30 == len(set(picks.tolist()))
         assert not set(picks.tolist()) & set(lab.tolist())
         assert picks.min() >= 0 and picks.max() < len(pool)
@@ -49,8 +50,11 @@ def test_every_selector_picks_distinct_unmeasured_programs_spread_over_tasks(nam
         left = np.bincount(pool.task[np.setdiff1d(np.arange(len(pool)), lab)], minlength=4)
         got = np.bincount(pool.task[picks], minlength=4)
         assert np.all(np.abs(got - 30 * left / left.sum()) < 1 + 1e-9), (got, left)
-        again = selector.select(pool, lab, mod, 30, seed=1)
+        again = selector.select(pool, lab, mod, 30, seed=1, round=rnd)
         assert np.array_equal(np.sort(picks), np.sort(again))  # a seed fixes the choice
+        mask = np.isin(np.arange(len(pool)), lab)  # the labelled set as a mask means the same
+        assert np.array_equal(np.sort(selector.select(pool, mask, mod, 30, seed=1, round=rnd)),
+                              np.sort(picks))  # fmt: skip
     assert len(selector.select(pool, labelled, model, 0)) == 0
     everything_else = selector.select(pool, labelled, model, 10_000, seed=2)
     assert sorted(everything_else.tolist() + labelled.tolist()) == list(range(len(pool)))
@@ -231,6 +235,12 @@ def test_a_prior_brings_other_cpus_rows_and_nothing_of_the_pools_cpu_or_held_out
     data = load_study_data("default", ["gpt2-block"], hardware=HW, prior="default")
     prior = data.prior
     assert len(prior) > 1000
+    # Scored on the pool's CPU alone: the prior has learned the config's other CPUs.
+    held_here = [i for i, hw in enumerate(cols["hardware"])
+                 if hw == HW and "gpt2-block" in cols["networks"][i]
+                 and cols["per_store"][i] is not None]  # fmt: skip
+    assert len(data.test) == len(held_here) > 0
+    assert len(load_study_data("default", ["gpt2-block"], hardware=HW).test) > len(held_here)
     assert not set(prior.groups.tolist()) & set(data.pool.task.tolist())  # apart from the pool's
 
     result = study("default", held_out=["gpt2-block"], hardware=HW, selectors=["random"],

@@ -163,6 +163,11 @@ BAD = {
     ),
     "select unknown selector": ([*SELECT, "--selector", "x", "--fraction", "0.1"], "--selector"),
     "select zero fraction": ([*SELECT, "--selector", "random", "--fraction", "0"], "--fraction"),
+    "select another model's setting": (
+        [*SELECT, "--selector", "balto", "--fraction", "0.1", "--param", "mlp.epochs=2"],
+        "--param",
+        "the selectors read an xgb model",
+    ),
     "collect unknown config": (
         ["dataset", "collect", "--network", "resnet18", "--config", "nosuch"],
         "--config",

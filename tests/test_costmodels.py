@@ -126,6 +126,8 @@ def test_every_model_refuses_data_it_cannot_learn_from(fitted, train, tmp_path):
     cls = type(fitted)
     with pytest.raises(TensortuneError, match="not been fitted"):
         cls(**fitted.get_params()).save(tmp_path / "x")
+    with pytest.raises(TensortuneError, match="not been fitted"):
+        cls(**fitted.get_params()).predict(train)
     unlabeled = ProgramSet(train.per_store, train.tokens, train.workload, train.hardware,
                            train.groups, None)  # fmt: skip
     with pytest.raises(TensortuneError, match="no labels"):
@@ -188,6 +190,32 @@ def test_every_model_scores_programs_without_trace_tokens(fitted, test):
     """A search caches features without tokens until a token-reading model comes in."""
     bare = dataclasses.replace(test, tokens=[t[:0] for t in test.tokens])
     assert np.all(np.isfinite(fitted.predict(bare)))
+
+
+def test_every_model_scores_no_programs(fitted, test):
+    assert fitted.predict(test.subset(np.zeros(len(test), bool))).shape == (0,)
+
+
+def test_a_neural_model_refuses_features_it_would_learn_nan_from(fitted, train):
+    if not hasattr(fitted, "net_"):
+        pytest.skip(f"{fitted.kind}'s trees take NaN for a missing value")
+    for value in (np.inf, np.nan):
+        workload = train.workload.copy()  # read by every neural model, per block or token
+        workload[7, 0] = value
+        bad = dataclasses.replace(train, workload=workload)
+        with pytest.raises(TensortuneError, match=r"\d+ feature rows hold NaN or infinite"):
+            type(fitted)(**fitted.get_params()).fit(bad)
+
+
+def test_loading_a_neural_model_leaves_the_callers_random_numbers_be(fitted, tmp_path):
+    import torch
+
+    fitted.save(tmp_path / "m")
+    torch.manual_seed(5)
+    expected = torch.rand(3)
+    torch.manual_seed(5)
+    load_cost_model(tmp_path / "m")
+    assert torch.equal(torch.rand(3), expected)
 
 
 def test_files_from_elsewhere_are_refused(fitted, tmp_path):
@@ -321,9 +349,9 @@ def test_model_settings_from_text():
     with pytest.raises(TensortuneError, match="heads=4 does not divide pattern_hidden=30"):
         check_settings("pacm", {"pattern_hidden": 30})
     assert new_model("tlp", 0, {"heads": 3, "hidden": 96}).heads == 3
-    from tensortune.cli.bench import _model_params  # one --param at a time, checked as a whole
+    from tensortune.cli.options import model_params  # one --param at a time, checked as a whole
 
-    assert _model_params(["hwattn.hidden=96", "hwattn.heads=3"]) == {
+    assert model_params(["hwattn.hidden=96", "hwattn.heads=3"]) == {
         "hwattn": {"hidden": 96, "heads": 3}}  # fmt: skip
     with pytest.raises(TensortuneError, match="heads=3 does not divide hidden=256"):
-        _model_params(["hwattn.heads=3"])
+        model_params(["hwattn.heads=3"])

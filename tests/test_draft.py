@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 
@@ -451,6 +452,13 @@ def test_moa_moves_the_momentum_copy_by_one_minus_m(tmp_path):
     assert keys[2] == 2 * keys[1]
     with pytest.raises(TensortuneError, match="fitted neural"):
         MomentumAdapted(MLPModel())
+    for bad in ({"every": 0}, {"every": 1.5}, {"epochs": -1}):
+        with pytest.raises(TensortuneError, match="must be a whole number"):
+            MomentumAdapted(base, **bad)
+    unlabelled = dataclasses.replace(batch, labels=None)
+    for learn in (MomentumAdapted(base).fit, MomentumAdapted(base).update):
+        with pytest.raises(TensortuneError, match="no labels"):
+            learn(unlabelled)
 
 
 def test_moa_adapts_a_pretrained_verifier_during_draft_then_verify(tmp_path, target):
@@ -598,6 +606,42 @@ def test_an_online_model_relabels_earlier_rounds_by_the_tasks_best_and_groups_by
     assert seen.labels[:2].tolist() == [0.0, 0.0] and seen.labels[-2:].tolist() == [1.0, 0.5]
     groups = seen.groups.tolist()
     assert groups[:2] == groups[-2:] == [groups[0]] * 2 and groups[0] != groups[2]
+
+
+def test_a_run_time_of_zero_is_a_failure_not_the_tasks_best(matmul_candidates):
+    """A timer that read 0 s (or less) measured nothing: as the task's best, it made every
+    other label 0 / cost and its own 0 / 0."""
+    from tensortune.compat import ms
+    from tensortune.costmodel.gbdt import XGBoostModel
+    from tensortune.costmodel.ms_adapter import LearnedCostModel
+
+    context, cands = matmul_candidates
+    adapter = LearnedCostModel(XGBoostModel(n_rounds=5), platform(), online=True)
+    secs = [[2e-3], [0.0], [4e-3], [-1e-3, 1e-3], [float("nan")]]
+    adapter.update(context, cands[:5], [ms.runner.RunnerResult(s, None) for s in secs])
+    assert adapter.model.seen_.labels.tolist() == [1.0, 0.0, 0.5, 0.0, 0.0]
+
+
+def test_a_model_loaded_into_the_adapter_gets_the_features_it_reads(matmul_candidates,
+                                                                    tmp_path):  # fmt: skip
+    """``load`` with a trace-reading model (TLP) into an adapter made for one that reads none:
+    the candidates' tokens are computed from then on (left empty, every candidate of a task
+    fed TLP the same padding and got the same score)."""
+    from tensortune import features as F
+    from tensortune.costmodel.gbdt import XGBoostModel
+    from tensortune.costmodel.ms_adapter import LearnedCostModel, candidate_features
+    from tensortune.costmodel.nn import TLPModel
+
+    context, cands = matmul_candidates
+    workload = F.workload_embedding(context.mod, 2 * 64**3)
+    data = candidate_features(context, cands[:40], workload=workload,
+                              hardware=F.hardware_vector(platform()))  # fmt: skip
+    data.labels = np.linspace(0.1, 1, len(data))
+    TLPModel(epochs=2, hidden=16, heads=2).fit(data).save(tmp_path / "tlp.ttm")
+    adapter = LearnedCostModel(XGBoostModel(n_rounds=5).fit(data), platform())
+    adapter.predict(context, cands[40:60])  # features cached without tokens
+    adapter.load(str(tmp_path / "tlp.ttm"))
+    assert len(np.unique(adapter.predict(context, cands[40:60]))) > 1
 
 
 def test_held_back_candidates_score_below_every_passed_one():

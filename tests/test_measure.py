@@ -11,7 +11,7 @@ from conftest import platform
 from tensortune.compat import ArgInfo, BuilderInput, RunnerInput, tvm
 from tensortune.measure.builder import PersistentBuilder
 from tensortune.measure.runner import PersistentRunner, TimingConfig, signature_of
-from tensortune.measure.status import Status, classify
+from tensortune.measure.status import Status, classify, run_seconds
 from tensortune.search.space import sample_candidates
 from tensortune.workloads.ops import parse_spec
 from tensortune.workloads.sources import task_from_spec
@@ -681,3 +681,11 @@ def test_a_cache_whose_size_the_system_leaves_empty_is_not_known(tmp_path) -> No
         for field, value in (("level", level), ("type", kind), ("size", size)):
             (tmp_path / name / field).write_text(value + "\n")
     assert _caches(tmp_path) == {"L1d": 48 * 1024}
+
+
+def test_a_run_time_is_the_median_of_repeats_that_all_measured_something():
+    assert run_seconds([3e-3, 1e-3, 2e-3]) == 2e-3
+    # MetaSchedule's failure convention, no repeats, and times no timer reads from a kernel
+    # that ran: as a task's best, a 0 made every other program's label 0 / cost.
+    for secs in ([1e10], [], None, [0.0], [2e-3, 0.0, 1e-3], [-1e-3], [float("nan"), 1e-3]):
+        assert run_seconds(secs) == float("inf"), secs

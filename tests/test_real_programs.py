@@ -221,7 +221,9 @@ def test_the_default_models_scores_steer_the_search(tmp_path):
 @pytest.mark.parametrize("online", [True, "moa"])
 def test_tuning_online_or_with_moa_changes_the_models_parameters(tmp_path, online):
     here = resolve_platform(None)
-    adapter = cost_model_from("default", here, online=online)
+    mine = load_cost_model(shipped_model(here))
+    given = {k: v.clone() for k, v in mine.net_.state_dict().items()}
+    adapter = cost_model_from(mine, here, online=online)
     net = adapter.model.model.net_ if online == "moa" else adapter.model.net_
     before = {k: v.clone() for k, v in net.state_dict().items()}
     # MoA retrains every 4th batch: four batches of 4 make one retraining.
@@ -230,5 +232,7 @@ def test_tuning_online_or_with_moa_changes_the_models_parameters(tmp_path, onlin
     after = net.state_dict()
     changed = [k for k, v in before.items() if v.is_floating_point() and not v.equal(after[k])]
     assert changed, "no parameter moved"
+    # The model object the caller gave is left as given: the search refined a copy.
+    assert all(v.equal(mine.net_.state_dict()[k]) for k, v in given.items())
     if online == "moa":
         assert adapter.model.retrains_ >= 1

@@ -225,6 +225,7 @@ def test_a_network_held_out_is_the_one_its_top_k_scores_are_of():
     network of the test rows, only of some of their kernels, and is not scored."""
     import numpy as np
 
+    from tensortune import features as F
     from tensortune.costmodel.data import ProgramSet
     from tensortune.costmodel.registry import new_model
     from tensortune.train import metrics
@@ -252,6 +253,10 @@ def test_a_network_held_out_is_the_one_its_top_k_scores_are_of():
     assert scores["top1_score"] == alone["top1_score"]
     assert scores["top5_score"] == alone["top5_score"]
     assert split_networks("by-network:bert-base") == ["bert-base"]
+    # A program without tokens (or blocks) is an empty list in the table, not a (0, ?) mystery.
+    tokenless = {**columns, "trace_tokens": [[] for _ in columns["trace_tokens"]]}
+    bare = ProgramSet.from_columns(tokenless, some[:5])
+    assert [t.shape for t in bare.tokens] == [(0, F.TOKEN_WIDTH)] * 5
     featureless = {**columns, "per_store": [None] * len(columns["per_store"])}
     with pytest.raises(TensortuneError, match="no test rows with features"):
         score_model(model, featureless, test, card)

@@ -128,11 +128,12 @@ def test_several_tasks_share_one_budget(tmp_path):
     assert sum(t.trials for t in result.tasks) == 8
     assert all(t.trials > 0 for t in result.tasks)
     # Rounds larger than the budget allows: the first pass over the tasks (no round of it
-    # committed before every task has had one) still stops at the budget, not 8 + 8.
-    specs = ["matmul:16,16,16", "matmul:24,24,24", "matmul:32,32,32"]
+    # committed before every task has had one) still stops at the budget, not 8 + 8, and
+    # goes from the task of most work to the least, whatever order they were given in.
+    specs = ["matmul:16,16,16", "matmul:32,32,32", "matmul:24,24,24"]
     result = tune(specs, trials=10, records=f"sqlite:///{tmp_path}/big.db",
                   work_dir=tmp_path / "w", trials_per_round=8, **FAST)  # fmt: skip
-    assert [t.trials for t in result.tasks] == [8, 2, 0]
+    assert [t.trials for t in result.tasks] == [0, 8, 2]
 
 
 def test_each_round_is_committed_before_the_next_is_measured(tmp_path, monkeypatch):
@@ -166,6 +167,26 @@ def test_the_gradient_rule_picks_as_metaschedules_does():
     assert pick_task(history, [1.0, 0.5, 9.0], [0, 2], **kw) == 0  # a finished task is out
     ties = {pick_task([[2.0], [2.0]], [1.0, 1.0], [0, 1], **kw) for _ in range(40)}
     assert ties == {0, 1}  # a tie is drawn at random
+
+
+def test_the_scheduler_sees_a_time_of_zero_as_no_measurement():
+    """The store keeps a zero or negative time as a failure; as a task's best (0 ms) it made
+    the task's gradient 0, below every other's, and the task was never picked again."""
+    from tensortune.compat import ms
+    from tensortune.search.scheduler import INVALID_MS, _Latencies
+
+    seen = []
+
+    class Scheduler:
+        def observe(self, task: int, latencies: list[float]) -> None:
+            seen.append((task, latencies))
+
+    ran = [([2e-3, 4e-3], None), ([0.0], None), ([-1e-3, 2e-3, 3e-3], None), ([1e-3], "boom"),
+           (None, None)]  # fmt: skip
+    built = [ms.builder.BuilderResult("a", None)] * len(ran)
+    callback = _Latencies(Scheduler())._inst  # its Python side: TVM's wants a real scheduler
+    callback.apply(None, 3, [], built, [ms.runner.RunnerResult(s, e) for s, e in ran])
+    assert seen == [(3, [pytest.approx(3.0)] + [INVALID_MS] * 4)]
 
 
 def _layer_norm(input_name: str) -> tvm.IRModule:

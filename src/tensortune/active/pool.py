@@ -31,11 +31,21 @@ class Pool:
     def __len__(self) -> int:
         return len(self.task)
 
+    def indices(self, chosen: np.ndarray) -> np.ndarray:
+        """``chosen`` as pool indices: a boolean mask over the pool (as ``ProgramSet.subset``
+        takes) or indices; cast to int, a mask would read as indices 0 and 1."""
+        chosen = np.asarray(chosen)
+        if chosen.dtype != bool:
+            return chosen.astype(int)
+        if len(chosen) != len(self):
+            raise TensortuneError(f"a mask of {len(chosen)} for a pool of {len(self)} programs")
+        return np.flatnonzero(chosen)
+
     def labelled(self, index: np.ndarray) -> ProgramSet:
         """The programs at ``index`` with labels a learner could know having measured only
         them: each task's best among them is 1.  A dataset's labels divide by the best of all
         the task's programs, which a learner that measured a few has not seen."""
-        index = np.asarray(index, dtype=int)
+        index = self.indices(index)
         y = self.labels[index].astype(np.float64)
         if np.isnan(y).any():
             raise TensortuneError("some chosen programs have not been measured")

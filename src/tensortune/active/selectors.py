@@ -75,7 +75,7 @@ class Selector(abc.ABC):
         """Pool indices to measure next: distinct, none of ``labelled``, ``min(batch, left)``
         of them.  ``model`` is fitted on ``labelled`` (or ``None``); ``round`` counts the
         selections made so far (ALT alternates on it)."""
-        labelled = np.unique(np.asarray(labelled, dtype=int))
+        labelled = np.unique(pool.indices(labelled))
         if batch < 0 or seed < 0:
             raise TensortuneError(f"batch and seed must not be negative, not {batch}, {seed}")
         if len(labelled) and (labelled.min() < 0 or labelled.max() >= len(pool)):

@@ -22,10 +22,12 @@ from tensortune.cli.options import (
     FastMathOpt,
     JsonOpt,
     ModelOpt,
+    ModelParamOpt,
     TargetOpt,
     WorkloadOpt,
     WorkloadsFromOpt,
     key_values,
+    model_params,
 )
 from tensortune.cli.progress import Reporter
 from tensortune.errors import check_writable
@@ -431,12 +433,6 @@ DefaultDatasetOpt = Annotated[
         metavar="DATASET", help="A dataset directory, or a shipped one's name (default, pool)."
     ),
 ]
-ModelParamOpt = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--param", metavar="KIND.KEY=VALUE", help="A model setting, e.g. mlp.epochs=20; repeatable."
-    ),
-]
 
 
 @app.command("al")
@@ -506,7 +502,7 @@ def active_learning(
                     "selectors": "--selector", "models": "--models"})  # fmt: skip
     held = held_out_networks(dataset, held_out)
     fracs = _shares(fractions, "fractions")
-    settings = _model_params(param)
+    settings = model_params(param)
     with Reporter(console, quiet=as_json) as reporter:
         result = study(dataset, held_out=held, selectors=selector or SELECTOR_NAMES,
                        fractions=fracs, models=[m for m in models.split(",") if m],
@@ -574,7 +570,7 @@ def pruning(
         result = prune_study(dataset, held_out=held, methods=method or METHODS,
                              keeps=_shares(keep, "keeps"),
                              models=[m for m in models.split(",") if m], seeds=range(seeds),
-                             hardware=hardware, params=_model_params(param),
+                             hardware=hardware, params=model_params(param),
                              progress=reporter.line)  # fmt: skip
     if plot is not None:
         plot_study(result, plot, counted="kept")
@@ -636,7 +632,7 @@ def hardware(
         result = hardware_study(dataset, hardware=hardware,
                                 folds=[f.split("+") for f in folds.split(",") if f],
                                 models=[m for m in models.split(",") if m], ks=ks,
-                                seeds=range(seeds), params=_model_params(param),
+                                seeds=range(seeds), params=model_params(param),
                                 progress=reporter.line)  # fmt: skip
     if as_json:
         _print_json(result)
@@ -684,7 +680,7 @@ def splits(
     with Reporter(console, quiet=as_json) as reporter:
         result = split_study(dataset, splits=split or SPLIT_KINDS,
                              models=[m for m in models.split(",") if m], seeds=range(seeds),
-                             params=_model_params(param), progress=reporter.line)  # fmt: skip
+                             params=model_params(param), progress=reporter.line)  # fmt: skip
     if as_json:
         _print_json(result)
         return
@@ -730,23 +726,6 @@ def _shares(text: str, param: str) -> list[float]:
             return [float(f) for f in text.split(",") if f]
         except ValueError:
             raise TensortuneError(f"expected numbers such as 0.01,0.05,1, got {text!r}") from None
-
-
-def _model_params(param: list[str] | None) -> dict[str, dict]:
-    """``--param KIND.KEY=VALUE`` options as each model kind's settings."""
-    from tensortune.costmodel.registry import check_settings, model_settings
-    from tensortune.errors import TensortuneError, about
-
-    settings: dict[str, dict] = {}
-    with about("params"):
-        for key, value in key_values(param or [], "--param").items():
-            kind, _, name = key.partition(".")
-            if not name:
-                raise TensortuneError(f"expected KIND.KEY=VALUE, got {key}={value}")
-            settings.setdefault(kind, {}).update(model_settings(kind, {name: value}))
-        for kind, given in settings.items():  # as a whole: a width and its heads go together
-            check_settings(kind, given)
-    return settings
 
 
 def _print_study(result, as_json: bool, plot: Path | None, *, picked: str, counted: str) -> None:

@@ -10,6 +10,7 @@ import typer
 from tensortune.cli.display import console, print_json, print_table, table
 from tensortune.cli.options import (
     JsonOpt,
+    ModelParamOpt,
     OverwriteOpt,
     RecordsOpt,
     WorkDirOpt,
@@ -228,10 +229,13 @@ def select(
             help="Networks whose tasks are left out (default: the card's held_out).",
         ),
     ] = "",
+    param: ModelParamOpt = None,
     overwrite: OverwriteOpt = False,
 ) -> None:
     """Write one selector's picks of a dataset's programs as a dataset that train reads, so a
-    selection can be checked on any test tasks.
+    selection can be checked on any test tasks.  The selectors that read a model fit an xgb
+    one as bench al does: give bench al's xgb settings (--param xgb.KEY=VALUE) to get the
+    picks it scored.
 
     Example: tensortune dataset select --selector balto --fraction 0.05 --seed 0 --out picks
     """
@@ -241,10 +245,24 @@ def select(
     held = tuple(held_out_networks(dataset, held_out))
     with console.status(f"selecting with {selector}..."):
         card = select_dataset(dataset, selector, fraction, out, seed=seed, hardware=hardware,
-                              held_out=held, overwrite=overwrite)  # fmt: skip
+                              held_out=held, params=_acquisition_params(param),
+                              overwrite=overwrite)  # fmt: skip
     sel = card["selection"]
     console.print(f"{sel['programs']} of {sel['of']} programs ({card['tasks']} tasks) on "
                   f"{sel['hardware']} → {out}")  # fmt: skip
+
+
+def _acquisition_params(param: list[str] | None) -> dict | None:
+    """``--param`` options of ``dataset select``: the settings of its xgb acquisition model."""
+    from tensortune.cli.options import model_params
+    from tensortune.errors import TensortuneError
+
+    settings = model_params(param)
+    other = sorted(set(settings) - {"xgb"})
+    if other:
+        raise TensortuneError(f"the selectors read an xgb model: {other[0]} settings do not "
+                              "apply", param="params")  # fmt: skip
+    return settings.get("xgb")
 
 
 @app.command("prune")

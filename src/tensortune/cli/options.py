@@ -27,6 +27,12 @@ WorkDirOpt = Annotated[
     typer.Option("--work-dir", metavar="DIR",
                  help="Logs (MetaSchedule's per task, the workers') go to DIR/logs."),
 ]  # fmt: skip
+ModelParamOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--param", metavar="KIND.KEY=VALUE", help="A model setting, e.g. mlp.epochs=20; repeatable."
+    ),
+]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables.")]
 OverwriteOpt = Annotated[
     bool, typer.Option("--overwrite", help="Replace a dataset already in the output directory.")
@@ -172,3 +178,20 @@ def parse_duration(text: str, param: str) -> float:
     if not 0 < seconds <= MAX_DURATION_S:
         raise TensortuneError(f"must be positive and at most a year, got {text!r}", param=param)
     return seconds
+
+
+def model_params(param: list[str] | None) -> dict[str, dict]:
+    """``--param KIND.KEY=VALUE`` options as each model kind's settings."""
+    from tensortune.costmodel.registry import check_settings, model_settings
+    from tensortune.errors import about
+
+    settings: dict[str, dict] = {}
+    with about("params"):
+        for key, value in key_values(param or [], "--param").items():
+            kind, _, name = key.partition(".")
+            if not name:
+                raise TensortuneError(f"expected KIND.KEY=VALUE, got {key}={value}")
+            settings.setdefault(kind, {}).update(model_settings(kind, {name: value}))
+        for kind, given in settings.items():  # as a whole: a width and its heads go together
+            check_settings(kind, given)
+    return settings

@@ -91,8 +91,8 @@ def load_study_data(dataset: str | Path, held_out: Sequence[str], *,
                     prior: str | Path | None = None) -> StudyData:  # fmt: skip
     """The pool (rows of ``dataset`` on one hardware whose tasks occur in no held-out network),
     the test rows (held-out networks' rows of ``test_dataset``, default the same dataset, on
-    the same hardware configuration) and, with ``prior``, that dataset's rows of other CPUs
-    (``prior_programs``)."""
+    the same hardware configuration; with ``prior``, on the pool's CPU alone) and, with
+    ``prior``, that dataset's rows of other CPUs (``prior_programs``)."""
     from tensortune.train.trainer import card_networks, dataset_columns, scored_rows
 
     held = [n for n in held_out if n]
@@ -108,9 +108,13 @@ def load_study_data(dataset: str | Path, held_out: Sequence[str], *,
     pool_rows, hardware = pool_mask(columns, held, hardware)
     config = hardware.split("@")[0]
     test_hw = np.array([h.split("@")[0] == config for h in test_columns["hardware"]])
+    where = config
+    if prior is not None:  # the prior learned the other CPUs: what it adds shows on this one
+        test_hw &= np.array([cpu_of(h) == cpu_of(hardware) for h in test_columns["hardware"]])
+        where = hardware
     is_test = test_hw & np.array([bool(set(ns) & set(held)) for ns in test_columns["networks"]])
     if not is_test.any():
-        raise TensortuneError(f"the held-out networks have no rows on {config}", param="held_out")
+        raise TensortuneError(f"the held-out networks have no rows on {where}", param="held_out")
     # A kernel of a held-out network that the pool holds too would leak its labels.
     banned = {test_columns["task"][i] for i in np.flatnonzero(is_test)}
     pool_rows = np.array([i for i in pool_rows if columns["task"][i] not in banned], dtype=int)

@@ -92,6 +92,12 @@ class CostModel(abc.ABC):
         return any(k.endswith("_") and not k.startswith("_") and k not in bookkeeping
                    for k in vars(self))  # fmt: skip
 
+    def _require_fitted(self) -> None:
+        """For ``predict``: a one-line error, not a missing attribute, before ``fit``."""
+        if not self.fitted:
+            raise TensortuneError(f"the {self.kind} model has not been fitted: fit it, or "
+                                  "load a model file, before it predicts")  # fmt: skip
+
     def _saved_params(self) -> dict:
         """The settings as a model file holds them, in the types loading demands (each of its
         default's type): a numpy number as JSON's, ``True`` for an integer setting as 1."""

@@ -92,11 +92,12 @@ class ProgramSet:
         keys = [(columns["task_id"][i], columns["hardware"][i]) for i in keep]
         codes = {k: j for j, k in enumerate(dict.fromkeys(keys))}
 
-        def arr(name: str) -> list[np.ndarray]:
-            return [np.asarray(columns[name][i], dtype=np.float32).reshape(
-                len(columns[name][i]), -1) for i in keep]  # fmt: skip
-
         from tensortune import features as F
+
+        def arr(name: str, width: int) -> list[np.ndarray]:
+            # A program without blocks or tokens is (0, width): reshape(0, -1) is ambiguous.
+            values = [np.asarray(columns[name][i], dtype=np.float32) for i in keep]
+            return [v.reshape(len(v), -1) if len(v) else v.reshape(0, width) for v in values]
 
         def table(name: str, width: int) -> np.ndarray:
             if not keep:  # (0, width), as models and concatenation expect
@@ -106,8 +107,8 @@ class ProgramSet:
         lowered = columns.get("lowered")
         return cls(
             lowered=None if lowered is None else np.asarray(lowered, np.float32)[keep],
-            per_store=arr("per_store"),
-            tokens=arr("trace_tokens"),
+            per_store=arr("per_store", F.PER_STORE_WIDTH),
+            tokens=arr("trace_tokens", F.TOKEN_WIDTH),
             workload=table("workload_embedding", F.WORKLOAD_WIDTH),
             hardware=table("hardware_vector", F.HARDWARE_WIDTH),
             groups=np.array([codes[k] for k in keys], dtype=np.int64),

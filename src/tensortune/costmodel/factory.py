@@ -8,6 +8,7 @@ after every measured batch, or adapted with MoA; ``auto`` picks what our benchma
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -77,6 +78,8 @@ def cost_model_from(spec: object, platform: Platform, *, online: bool | str = "a
                 param="online",
             )
         return LearnedCostModel(MomentumAdapted(model), platform, online=True, screen=screening)
+    if online and model is spec:  # learning online refines it: the caller's stays as given
+        model = copy.deepcopy(model)
     return LearnedCostModel(model, platform, online=bool(online), screen=screening)
 
 

@@ -83,6 +83,7 @@ class XGBoostModel(CostModel):
     def predict(self, data: ProgramSet) -> np.ndarray:
         import xgboost as xgb
 
+        self._require_fitted()
         rows, program_of_row = data.blocks(self.uses_lowered)
         row_pred = self.booster_.predict(xgb.DMatrix(rows))
         return np.bincount(program_of_row, weights=row_pred, minlength=len(data))
@@ -149,6 +150,7 @@ class LightGBMModel(CostModel):
         return self
 
     def predict(self, data: ProgramSet) -> np.ndarray:
+        self._require_fitted()
         rows, program_of_row = data.blocks(self.uses_lowered)
         row_pred = self.booster_.predict(rows, raw_score=True)
         return np.bincount(program_of_row, weights=row_pred, minlength=len(data))

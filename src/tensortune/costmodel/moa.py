@@ -53,6 +53,11 @@ class MomentumAdapted(CostModel):
             )
         if not 0 <= momentum < 1:
             raise TensortuneError("momentum must be in [0, 1)")
+        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+            raise TensortuneError(f"every (batches between retrainings) must be a whole number "
+                                  f"of at least 1, not {every!r}")  # fmt: skip
+        if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 0:
+            raise TensortuneError(f"epochs must be a whole number of at least 0, not {epochs!r}")
         self.momentum = momentum
         self.every = every
         self.epochs = epochs
@@ -73,11 +78,14 @@ class MomentumAdapted(CostModel):
         return self.model.uses_lowered
 
     def fit(self, data: ProgramSet) -> MomentumAdapted:
+        data.require_labels()
         self.seen_ = data
         self._retrain()
         return self
 
     def update(self, data: ProgramSet, *, seen: ProgramSet | None = None) -> MomentumAdapted:
+        if data.labels is None or (seen is not None and seen.labels is None):
+            raise TensortuneError("these programs have no labels to learn from")
         if self.pretrained_ is not None and self.retrains_ and data.labels is not None:
             for name, net in (("adapted", self.model), ("pretrained", self.pretrained_)):
                 self.right_pairs_[name] += _right_pairs(net.predict(data), data)

@@ -198,7 +198,16 @@ class LearnedCostModel(PyCostModel):
         self.model.save(path)
 
     def load(self, path: str) -> None:
-        self.model = load_cost_model(path)
+        model = load_cost_model(path)
+        needs = (model.uses_tokens, model.uses_lowered)
+        if self._measured and needs != (self.model.uses_tokens, self.model.uses_lowered):
+            raise TensortuneError(f"{path}: its {model.kind} model reads other features than "
+                                  "the programs measured so far carry")  # fmt: skip
+        self.model = model
+        self._tokens = model.uses_tokens or bool(self.screen and self.screen.uses_tokens)
+        self._memo.clear()  # cached without the tokens or lowered features it may read
+        if model.uses_lowered:
+            self._lowering().start()
 
 
 def held_back_below(scores: np.ndarray, passed: np.ndarray, cheap: np.ndarray) -> np.ndarray:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
+from tensortune import features as F
 from tensortune.costmodel.base import CostModel, to_bytes
 from tensortune.costmodel.data import ProgramSet, one_program
 from tensortune.costmodel.progress import report
@@ -104,6 +105,10 @@ class _RankModel(CostModel):
 
     def _fit(self, data: ProgramSet) -> _RankModel:
         rows = self._rows(data)
+        if not np.isfinite(rows).all():  # one NaN would reach every weight through the loss
+            bad = int((~np.isfinite(rows)).any(axis=1).sum())
+            raise TensortuneError(f"{self.kind}: {bad} feature rows hold NaN or infinite values "
+                                  "(a neural model cannot learn from them)")  # fmt: skip
         # TenSet scales each feature by its maximum over the training set.  A feature that is
         # zero throughout (an ISA feature none of the training machines has) keeps its own
         # magnitude: scaled by a tiny floor, a new machine that has it would feed the network
@@ -189,6 +194,7 @@ class _RankModel(CostModel):
     def predict(self, data: ProgramSet) -> np.ndarray:
         import torch
 
+        self._require_fitted()
         self.net_.eval()
         with torch.no_grad():
             inputs = self._inputs(data)
@@ -219,7 +225,9 @@ class _RankModel(CostModel):
             raise TensortuneError(f"its weights cannot be read ({reason})") from None
         self._check_saved(saved, len(state))
         self.scale_, self.width_ = saved["scale"], saved["width"]
-        self.net_ = self._new_net(self.width_)
+        # Initial weights are drawn and then replaced: loading leaves the caller's generator be.
+        with torch.random.fork_rng(devices=[]):
+            self.net_ = self._new_net(self.width_)
         self.net_.load_state_dict(saved["net"])
 
     def _check_saved(self, saved: object, size: int) -> None:
@@ -350,7 +358,7 @@ class TLPModel(_RankModel):
         and the mask of real (not padding) positions."""
         n, t = len(data), self.max_tokens
         context = np.concatenate([data.workload, data.hardware], axis=1)
-        width = (data.tokens[0].shape[1] if n else 0) + context.shape[1]
+        width = (data.tokens[0].shape[1] if n else F.TOKEN_WIDTH) + context.shape[1]
         x = np.zeros((n, t, width), np.float32)
         mask = np.zeros((n, t), bool)
         for i, tok in enumerate(data.tokens):

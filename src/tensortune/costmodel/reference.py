@@ -33,6 +33,9 @@ class MetaScheduleXGB(CostModel):
         return self
 
     def predict(self, data: ProgramSet) -> np.ndarray:
+        self._require_fitted()
+        if not len(data):  # MetaSchedule's concatenates the programs' rows: none is an error
+            return np.zeros(0)
         model = self._model()
         model.booster = self.booster_
         return np.asarray(model._predict([x.astype(np.float32) for x in data.per_store]),

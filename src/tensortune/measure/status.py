@@ -44,7 +44,10 @@ FAILED_COST = 1e10
 
 
 def run_seconds(run_secs: Iterable[object] | None) -> float:
-    """A runner result's latency: the median of its repeats, ``inf`` when it has none or
-    carries the failure convention."""
+    """A runner result's latency: the median of its repeats, ``inf`` when it has none, carries
+    the failure convention, or holds a time that is not a positive number (a timer that read
+    0 measured nothing, and as the task's best it would make every other label 0/cost and
+    its own 0/0)."""
     secs = [float(s) for s in run_secs or []]
-    return statistics.median(secs) if secs and max(secs) < FAILED_COST / 10 else math.inf
+    fine = secs and all(0 < s < FAILED_COST / 10 for s in secs)  # False for NaN too
+    return statistics.median(secs) if fine else math.inf

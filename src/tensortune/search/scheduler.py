@@ -17,9 +17,12 @@ before the next task is drafted (benchmarks/RESULTS.md, stop 54).
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from tensortune.compat import PyMeasureCallback, PyTaskScheduler, derived_object
+from tensortune.measure.status import run_seconds
 
 INVALID_MS = 1e9  # MetaSchedule's latency for a failed candidate
 
@@ -123,8 +126,9 @@ class _Latencies(PyMeasureCallback):
               runner_results) -> None:  # fmt: skip
         latencies = []
         for built, ran in zip(builder_results, runner_results, strict=True):
-            if built.error_msg is None and ran.error_msg is None and ran.run_secs:
-                latencies.append(float(np.median([float(s) for s in ran.run_secs])) * 1e3)
-            else:
-                latencies.append(INVALID_MS)
+            # A time of 0 is no measurement (the store keeps it as a failure): as a task's
+            # best it would score the task below every other, never to be picked again.
+            cost = run_seconds(ran.run_secs) if built.error_msg is None and (
+                ran.error_msg is None) else math.inf  # fmt: skip
+            latencies.append(cost * 1e3 if math.isfinite(cost) else INVALID_MS)
         self.scheduler.observe(int(task_id), latencies)

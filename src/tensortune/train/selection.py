@@ -105,6 +105,7 @@ def select_dataset(dataset: str | Path, selector: str, fraction: float, out: str
     provenance = {"selection": {"source": card.get("name"), "selector": selector,
                                 "fraction": fraction, "seed": seed, "hardware": hardware,
                                 "held_out": list(held_out), "acquisition": acquisition,
+                                "acquisition_params": dict(params or {}),
                                 "programs": len(chosen), "of": len(pool)}}  # fmt: skip
     note = (f"{len(chosen)} of the {len(pool)} programs of {card.get('name')} on {hardware}"
             f"{' less the tasks of ' + ', '.join(held_out) if held_out else ''}, chosen by "

@@ -423,7 +423,11 @@ def _search(store: RecordStore, plan: TunePlan, session: Callable[[], MeasureSes
         progress.known([_task_result(store, t, w) for t, w in zip(tasks, where, strict=True)])
     cap = plan.max_trials_per_task or trials
     remaining = trials - sum(done)
-    todo = [i for i, d in enumerate(done) if d < cap]
+    # The scheduler's first pass goes in this order, and a budget that cannot give every task
+    # a round ends inside it: the kernels that weigh most in the model first (the warm start's
+    # order too), not the first ones extracted.
+    todo = sorted((i for i, d in enumerate(done) if d < cap),
+                  key=lambda i: tasks[i].weight * (tasks[i].flop or 0), reverse=True)  # fmt: skip
     failed: dict[int, str] = {}  # workload id → why its search broke
     expired = False
     if remaining > 0 and todo:
