@@ -287,6 +287,8 @@ def test_a_spent_time_budget_measures_nothing_and_a_rerun_resumes(tmp_path):
     first = tune(["matmul:32,32,32"], max_seconds=1e-6, records=url, work_dir=tmp_path / "w",
                  **FAST)  # fmt: skip
     assert first.out_of_time and first.trials_total == 0 and first.trials_requested is None
+    # and nothing was set up to measure nothing: no workers started, no task's search begun
+    assert not (tmp_path / "w" / "logs").exists()
     second = tune(["matmul:32,32,32"], trials=4, max_seconds=3600, records=url,
                   work_dir=tmp_path / "w", trials_per_round=2, **FAST)  # fmt: skip
     assert second.tasks[0].trials == 4 and not second.out_of_time
@@ -354,6 +356,28 @@ def test_a_trial_budget_spent_by_a_round_that_crossed_the_deadline_is_not_out_of
                   records=f"sqlite:///{tmp_path / 'r.db'}", work_dir=tmp_path / "w",
                   progress=lambda *a: late.append(1), **FAST)  # fmt: skip
     assert late and result.trials_total == 2 and not result.out_of_time
+
+
+def test_a_task_whose_search_broke_is_not_one_the_clock_stopped(tmp_path, monkeypatch):
+    """The clock passes the deadline once matmul has its 4; softmax's search broke at once:
+    time stopped nothing, and "run again to go on" would measure nothing new."""
+    from types import SimpleNamespace
+
+    from tensortune.search import leases
+
+    batches: list[int] = []
+    clock = SimpleNamespace(
+        monotonic=lambda: time.monotonic() + (1e9 if len(batches) >= 2 else 0.0),
+        sleep=time.sleep,
+    )
+    monkeypatch.setattr(leases, "time", clock)
+    result = tune(["matmul:16,16,16", "softmax:4,32"], trials=8, max_trials_per_task=4,
+                  max_seconds=3600, trials_per_round=2, records=f"sqlite:///{tmp_path}/r.db",
+                  work_dir=tmp_path / "w", progress=lambda *a: batches.append(1),
+                  **{**FAST, "strategy": _BreaksOn("softmax")})  # fmt: skip
+    matmul, softmax = result.tasks
+    assert matmul.trials == 4 and softmax.trials == 0 and softmax.error
+    assert not result.out_of_time
 
 
 def test_cli_says_the_time_budget_stopped_the_run(cli, tmp_path):

@@ -399,6 +399,7 @@ def _search(store: RecordStore, plan: TunePlan, session: Callable[[], MeasureSes
             work: Path, task_scheduler: object, seed: int, progress: TuneProgress | None,
             deadline: float | None = None) -> TuneResult:  # fmt: skip
     """Measure what the budget still allows, then summarise every task from the store."""
+    from tensortune.search.leases import FIRST_ROUND_GRACE
     from tensortune.search.run import run_search
 
     tasks, platform = plan.tasks, plan.platform
@@ -429,8 +430,11 @@ def _search(store: RecordStore, plan: TunePlan, session: Callable[[], MeasureSes
     todo = sorted((i for i, d in enumerate(done) if d < cap),
                   key=lambda i: tasks[i].weight * (tasks[i].flop or 0), reverse=True)  # fmt: skip
     failed: dict[int, str] = {}  # workload id → why its search broke
-    expired = False
-    if remaining > 0 and todo:
+    # Loading a model or the warm start may spend the whole time budget: then nothing is set
+    # up (references built, design spaces and drafts made for every task) to measure nothing.
+    expired = deadline is not None and time.monotonic() >= deadline + (
+        FIRST_ROUND_GRACE * plan.max_seconds if plan.max_seconds else 0.0)  # fmt: skip
+    if remaining > 0 and todo and not expired:
         from tensortune.search.leases import SharedBudget
 
         def on_batch(k: int, batch: list[Record]) -> None:
@@ -460,10 +464,12 @@ def _search(store: RecordStore, plan: TunePlan, session: Callable[[], MeasureSes
         if getattr(plan.strategy, "validity", 0) and filter_counts is not None:
             result.validity = {k: v - counts_before.get(k, 0) for k, v in filter_counts.items()}
     result.tasks = [_task_result(store, t, w) for t, w in zip(tasks, where, strict=True)]
-    # Time ran out only where trials were left: a last round that crossed the deadline may
-    # have spent the trial budget.
+    # Time ran out only where trials were left (a last round that crossed the deadline may
+    # have spent the trial budget), and not for a task whose search broke: its error stopped
+    # it, not the clock.
     counts = [t.trials for t in result.tasks]
-    result.out_of_time = expired and sum(counts) < trials and any(c < cap for c in counts)
+    result.out_of_time = expired and sum(counts) < trials and any(
+        c < cap for c, w in zip(counts, wids, strict=True) if w not in failed)  # fmt: skip
     for r, wid, w in zip(result.tasks, wids, where, strict=True):
         r.error = failed.get(wid, "")
         if r.trials and not r.ok:  # a task whose every program failed says why
