@@ -9,6 +9,7 @@ import sys
 
 import numpy as np
 import pytest
+from conftest import args_text, fill, sampled, trace_text
 
 from tensortune import features as F
 from tensortune.datasets.build import CARD, TABLE, build_dataset, load_table, read_card
@@ -27,10 +28,15 @@ def store_url(tmp_path_factory):
     tune(["matmul:32,32,32", "softmax:8,64"], trials=12, records=url,
          work_dir=path.parent / "w", trials_per_round=3, strategy="replay-trace",
          cost_model="random", target=TARGET)  # fmt: skip
-    with open_records(url) as store:  # one failure, as the runner would record it
-        r = next(store.query(ok_only=True))
-        store.add([Record(r.workload_id, r.hardware_id, r.target, r.trace, r.args_info, (),
-                          "run_error", "boom", "x", r.tvm_version, 1.0)])  # fmt: skip
+    with open_records(url) as store:  # one failure of a program not measured yet, as the
+        # runner would record it
+        mod, cands = sampled("matmul:32,32,32", 16, seed=7)
+        r = next(store.query(workload_id=store.workload_id(mod, create=False), ok_only=True))
+        stored = {x.trace for x in store.query()}
+        failed = next(c for c in cands if trace_text(c) not in stored)
+        store.add([Record(r.workload_id, r.hardware_id, r.target, trace_text(failed),
+                          args_text(failed), (), "run_error", "boom", "x", r.tvm_version,
+                          1.0)])  # fmt: skip
     return url
 
 
@@ -39,6 +45,19 @@ def dataset(store_url, tmp_path_factory):
     out = tmp_path_factory.mktemp("out") / "d"
     card = build_dataset(store_url, out, description="test")
     return out, card
+
+
+def test_a_program_measured_twice_is_one_row(tmp_path):
+    """Two collections of a shared task draw the same programs; as two rows, a random split
+    put one in training and its twin in the test set."""
+    with open_records(f"sqlite:///{tmp_path / 'r.db'}") as store:
+        fill(store, "matmul:16,16,16", [2e-3, 1e-3, None])
+        fill(store, "matmul:16,16,16", [None, 3e-3, 4e-3])  # the same three programs again
+        build_dataset(store.url, tmp_path / "d")
+    table = load_table(tmp_path / "d").to_pydict()
+    # the first measurement that ran of each: 2e-3, 1e-3, then 4e-3 (its first failed)
+    assert table["cost"] == pytest.approx([2e-3, 1e-3, 4e-3])
+    assert table["label"] == pytest.approx([0.5, 1.0, 0.25])
 
 
 def test_one_row_per_record_with_tenset_labels(dataset, store_url):

@@ -93,6 +93,23 @@ def test_a_record_that_no_longer_replays_is_left_out_of_an_export(filled, tmp_pa
     assert [p.name for p in (tmp_path / "export").iterdir() if p.name.startswith(".")] == []
 
 
+def test_a_record_that_no_longer_replays_is_passed_over_by_the_database(filled) -> None:
+    """It was the fastest of its workload: MetaSchedule's queries (a resumed search, a build)
+    raised TVM's replay error and ended the search or the build of the whole workload."""
+    store, mm, sm = filled
+    store.add([dataclasses.replace(sm[0], workload_id=mm[0].workload_id, id=None, uid="")])
+    db = StoreDatabase(store, target=TARGET)
+    mod = parse_spec(MM).to_module()
+    target = tvm.target.Target(TARGET)
+    top = db.get_top_k(db.commit_workload(mod), 2)
+    assert [_trace(t) for t in top] == [mm[1].trace, mm[3].trace]  # 1e-3 and 2e-3 s
+    assert _trace(db.query_tuning_record(mod, target, "main")) == mm[1].trace
+    assert db.chosen_record(mod, target).trace == mm[1].trace  # the one a build applies
+    assert db.query_schedule(mod, target, "main") is not None
+    assert len(db.get_all_tuning_records()) == 4 + 1  # mm's four and softmax's one
+    assert [ok for _, ok in db.outcomes(mod)] == [True, True, True, False]
+
+
 def test_export_top_k(filled, tmp_path: Path) -> None:
     store, mm, _ = filled
     done = export_records(store, tmp_path / "top2", top_k=2)
@@ -171,6 +188,17 @@ def test_import_uses_a_stand_in_hardware(filled, fresh, tmp_path: Path) -> None:
     db = StoreDatabase(fresh, target=TARGET)
     assert len(db) == 0
     assert db.get_top_k(ms.database.Workload(parse_spec(MM).to_module()), 5) == []
+
+
+def test_a_names_file_nested_past_the_parsers_depth_is_no_names(filled, fresh, tmp_path):
+    from tensortune.workloads.sources import NAMES_FILE
+
+    store, *_ = filled
+    export_records(store, tmp_path / "export")
+    (tmp_path / "export" / NAMES_FILE).write_text("[" * 100_000)
+    done = import_records(fresh, tmp_path / "export")  # named after the directory instead
+    assert done.records == 5
+    assert {w.name for w in fresh.workloads()} == {"export.w"}
 
 
 def test_export_and_import_take_a_stores_url(filled, tmp_path: Path) -> None:

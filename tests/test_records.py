@@ -399,6 +399,22 @@ def test_commit_tuning_record_as_add_to_database_does(store) -> None:
     assert all_secs == [2e-4, 1e10]
 
 
+def test_a_tuning_record_without_target_or_arguments_is_committed_as_metaschedules_are(store):
+    """Both are optional in a TuningRecord (TVM's own databases take one without them)."""
+    mod, (cand,) = sampled(MM, 1)
+    db = StoreDatabase(store, target=TARGET)
+    db.commit_tuning_record(ms.database.TuningRecord(cand.sch.trace, db.commit_workload(mod),
+                                                     run_secs=[2e-4]))  # fmt: skip
+    (r,) = store.query()
+    assert r.target == target_key(TARGET) and r.cost == pytest.approx(2e-4)
+    assert r.args_info == json.dumps([_arg(a) for a in cand.args_info])
+    anywhere = StoreDatabase(store)  # no target to fall back on: one line, nothing stored
+    with pytest.raises(RuntimeError, match="without a target"):  # as TVM hands it on
+        anywhere.commit_tuning_record(ms.database.TuningRecord(
+            cand.sch.trace, anywhere.commit_workload(mod), run_secs=[2e-4]))  # fmt: skip
+    assert isinstance(anywhere.error, RecordsError) and store.count() == 1
+
+
 def _arg(a) -> object:
     from tensortune.records.convert import to_plain
 

@@ -14,6 +14,7 @@ from typing import TypeVar
 
 from tensortune.compat import (
     TVM_VERSION,
+    ArgInfo,
     PyDatabase,
     TuningRecord,
     Workload,
@@ -97,13 +98,25 @@ class StoreDatabase(PyDatabase):
     def commit_tuning_record(self, record: TuningRecord) -> None:
         secs = [float(s) for s in record.run_secs or []]
         ok = bool(secs) and max(secs) < FAILED_COST / 10 and positive_seconds(secs)
+        # Both are optional in MetaSchedule's records (its JSON and memory databases take
+        # them without): this database's target, and the arguments of the workload's entry.
+        if record.target is not None:
+            target = target_key(record.target)
+        elif self.target is not None:
+            target = self.target
+        else:
+            raise RecordsError("a tuning record without a target, committed to a database "
+                               "that has none either: give the database a target")  # fmt: skip
+        args_info = record.args_info
+        if args_info is None:
+            args_info = ArgInfo.from_entry_func(record.workload.mod, remove_preproc=True)
         self.store.add([
             Record(
                 workload_id=self.store.workload_id(record.workload.mod),
                 hardware_id=self.hardware_id,
-                target=target_key(record.target),
+                target=target,
                 trace=trace_text(record.trace),
-                args_info=args_info_text(record.args_info),
+                args_info=args_info_text(args_info),
                 run_secs=tuple(secs) if ok else (),
                 status="ok" if ok else "run_error",
                 error=None if ok else "failed (reported by MetaSchedule without a message)",
@@ -127,23 +140,48 @@ class StoreDatabase(PyDatabase):
             )
         )
 
-    def _as_asked(self, records: list[Record], wid: int | None, mod) -> list[TuningRecord]:
-        """``records`` of workload ``wid`` as MetaSchedule's records of ``mod``, their traces'
-        blocks renamed to ``mod``'s where its names differ from the stored twin's (a layer
-        norm of a ``torch.compile`` graph finding the records of the same one cut from the
-        whole model: ``convert.block_renames``)."""
+    def _as_asked(self, records: list[Record], wid: int | None, mod,
+                  want: int | None = None) -> list[tuple[TuningRecord, Record]]:  # fmt: skip
+        """``records`` of workload ``wid`` as MetaSchedule's records of ``mod`` (the first
+        ``want`` that convert), their traces' blocks renamed to ``mod``'s where its names
+        differ from the stored twin's (a layer norm of a ``torch.compile`` graph finding the
+        records of the same one cut from the whole model: ``convert.block_renames``).
+
+        A record whose trace no longer replays (another TVM version's, a twin's block TVM
+        cannot find) is passed over, as an export passes it over: raised, it ended every
+        search and build of its workload."""
         if not records:
             return []
         if wid not in self._stored_names:
             self._stored_names[wid] = block_names(self.store.workload(wid).mod())
         names = block_renames(self._stored_names[wid], block_names(mod))
         workload = Workload(mod)
-        return [to_tuning_record(r, workload, names) for r in records]
+        out = []
+        for r in records:
+            try:
+                out.append((to_tuning_record(r, workload, names), r))
+            except Exception:
+                continue
+            if want is not None and len(out) >= want:
+                break
+        return out
+
+    def _best(self, wid: int | None, target: str | None, k: int,
+              mod) -> list[tuple[TuningRecord, Record]]:  # fmt: skip
+        """The fastest ``k`` records of ``wid`` that replay on ``mod`` (MetaSchedule's top k
+        are valid records): past one that does not, the next best."""
+        limit = k
+        while True:
+            records = self._records(wid, target, limit)
+            found = self._as_asked(records, wid, mod, want=k)
+            if len(found) >= k or len(records) < limit:
+                return found
+            limit *= 4
 
     @_kept
     def get_top_k(self, workload: Workload, top_k: int) -> list[TuningRecord]:
         wid = self.store.workload_id(workload.mod, create=False)
-        return self._as_asked(self._records(wid, self.target, top_k), wid, workload.mod)
+        return [t for t, _ in self._best(wid, self.target, top_k, workload.mod)]
 
     @_kept
     def outcomes(self, mod, limit: int = 256) -> list[tuple[TuningRecord, bool]]:
@@ -158,18 +196,16 @@ class StoreDatabase(PyDatabase):
         for r in self.store.query(workload_id=wid, hardware_id=self.hardware_id,
                                   target=self.target):  # fmt: skip
             kept[r.ok].append(r)
-        picked = [r for group in kept.values() for r in group[-limit:]]
-        found = self._as_asked(picked, wid, mod)
-        return [(t, r.ok) for t, r in zip(found, picked, strict=True)]
+        picked = [r for group in kept.values() for r in (group[-limit:] if limit > 0 else [])]
+        return [(t, r.ok) for t, r in self._as_asked(picked, wid, mod)]
 
     @_kept
     def get_all_tuning_records(self) -> list[TuningRecord]:
         out = []
         for w in self.store.workloads():
-            workload = Workload(w.mod())
-            for r in self.store.query(workload_id=w.id, hardware_id=self.hardware_id,
-                                      target=self.target):  # fmt: skip
-                out.append(to_tuning_record(r, workload))
+            records = list(self.store.query(workload_id=w.id, hardware_id=self.hardware_id,
+                                            target=self.target))  # fmt: skip
+            out += [t for t, _ in self._as_asked(records, w.id, w.mod())]
         return out
 
     def chosen_record(self, mod, target) -> Record | None:
@@ -184,13 +220,14 @@ class StoreDatabase(PyDatabase):
         pinned = self.pinned.get(wid) if self.pinned else None
         if pinned is not None and pinned.target == tkey:
             return wid, pinned
-        found = self._records(wid, tkey, 1)
-        return wid, found[0] if found else None
+        found = self._best(wid, tkey, 1, mod)
+        return wid, found[0][1] if found else None
 
     @_kept
     def query_tuning_record(self, mod, target, workload_name: str | None = None):
         wid, record = self._chosen(mod, target)
-        return None if record is None else self._as_asked([record], wid, mod)[0]
+        found = [] if record is None else self._as_asked([record], wid, mod)
+        return found[0][0] if found else None
 
     def query_schedule(self, mod, target, workload_name: str | None = None):
         record = self.query_tuning_record(mod, target, workload_name)

@@ -120,10 +120,10 @@ NAMES_FILE = "tensortune-workload-names.json"
 
 def workload_names(directory: str | Path) -> dict[str, str]:
     """The names written beside a MetaSchedule database (structural hash → name); none when
-    there is no such file or it cannot be read."""
+    there is no such file or it cannot be read (nested past the parser's depth too)."""
     try:
         names = json.loads((Path(directory) / NAMES_FILE).read_text()).get("names", {})
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError, RecursionError):
         return {}
     return {str(k): str(v) for k, v in names.items()} if isinstance(names, dict) else {}
 
