@@ -60,6 +60,21 @@ def test_a_program_measured_twice_is_one_row(tmp_path):
     assert table["label"] == pytest.approx([0.5, 1.0, 0.25])
 
 
+def test_targets_that_build_other_code_have_other_hardware_names():
+    """Labels are each task's best per target: two targets under one name were one group to
+    every reader (training, subsets), with two programs at 1.0."""
+    from tensortune.datasets.build import hardware_label
+    from tensortune.hardware import target_key
+
+    hw = "ab" * 8
+    skx = {"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 2}
+    assert hardware_label(target_key(skx), hw) == "avx512-2c@abababab"
+    assert hardware_label(target_key({**skx, "mcpu": "znver3"}), hw) == "znver3-2c@abababab"
+    names = {hardware_label(target_key({**skx, "mattr": m}), hw)
+             for m in (["-avx512f"], ["-avx512bw"], ["+avx512f"])}  # fmt: skip
+    assert len(names) == 3 and all(n.startswith("skylake-avx512-2c+") for n in names)
+
+
 def test_one_row_per_record_with_tenset_labels(dataset, store_url):
     out, card = dataset
     table = load_table(out).to_pydict()

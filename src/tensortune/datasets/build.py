@@ -45,13 +45,22 @@ class Card:
         return (self.data.get("files") or {}).get(TABLE)
 
 
+# What a readable hardware name says of its target; anything else the target sets (``mattr``,
+# ``opt-level``...) may build other code, and is told apart by a digest of the target.
+_NAMED_TARGET_KEYS = {"keys", "kind", "mcpu", "num-cores", "tag"}
+
+
 def hardware_label(target: str, hardware_id: str) -> str:
-    """A readable hardware name: the configuration's name when the target is one of ours."""
+    """A readable hardware name: the configuration's name when the target is one of ours,
+    else its ``mcpu`` and cores, and a digest of the target when it sets more: each label is
+    one group of labels (each task's best), as ``dataset build`` computes them per target."""
     t = json.loads(target)
     name = config_of(t)
-    if name is not None:
-        return f"{name}@{hardware_id[:8]}"
-    return f"{t.get('mcpu', t.get('kind'))}-{t.get('num-cores', '?')}c@{hardware_id[:8]}"
+    if name is None:
+        name = f"{t.get('mcpu', t.get('kind'))}-{t.get('num-cores', '?')}c"
+    if any(v not in (None, [], "") for k, v in t.items() if k not in _NAMED_TARGET_KEYS):
+        name += "+" + hashlib.sha256(target.encode()).hexdigest()[:6]
+    return f"{name}@{hardware_id[:8]}"
 
 
 def cpu_of(hardware: str) -> str:
