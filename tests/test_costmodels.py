@@ -205,9 +205,15 @@ def test_a_neural_model_refuses_features_it_would_learn_nan_from(fitted, train):
         bad = dataclasses.replace(train, workload=workload)
         with pytest.raises(TensortuneError, match=r"\d+ feature rows hold NaN or infinite"):
             type(fitted)(**fitted.get_params()).fit(bad)
+        online = copy.deepcopy(fitted)  # refined online (a search's batches): refused too,
+        before = online.predict(train)  # the network as it was
+        with pytest.raises(TensortuneError, match=r"\d+ feature rows hold NaN or infinite"):
+            online.update(bad)
+        np.testing.assert_array_equal(online.predict(train), before)
 
 
-def test_loading_a_neural_model_leaves_the_callers_random_numbers_be(fitted, tmp_path):
+def test_loading_a_model_leaves_the_callers_random_numbers_be(fitted, tmp_path):
+    """A neural model's network is built, from random weights, before its own load in."""
     import torch
 
     fitted.save(tmp_path / "m")

@@ -108,6 +108,11 @@ def test_a_record_that_no_longer_replays_is_passed_over_by_the_database(filled) 
     assert db.query_schedule(mod, target, "main") is not None
     assert len(db.get_all_tuning_records()) == 4 + 1  # mm's four and softmax's one
     assert [ok for _, ok in db.outcomes(mod)] == [True, True, True, False]
+    # pinned (the fastest when the best few were timed again), it is passed over as well
+    broken = next(r for r in store.query(workload_id=mm[0].workload_id) if r.trace == sm[0].trace)
+    pinned = StoreDatabase(store, target=TARGET, pinned={broken.workload_id: broken})
+    assert pinned.chosen_record(mod, target).trace == mm[1].trace
+    assert _trace(pinned.query_tuning_record(mod, target, "main")) == mm[1].trace
 
 
 def test_export_top_k(filled, tmp_path: Path) -> None:

@@ -470,7 +470,8 @@ def active_learning(
         typer.Option(
             metavar="DATASET",
             help="Rows of other CPUs every model also learns from (e.g. default): what "
-            "measuring on a CPU new to that dataset adds.",
+            "measuring on a CPU new to that dataset adds. The held-out rows are then the "
+            "pool's CPU's alone.",
         ),
     ] = None,
     fractions: Annotated[

@@ -98,6 +98,7 @@ class MomentumAdapted(CostModel):
     def _retrain(self) -> None:
         import torch
 
+        self.model._finite_rows(self.seen_)  # before the network is touched
         self.model.net_.load_state_dict(self.momentum_state_)
         self.model._train(self.seen_, self.epochs)
         new = self.model.net_.state_dict()

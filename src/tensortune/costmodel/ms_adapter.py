@@ -199,10 +199,13 @@ class LearnedCostModel(PyCostModel):
 
     def load(self, path: str) -> None:
         model = load_cost_model(path)
-        needs = (model.uses_tokens, model.uses_lowered)
-        if self._measured and needs != (self.model.uses_tokens, self.model.uses_lowered):
-            raise TensortuneError(f"{path}: its {model.kind} model reads other features than "
-                                  "the programs measured so far carry")  # fmt: skip
+        # What the programs measured so far carry: tokens where the model or the screen read
+        # them, lowered-loop features where the model did.
+        lacking = (model.uses_tokens and not self._tokens) or (
+            model.uses_lowered and not self.model.uses_lowered)  # fmt: skip
+        if self._measured and lacking:
+            raise TensortuneError(f"{path}: its {model.kind} model reads features that the "
+                                  "programs measured so far lack")  # fmt: skip
         self.model = model
         self._tokens = model.uses_tokens or bool(self.screen and self.screen.uses_tokens)
         self._memo.clear()  # cached without the tokens or lowered features it may read

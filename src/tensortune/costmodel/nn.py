@@ -104,11 +104,7 @@ class _RankModel(CostModel):
             return self._fit(data)
 
     def _fit(self, data: ProgramSet) -> _RankModel:
-        rows = self._rows(data)
-        if not np.isfinite(rows).all():  # one NaN would reach every weight through the loss
-            bad = int((~np.isfinite(rows)).any(axis=1).sum())
-            raise TensortuneError(f"{self.kind}: {bad} feature rows hold NaN or infinite values "
-                                  "(a neural model cannot learn from them)")  # fmt: skip
+        rows = self._finite_rows(data)
         # TenSet scales each feature by its maximum over the training set.  A feature that is
         # zero throughout (an ISA feature none of the training machines has) keeps its own
         # magnitude: scaled by a tiny floor, a new machine that has it would feed the network
@@ -134,7 +130,18 @@ class _RankModel(CostModel):
 
     def _refine(self, data: ProgramSet) -> _RankModel:
         """A few more epochs from the trained weights (input scaling unchanged)."""
+        self._finite_rows(data)
         return self._train(data, self.refine_epochs)
+
+    def _finite_rows(self, data: ProgramSet) -> np.ndarray:
+        """``_rows(data)``, refused when one is not finite: one NaN reaches every weight
+        through the loss, and the model then predicts NaN for every program."""
+        rows = self._rows(data)
+        if not np.isfinite(rows).all():
+            bad = int((~np.isfinite(rows)).any(axis=1).sum())
+            raise TensortuneError(f"{self.kind}: {bad} feature rows hold NaN or infinite values "
+                                  "(a neural model cannot learn from them)")  # fmt: skip
+        return rows
 
     def _train(self, data: ProgramSet, epochs: int) -> _RankModel:
         for _ in self._train_stages(data, [epochs]):

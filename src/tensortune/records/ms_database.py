@@ -149,7 +149,8 @@ class StoreDatabase(PyDatabase):
 
         A record whose trace no longer replays (another TVM version's, a twin's block TVM
         cannot find) is passed over, as an export passes it over: raised, it ended every
-        search and build of its workload."""
+        search and build of its workload.  A damaged one (``RecordsError``) is the store's
+        error, and raised."""
         if not records:
             return []
         if wid not in self._stored_names:
@@ -160,7 +161,9 @@ class StoreDatabase(PyDatabase):
         for r in records:
             try:
                 out.append((to_tuning_record(r, workload, names), r))
-            except Exception:
+            except RecordsError:
+                raise
+            except Exception:  # TVM's replay refused it
                 continue
             if want is not None and len(out) >= want:
                 break
@@ -210,15 +213,15 @@ class StoreDatabase(PyDatabase):
 
     def chosen_record(self, mod, target) -> Record | None:
         """The stored record a build of ``mod`` for ``target`` takes: the pinned one, else the
-        fastest; ``None`` when there is none.  Ours, not MetaSchedule's, so its ``origin``
-        says where the schedule came from."""
+        fastest that replays on ``mod``; ``None`` when there is none.  Ours, not
+        MetaSchedule's, so its ``origin`` says where the schedule came from."""
         return self._chosen(mod, target)[1]
 
     def _chosen(self, mod, target) -> tuple[int | None, Record | None]:
         tkey = target_key(target)
         wid = self.store.workload_id(mod, create=False)
         pinned = self.pinned.get(wid) if self.pinned else None
-        if pinned is not None and pinned.target == tkey:
+        if pinned is not None and pinned.target == tkey and self._as_asked([pinned], wid, mod):
             return wid, pinned
         found = self._best(wid, tkey, 1, mod)
         return wid, found[0][1] if found else None

@@ -427,8 +427,8 @@ def _search(store: RecordStore, plan: TunePlan, session: Callable[[], MeasureSes
     # The scheduler's first pass goes in this order, and a budget that cannot give every task
     # a round ends inside it: the kernels that weigh most in the model first (the warm start's
     # order too), not the first ones extracted.
-    todo = sorted((i for i, d in enumerate(done) if d < cap),
-                  key=lambda i: tasks[i].weight * (tasks[i].flop or 0), reverse=True)  # fmt: skip
+    todo = sorted((i for i, d in enumerate(done) if d < cap), key=lambda i: _work(tasks[i]),
+                  reverse=True)  # fmt: skip
     failed: dict[int, str] = {}  # workload id → why its search broke
     # Loading a model or the warm start may spend the whole time budget: then nothing is set
     # up (references built, design spaces and drafts made for every task) to measure nothing.
@@ -494,13 +494,19 @@ def _warm_start(store: RecordStore, plan: TunePlan, session: Callable[[], Measur
                       f"the {len(cold)} tasks not tuned yet (half of the trials left), those "
                       "that weigh most; more trials would start them all",
                       stacklevel=2)  # fmt: skip
-        cold = sorted(cold, key=lambda t: t.weight * (t.flop or 0), reverse=True)[:room]
+        cold = sorted(cold, key=_work, reverse=True)[:room]
     per_kernel = min(plan.warm_per_kernel, room // len(cold), plan.max_trials_per_task or room)
     if deadline is not None:  # half of the time too: under --time alone, trials hold nothing
         deadline = time.monotonic() + max(0.0, deadline - time.monotonic()) / 2
     with session() as measure:
         transfer_tasks(store, cold, plan.platform, measure, plan.warm_start,
                        per_kernel=per_kernel, untuned=False, deadline=deadline)  # fmt: skip
+
+
+def _work(task: Task) -> tuple[float, int]:
+    """How much a task weighs in its model: its operations times its occurrences, then its
+    occurrences (a task whose operations TVM cannot count has 0 of them)."""
+    return task.weight * (task.flop or 0.0), task.weight
 
 
 def _per_round(requested: int | None, remaining: int, n_tasks: int, timed: bool = False) -> int:

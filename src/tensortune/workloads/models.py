@@ -321,7 +321,7 @@ def _extract_tasks(name: str, mod: tvm.IRModule, target: tvm.target.Target) -> l
         try:
             flop = float(estimate_tir_flops(prim))
         except Exception:
-            flop = 0.0  # the estimate gives up on some data-dependent loops; it only feeds reports
+            flop = 0.0  # the estimate gives up on some data-dependent loops: read as unknown
         tasks.append(
             Task(name=task.task_name, mod=prim, weight=int(task.weight), flop=flop, source=name)
         )

@@ -14,7 +14,8 @@ class Task:
     """One workload to tune.
 
     ``weight`` is the number of times the workload occurs in its model (1 for a lone operator);
-    ``flop`` is the floating-point operation count of one execution, used for GFLOP/s reports.
+    ``flop`` is the floating-point operation count of one execution (0: unknown), for GFLOP/s
+    reports and for which tasks a budget too small for all tunes first.
     ``exact`` is the workload before approximations (fast math) replaced some of its functions,
     when they did: candidates' outputs are checked against it.
     """
