@@ -199,6 +199,25 @@ def test_retime_builds_with_the_program_that_is_fastest_now_not_the_stored_best(
     store.close()
 
 
+def test_retime_passes_over_a_stored_best_that_no_longer_replays(tmp_path):
+    import dataclasses
+
+    from conftest import fill, platform
+
+    from tensortune.deploy.retime import retime_best
+    from tensortune.workloads.sources import task_from_spec
+
+    task = task_from_spec("matmul:16,16,16")
+    with open_records(f"sqlite:///{tmp_path / 'r.db'}") as store:
+        mm = fill(store, "matmul:16,16,16", [2e-3, 1e-3])
+        (sm,) = fill(store, "softmax:4,8", [1e-9])
+        # a softmax trace under the matmul, the fastest stored: it fetches blocks the matmul
+        # does not have (a record of another TVM version or a twin's fails the same way)
+        store.add([dataclasses.replace(sm, workload_id=mm[0].workload_id, id=None, uid="")])
+        again = retime_best(store, [task], platform(TARGET), top_k=3)[mm[0].workload_id]
+    assert again.candidates == 2 and again.chosen.trace in {r.trace for r in mm}
+
+
 def test_compile_with_retime_reports_the_stored_best_and_the_retimed_one(model, tmp_path):
     url = f"sqlite:///{tmp_path / 'r.db'}"
     n = len(model.tasks)

@@ -21,7 +21,7 @@ class Retimed:
     """``chosen`` (the fastest now) among a task's ``candidates`` best stored records."""
 
     chosen: Record
-    rank: int  # of the chosen record in the store's order, 0 = the stored best
+    rank: int  # of the chosen record in the store's order, 0 = the stored best (that replays)
     seconds: float  # the chosen record, re-timed
     best_stored_seconds: float | None  # the stored best, re-timed (None: it failed now)
     candidates: int
@@ -53,14 +53,22 @@ def retime_best(
             wid = store.workload_id(task.mod, task.name, create=False)
             if wid is None:
                 continue
-            records = list(store.query(workload_id=wid, **where, ok_only=True, best_first=True,
-                                       limit=top_k))  # fmt: skip
-            if len(records) < 2:
+            stored = list(store.query(workload_id=wid, **where, ok_only=True, best_first=True,
+                                      limit=top_k))  # fmt: skip
+            if len(stored) < 2:
                 continue
             # The stored twin may name its blocks otherwise (another graph of the same model).
             names = block_renames(block_names(store.workload(wid).mod()), block_names(task.mod))
-            cands = [candidate_from_trace(task.mod, renamed_blocks(r.trace_json(), names)
-                                          if names else r.trace) for r in records]  # fmt: skip
+            records, cands = [], []
+            for r in stored:
+                try:
+                    cands.append(candidate_from_trace(task.mod, renamed_blocks(
+                        r.trace_json(), names) if names else r.trace))  # fmt: skip
+                except Exception:  # no longer replays: the build passes it over too
+                    continue
+                records.append(r)
+            if len(records) < 2:
+                continue
             _, ran = session.measure(cands)
             secs = [statistics.median(float(s) for s in r.run_secs) if r.run_secs else None
                     for r in ran]  # fmt: skip
