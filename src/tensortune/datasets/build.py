@@ -79,7 +79,9 @@ def build_dataset(
     held_out: list[str] | None = None,
     overwrite: bool = False,
 ) -> Card:
-    """Write ``programs.parquet`` and ``card.json`` into ``out_dir`` from every record.
+    """Write ``programs.parquet`` and ``card.json`` into ``out_dir`` from every record, one
+    row per program of a task on a hardware and target (measured twice: the first run that
+    succeeded).
     ``held_out``: networks a study of the dataset scores on and never trains on (the card's
     ``held_out``, read by ``bench al`` and ``dataset select``); ``overwrite``: replace a
     dataset already in ``out_dir``."""
