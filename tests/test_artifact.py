@@ -137,6 +137,9 @@ def test_foreign_artifacts_are_refused_before_loading(shipped, tmp_path):
         "not a tensortune artifact": {"format": "something-else"},
         "damaged manifest": {"inputs": [{"shape": "x"}]},
         r"damaged manifest \(inputs\)": {"inputs": [{"shape": ["4"], "dtype": "float32"}]},
+        r"damaged manifest \(inputs\)(?# a record dtype)": {
+            "inputs": [{"shape": [4, 32], "dtype": "f4,%"}]
+        },
         r"damaged manifest \(threads\)": {"threads": -3},
         r"damaged manifest \(version\)": {"version": 0},
         r"damaged manifest \(single_output\)": {"single_output": "no"},
@@ -183,6 +186,36 @@ def test_an_artifact_whose_library_bytes_are_damaged_gets_one_line(shipped, tmp_
     (tmp_path / "flipped.tt").write_bytes(bytes(data))
     with pytest.raises(ArtifactError, match="damaged library"):
         load(tmp_path / "flipped.tt")
+
+
+def test_members_zipfile_cannot_read_get_one_line(shipped, tmp_path):
+    """An integer past Python's 4,300 digits in the manifest (a ValueError, not a JSON
+    error); a library member flagged encrypted (a RuntimeError from zipfile)."""
+    with zipfile.ZipFile(shipped[0]) as z:
+        manifest, library = json.loads(z.read("manifest.json")), z.read("model.so")
+    text = json.dumps({**manifest, "version": "V"}).replace('"V"', "1" + "0" * 5000)
+    with zipfile.ZipFile(tmp_path / "huge.tt", "w") as z:
+        z.writestr("manifest.json", text)
+        z.writestr("model.so", library)
+    with pytest.raises(ArtifactError, match=r"damaged manifest \(ValueError\)"):
+        load(tmp_path / "huge.tt")
+    data = bytearray(shipped[0].read_bytes())
+    entry = data.rfind(b"model.so") - 46  # its central directory entry: the last of its name
+    assert data[entry : entry + 4] == b"PK\x01\x02"
+    data[entry + 8] |= 0x1  # its flags: encrypted, so zipfile wants a password
+    (tmp_path / "locked.tt").write_bytes(bytes(data))
+    with pytest.raises(ArtifactError, match="damaged library"):
+        load(tmp_path / "locked.tt")
+
+
+def test_an_artifact_runs_on_no_more_threads_than_this_machine_gives(shipped, tmp_path,
+                                                                       monkeypatch):  # fmt: skip
+    from tensortune.hardware import usable_cores
+
+    monkeypatch.setenv("TVM_NUM_THREADS", "")  # restored after the test, set or not
+    monkeypatch.delenv("TVM_NUM_THREADS")
+    load(_tampered(shipped[0], tmp_path / "many.tt", threads=10**6))
+    assert int(os.environ["TVM_NUM_THREADS"]) == usable_cores()
 
 
 def test_an_instruction_set_the_kernel_hides_is_one_this_cpu_lacks(shipped, tmp_path, monkeypatch):

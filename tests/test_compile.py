@@ -325,6 +325,10 @@ def test_what_strays_is_judged_on_floating_outputs_with_equal_infinities_agreein
 
     far = [np.array([1e6], ml_dtypes.bfloat16)], [np.array([0.0], ml_dtypes.bfloat16)]
     assert _stray(*far)[0] > 1e5
+    # each output against its own size: logits near 5,000 do not excuse wrong probabilities
+    logits, probs = np.array([4999.0, 5000.0]), np.array([0.25, 0.75])
+    stray, allowed = _stray([logits, probs[::-1]], [logits, probs])
+    assert (stray, allowed) == (0.5, OUTPUT_TOLERANCE) and stray > allowed
 
 
 def test_the_report_s_error_takes_masks_empty_outputs_and_infinities():

@@ -10,6 +10,7 @@ instruction set the code was compiled for is refused with one line, and never lo
 from __future__ import annotations
 
 import json
+import lzma
 import os
 import platform as host
 import tempfile
@@ -107,14 +108,19 @@ def read_manifest(path: str | os.PathLike) -> dict:
         raise ArtifactError(f"{path}: is a directory, not an artifact file") from None
     except zipfile.BadZipFile:
         raise ArtifactError(f"{path}: not a tensortune artifact (not a zip file)") from None
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+    # Not UTF-8, not JSON, nested too deep, an integer past Python's 4,300 digits.
+    except (ValueError, RecursionError) as e:
         raise ArtifactError(f"{path}: damaged manifest ({type(e).__name__})") from None
-    # A truncated or damaged member, no access; an encrypted member or an unknown compression
-    # (RuntimeError, NotImplementedError).
-    except (zlib.error, EOFError, OSError, RuntimeError) as e:
+    except _UNREADABLE_MEMBER as e:
         raise ArtifactError(f"{path}: cannot be read ({e})") from None
     _check(path, manifest)
     return manifest
+
+
+# A zip member that cannot be read: truncated or damaged (zlib, LZMA), no access; encrypted
+# (RuntimeError), or in a compression zipfile does not read (NotImplementedError).
+_UNREADABLE_MEMBER = (zlib.error, lzma.LZMAError, EOFError, OSError, RuntimeError,
+                      NotImplementedError)  # fmt: skip
 
 
 def _check(path: Path, m: object) -> None:
@@ -158,7 +164,7 @@ def _spec_ok(x: object) -> bool:
         return False
     try:
         return isinstance(x.get("dtype"), str) and str(np.dtype(x["dtype"])) == x["dtype"]
-    except TypeError:
+    except (TypeError, ValueError):  # not a dtype's name; a malformed record dtype ("f4,%")
         return False
 
 
@@ -216,14 +222,18 @@ def load(path: str | os.PathLike) -> CompiledModel:
     """Load an artifact written by ``tensortune compile MODEL --out FILE``
     (``compile_model(..., out=FILE)``) as a callable; ``ArtifactError`` for a file that is not
     one, or that was built for another TVM, architecture or CPU."""
+    from tensortune.hardware import usable_cores
+
     manifest = read_manifest(path)
-    os.environ.setdefault("TVM_NUM_THREADS", str(manifest["threads"]))
+    # The build machine's cores, but no more threads than this machine lets the process use:
+    # more would spin on each other (and a hostile manifest could ask for a million).
+    os.environ.setdefault("TVM_NUM_THREADS", str(min(manifest["threads"], usable_cores())))
     from tensortune.compat import tvm
 
     with tempfile.TemporaryDirectory() as tmp, zipfile.ZipFile(path) as z:
         try:  # the manifest read fine; the library's bytes may still be damaged
             lib_path = z.extract(_LIBRARY, tmp)
-        except (zipfile.BadZipFile, zlib.error, EOFError, OSError) as e:
+        except (zipfile.BadZipFile, *_UNREADABLE_MEMBER) as e:
             raise ArtifactError(f"{path}: damaged library ({e})") from None
         try:
             lib = tvm.runtime.load_module(lib_path)
