@@ -240,8 +240,9 @@ def _report(m, store: RecordStore, platform: Platform, statuses: list[TaskStatus
         raise TensortuneError(f"TVM ran with {tvm_threads} threads instead of {threads}")
     # Boolean and empty outputs, and equal infinities, are no error (a - b would raise or
     # give NaN); a NaN on one side only is an infinite one.
-    error = max((_stray([a], [b])[0] for a, b in zip(out_tuned, out_untuned, strict=True)),
-                default=0.0)  # the largest over all outputs, whatever their sizes
+    error = max(
+        (_stray([a], [b])[0] for a, b in zip(out_tuned, out_untuned, strict=True)), default=0.0
+    )  # the largest over all outputs, whatever their sizes
     tuned_rounds = [t for _, t, _ in timed[1:]]
     return CompileReport(
         m.name, platform.target, store.url, statistics.median(tuned_rounds), t_untuned,
