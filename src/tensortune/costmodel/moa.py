@@ -86,7 +86,7 @@ class MomentumAdapted(CostModel):
     def update(self, data: ProgramSet, *, seen: ProgramSet | None = None) -> MomentumAdapted:
         if data.labels is None or (seen is not None and seen.labels is None):
             raise TensortuneError("these programs have no labels to learn from")
-        if self.pretrained_ is not None and self.retrains_ and data.labels is not None:
+        if self.pretrained_ is not None and self.retrains_:
             for name, net in (("adapted", self.model), ("pretrained", self.pretrained_)):
                 self.right_pairs_[name] += _right_pairs(net.predict(data), data)
         self.seen_ = _kept(self, data, seen)

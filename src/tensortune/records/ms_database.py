@@ -215,22 +215,25 @@ class StoreDatabase(PyDatabase):
         """The stored record a build of ``mod`` for ``target`` takes: the pinned one, else the
         fastest that replays on ``mod``; ``None`` when there is none.  Ours, not
         MetaSchedule's, so its ``origin`` says where the schedule came from."""
-        return self._chosen(mod, target)[1]
+        chosen = self._chosen(mod, target)
+        return chosen[1] if chosen else None
 
-    def _chosen(self, mod, target) -> tuple[int | None, Record | None]:
+    def _chosen(self, mod, target) -> tuple[TuningRecord, Record] | None:
+        """The record a build takes, as MetaSchedule's and as ours (``chosen_record``)."""
         tkey = target_key(target)
         wid = self.store.workload_id(mod, create=False)
         pinned = self.pinned.get(wid) if self.pinned else None
-        if pinned is not None and pinned.target == tkey and self._as_asked([pinned], wid, mod):
-            return wid, pinned
+        if pinned is not None and pinned.target == tkey:
+            found = self._as_asked([pinned], wid, mod)
+            if found:
+                return found[0]
         found = self._best(wid, tkey, 1, mod)
-        return wid, found[0][1] if found else None
+        return found[0] if found else None
 
     @_kept
     def query_tuning_record(self, mod, target, workload_name: str | None = None):
-        wid, record = self._chosen(mod, target)
-        found = [] if record is None else self._as_asked([record], wid, mod)
-        return found[0][0] if found else None
+        chosen = self._chosen(mod, target)
+        return chosen[0] if chosen else None
 
     def query_schedule(self, mod, target, workload_name: str | None = None):
         record = self.query_tuning_record(mod, target, workload_name)

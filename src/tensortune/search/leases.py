@@ -60,6 +60,14 @@ INT32_MAX = 2**31 - 1  # MetaSchedule counts a task's trials in a 32-bit integer
 FIRST_PASS_SHARE = 0.5
 MIN_FIRST_ROUND = 4
 FIRST_ROUND_GRACE = 0.1
+
+
+def past_grace(deadline: float, span: float, now: float) -> bool:
+    """Whether ``now`` is past ``deadline`` by more than ``FIRST_ROUND_GRACE`` of the time
+    budget ``span``: not even a first round is started then."""
+    return now >= deadline + FIRST_ROUND_GRACE * span
+
+
 # How often a worker whose task has nothing left only because others hold leases looks again
 # (at first; then less and less often), and how long it may wait in all, over its run.
 WAIT_POLL_SECONDS = 1.0
@@ -188,7 +196,7 @@ class SharedBudget:
         """Past the deadline by no more than ``FIRST_ROUND_GRACE`` of the budget."""
         assert self.deadline is not None
         span = self.span if self.span is not None else self.deadline - self._created
-        return time.monotonic() < self.deadline + FIRST_ROUND_GRACE * span
+        return not past_grace(self.deadline, span, time.monotonic())
 
     def left(self, workload_id: int) -> int:
         """How many more of ``workload_id`` this worker may measure now."""

@@ -399,7 +399,7 @@ def _search(store: RecordStore, plan: TunePlan, session: Callable[[], MeasureSes
             work: Path, task_scheduler: object, seed: int, progress: TuneProgress | None,
             deadline: float | None = None) -> TuneResult:  # fmt: skip
     """Measure what the budget still allows, then summarise every task from the store."""
-    from tensortune.search.leases import FIRST_ROUND_GRACE
+    from tensortune.search.leases import past_grace
     from tensortune.search.run import run_search
 
     tasks, platform = plan.tasks, plan.platform
@@ -432,8 +432,8 @@ def _search(store: RecordStore, plan: TunePlan, session: Callable[[], MeasureSes
     failed: dict[int, str] = {}  # workload id → why its search broke
     # Loading a model or the warm start may spend the whole time budget: then nothing is set
     # up (references built, design spaces and drafts made for every task) to measure nothing.
-    expired = deadline is not None and time.monotonic() >= deadline + (
-        FIRST_ROUND_GRACE * plan.max_seconds if plan.max_seconds else 0.0)  # fmt: skip
+    expired = deadline is not None and past_grace(deadline, plan.max_seconds or 0.0,
+                                                  time.monotonic())  # fmt: skip
     if remaining > 0 and todo and not expired:
         from tensortune.search.leases import SharedBudget
 
