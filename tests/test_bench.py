@@ -104,6 +104,36 @@ def test_a_retimed_curve_takes_each_tasks_fastest_record_breaker_so_far():
     assert retimed_curve(curve[:1], breakers[:1], {"a": 1.0, "b": 2.0}) == [(1.0, 2, None)]
 
 
+def test_a_retiming_round_that_reads_no_time_is_skipped(bench, monkeypatch):
+    from conftest import platform
+
+    import tensortune.measure.session as session
+    from tensortune.compare.retime import retime_methods
+    from tensortune.compat import ms
+    from tensortune.workloads.sources import task_from_spec
+
+    class Done:
+        def __init__(self, result: object) -> None:
+            self.result = lambda: result
+
+    class ReadsZero:  # a timer that read 0 (or less) on every round: nothing was measured
+        def __init__(self, *args, **kwargs) -> None:
+            self.reads = iter([[0.0], [-1e-6], [0.0, 0.0]] * 1000)
+
+        def run(self, inputs: list) -> list:
+            return [Done(ms.runner.RunnerResult(next(self.reads), None)) for _ in inputs]
+
+        def close(self) -> None:
+            pass
+
+    work, _ = bench
+    monkeypatch.setattr(session, "PersistentRunner", ReadsZero)
+    stores = {name: work / name / "records.db" for name in ("default", "draft")}
+    breakers = retime_methods(stores, [task_from_spec(SPEC)], platform(), rounds=3)
+    assert all(rows for rows in breakers.values())
+    assert {seconds for rows in breakers.values() for _, _, seconds in rows} == {None}
+
+
 def test_retimed_runs_are_kept_and_compared_on_their_own_curves(bench, monkeypatch):
     from conftest import TARGET
 

@@ -218,6 +218,37 @@ def test_retime_passes_over_a_stored_best_that_no_longer_replays(tmp_path):
     assert again.candidates == 2 and again.chosen.trace in {r.trace for r in mm}
 
 
+def test_a_retiming_that_reads_no_time_is_not_the_fastest(tmp_path):
+    from conftest import fill, platform
+
+    from tensortune.compat import ms
+    from tensortune.deploy.retime import retime_best
+    from tensortune.workloads.sources import task_from_spec
+
+    class Reads:  # a runner whose timer reads these seconds, one list per candidate in turn
+        def __init__(self, *secs: list[float]) -> None:
+            self.secs = secs
+
+        def run(self, inputs: list) -> list:
+            assert len(inputs) == len(self.secs)
+            return [Done(ms.runner.RunnerResult(s, None)) for s in self.secs]
+
+    class Done:
+        def __init__(self, result: object) -> None:
+            self.result = lambda: result
+
+    task = task_from_spec("matmul:16,16,16")
+    with open_records(f"sqlite:///{tmp_path / 'r.db'}") as store:
+        best, other = fill(store, "matmul:16,16,16", [1e-3, 2e-3])
+        for reads, want in (([0.0, 0.0], 5e-4), ([float("nan")], 5e-4), ([-1e-6], 5e-4),
+                            ([3e-4], 3e-4)):  # fmt: skip
+            again = retime_best(store, [task], platform(TARGET), top_k=2,
+                                runner=Reads(reads, [5e-4]))[best.workload_id]  # fmt: skip
+            assert again.seconds == want, reads
+            assert again.chosen.trace == (best if want == 3e-4 else other).trace
+            assert again.best_stored_seconds == (3e-4 if want == 3e-4 else None)
+
+
 def test_compile_with_retime_reports_the_stored_best_and_the_retimed_one(model, tmp_path):
     url = f"sqlite:///{tmp_path / 'r.db'}"
     n = len(model.tasks)

@@ -16,12 +16,13 @@ by then.  Methods are then compared on one clock; the curves as measured in the 
 
 from __future__ import annotations
 
+import math
 import random
-import statistics
 from collections.abc import Sequence
 from pathlib import Path
 
 from tensortune.hardware import Platform
+from tensortune.measure.status import run_seconds
 from tensortune.workloads.task import Task
 
 Curve = list[tuple[float, int, float | None]]
@@ -109,8 +110,9 @@ def retime_methods(stores: dict[str, Path], tasks: Sequence[Task], platform: Pla
             inputs = [RunnerInput(artifacts[i], "cpu", cands[i].args_info) for i in order]
             for i, future in zip(order, session.runner.run(inputs), strict=True):
                 result = future.result()
-                if result.error_msg is None and result.run_secs:  # a failed round: skipped
-                    seconds[i].append(statistics.median(float(s) for s in result.run_secs))
+                # a failed round, or one whose timer read 0, is skipped
+                if result.error_msg is None and math.isfinite(s := run_seconds(result.run_secs)):
+                    seconds[i].append(s)
     # The fastest round: what moves a timing here only ever slows it (another tenant's load,
     # a thread left on a busy core), so the least slowed round is the least wrong.
     timed = [min(s) if s else None for s in seconds]

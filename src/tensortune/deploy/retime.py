@@ -8,10 +8,11 @@ third best re-timed at 3.8 ms.  Timing the top few together, now, ranks them on 
 
 from __future__ import annotations
 
-import statistics
+import math
 from dataclasses import dataclass
 
 from tensortune.hardware import Platform
+from tensortune.measure.status import run_seconds
 from tensortune.records import Record, RecordStore
 from tensortune.workloads.task import Task
 
@@ -70,8 +71,10 @@ def retime_best(
             if len(records) < 2:
                 continue
             _, ran = session.measure(cands)
-            secs = [statistics.median(float(s) for s in r.run_secs) if r.run_secs else None
-                    for r in ran]  # fmt: skip
+            # None for a failed run, and for a time that is not a positive number (a timer
+            # that read 0 measured nothing, and would be the fastest)
+            secs = [None if r.error_msg is not None or math.isinf(s := run_seconds(r.run_secs))
+                    else s for r in ran]  # fmt: skip
             timed = [(s, i) for i, s in enumerate(secs) if s is not None]
             if not timed:
                 continue
