@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import TARGET, fill, make_records, other_hardware, sampled
+from conftest import TARGET, fill, make_records, other_hardware, sampled, trace_text
 
 from tensortune.compat import ms, structural_equal, tvm
 from tensortune.errors import RecordsError
@@ -228,6 +228,30 @@ def test_import_again_skips_everything(filled, fresh, tmp_path: Path) -> None:
     assert (again.workloads, again.records, again.skipped) == (0, 0, 5)
     assert again.hardware_id == first.hardware_id
     assert fresh.count() == 5
+
+
+def test_a_database_tuned_further_since_its_import_adds_only_its_new_records(
+    filled, fresh, tmp_path: Path
+) -> None:
+    """MetaSchedule appends to its files as it tunes: imported again, the database is the
+    same machine's, under the same stand-in; another machine's database gets one of its own."""
+    store, mm, _ = filled
+    export_records(store, tmp_path / "export")
+    first = import_records(fresh, tmp_path / "export")
+    mod, cands = sampled(MM, 6)
+    new = next(c for c in cands if trace_text(c) not in {r.trace for r in mm})
+    db = _load(tmp_path / "export")
+    db.commit_tuning_record(ms.database.TuningRecord(
+        new.sch.trace, db.commit_workload(mod), run_secs=[4e-3], target=tvm.target.Target(TARGET),
+        args_info=new.args_info))  # fmt: skip
+    del db
+    grown = import_records(fresh, tmp_path / "export")
+    assert (grown.records, grown.skipped, grown.hardware_id) == (1, 5, first.hardware_id)
+    assert set(fresh.hardware()) == {first.hardware_id} and fresh.count() == 6
+    # The other machine's records of the same workload: not a continuation of this one.
+    export_records(store, tmp_path / "other", hardware_id=other_hardware().id)
+    other = import_records(fresh, tmp_path / "other")
+    assert other.records == 2 and other.hardware_id != first.hardware_id
 
 
 def test_the_same_database_imported_from_another_directory_is_skipped(

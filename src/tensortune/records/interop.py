@@ -167,7 +167,7 @@ def _import_checked(store: RecordStore, src: Path, measured_here: bool,
         named = [names.get(structural_hash(mod), f"{src.name}.w") for mod, *_ in read]
     except Exception as e:
         raise RecordsError(f"cannot read MetaSchedule database {src}: {last_line(e)}") from None
-    hw_id = _import_hardware(store, src, measured_here)
+    hw_id = _import_hardware(store, src, measured_here, read)
     seen: dict[int, set[tuple[str, str]]] = {}
     batch: list[Record] = []
     skipped = 0
@@ -184,7 +184,7 @@ def _import_checked(store: RecordStore, src: Path, measured_here: bool,
             continue
         seen[wid].add(key)
         workload_ids.add(wid)
-        ok = bool(secs) and max(secs) < FAILED_COST / 10
+        stored = _stored_secs(secs)
         batch.append(
             Record(
                 wid,
@@ -192,9 +192,9 @@ def _import_checked(store: RecordStore, src: Path, measured_here: bool,
                 target,
                 trace,
                 args_info,
-                secs if ok else (),
-                "ok" if ok else "run_error",
-                None if ok else "failed (imported from a MetaSchedule database)",
+                stored,
+                "ok" if stored else "run_error",
+                None if stored else "failed (imported from a MetaSchedule database)",
                 run_id,
                 TVM_VERSION,
                 now,
@@ -204,7 +204,14 @@ def _import_checked(store: RecordStore, src: Path, measured_here: bool,
     return Transfer(len(workload_ids), len(batch), skipped, hw_id)
 
 
-def _import_hardware(store: RecordStore, src: Path, measured_here: bool) -> str:
+def _stored_secs(secs: tuple[float, ...]) -> tuple[float, ...]:
+    """A database record's run times as the store keeps them: none for a failure."""
+    return secs if secs and max(secs) < FAILED_COST / 10 else ()
+
+
+def _import_hardware(store: RecordStore, src: Path, measured_here: bool, read: list) -> str:
+    """The hardware id the records of ``src`` (``read``: its records, as ``_import_checked``
+    reads them) are stored under: this machine's with ``measured_here``, else a stand-in."""
     if measured_here:
         return store.register_hardware(current_hardware())
     digest = hashlib.sha256()
@@ -214,12 +221,37 @@ def _import_hardware(store: RecordStore, src: Path, measured_here: bool) -> str:
     # The files alone name the stand-in: the same database imported from another directory
     # (moved, or a colleague's copy into a shared store) finds its records already there.
     # Stand-ins registered before named their directory too; one of them is reused.
-    for hw_id, known in store.hardware().items():
-        if known.arch == "unknown" and known.isa == tag:
+    stand_ins = {hw_id: known for hw_id, known in store.hardware().items()
+                 if known.arch == "unknown" and len(known.isa) == 1
+                 and known.isa[0].startswith("import-")}  # fmt: skip
+    for hw_id, known in stand_ins.items():
+        if known.isa == tag:
             return hw_id
+    grown = _grown_from(store, stand_ins, read)
+    if grown is not None:
+        return grown
     stand_in = Hardware(cpu_model="unknown (imported from a MetaSchedule database)",
                         arch="unknown", cores=0, isa=tag)  # fmt: skip
     return store.register_hardware(stand_in)
+
+
+def _grown_from(store: RecordStore, stand_ins: dict[str, Hardware], read: list) -> str | None:
+    """The stand-in whose every record is one of ``read``, timings and all: the database was
+    imported before and has grown since (MetaSchedule appends to its files), so it is the same
+    machine's, and only its new records are to be added.  Another machine's database never
+    holds this one's timings."""
+    ids = {}
+    for mod, *_ in read:
+        if id(mod) not in ids:
+            ids[id(mod)] = store.workload_id(mod, create=False)
+    mine = {(ids[id(mod)], trace, target, args, _stored_secs(secs))
+            for mod, trace, target, args, secs in read}  # fmt: skip
+    for hw_id in stand_ins:
+        held = [(r.workload_id, r.trace, r.target, r.args_info, tuple(r.run_secs))
+                for r in store.query(hardware_id=hw_id)]  # fmt: skip
+        if held and all(r in mine for r in held):
+            return hw_id
+    return None
 
 
 def copy_records(src: RecordStore, dst: RecordStore, *, chunk: int = 2000) -> Transfer:
