@@ -343,3 +343,41 @@ def test_a_disk_that_fills_mid_run_stops_it_with_one_line_and_keeps_what_was_com
         assert PER_ROUND <= len(after) < 400
         assert json.loads(out)["records"] == len(after)
         _assert_kept(before, after)
+
+
+def test_a_results_file_a_full_disk_cuts_short_is_the_old_one(tmp_path: Path, monkeypatch):
+    """``bench tune`` resumes from its ``results.json`` and ``bench e2e`` from its tuning
+    summaries: written in place, a full disk left half a file, and every method already run
+    was lost with it."""
+    import errno
+
+    import tensortune.files as files
+    from tensortune.compare.e2e import _tuned_before
+    from tensortune.files import write_atomically
+
+    path = tmp_path / "results.json"
+    write_atomically(path, json.dumps({"trials": 64, "seconds": 12.5}))
+    real_fsync = os.fsync
+
+    def full(fd: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(files.os, "fsync", full)
+    with pytest.raises(OSError, match="No space left"):
+        write_atomically(path, json.dumps({"trials": 128, "seconds": 30.0}))
+    monkeypatch.setattr(files.os, "fsync", real_fsync)
+    assert json.loads(path.read_text()) == {"trials": 64, "seconds": 12.5}
+    assert [p.name for p in tmp_path.iterdir()] == ["results.json"]  # no partial file left
+    write_atomically(path, b'{"trials": 128, "seconds": 30.0}')
+    assert _tuned_before(path) == {"trials": 128, "seconds": 30.0}
+    assert path.stat().st_mode & 0o777 == 0o666 & ~_umask()  # not a private temporary file's
+    # A summary cut short by an older version reads as a tuning that did not finish.
+    for cut in ('{"trials": 12', "", '{"trials": 12}', "[1, 2]"):
+        path.write_text(cut)
+        assert _tuned_before(path) is None
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

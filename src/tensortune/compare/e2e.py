@@ -40,6 +40,7 @@ import numpy as np
 from tensortune.compare.own_process import OwnProcess
 from tensortune.deploy.compile import build_tuned
 from tensortune.errors import TensortuneError, about, last_line
+from tensortune.files import write_atomically
 from tensortune.hardware import Platform, resolve_platform
 from tensortune.hardware.fingerprint import affinity_kept
 from tensortune.measure.executable import seconds_per_call
@@ -208,8 +209,8 @@ def bench_e2e(
         model = load_model(net, target=platform.tvm_target)
         store = work / f"{net}.db"
         tuned_info = work / f"{net}-tune.json"
-        if tuned_info.exists() and store.exists():
-            info = json.loads(tuned_info.read_text())
+        info = _tuned_before(tuned_info) if store.exists() else None
+        if info is not None:
             say(f"{net}: tuned before ({info['trials']} trials in {info['seconds']:.0f} s)")
         else:
             # The store decides: deleted, it is tuned anew; there without its summary, its
@@ -223,7 +224,7 @@ def bench_e2e(
             r = tune(model=model, max_seconds=max_seconds, records=f"sqlite:///{store}",
                      target=platform, work_dir=work / "work")  # fmt: skip
             info = {"trials": r.trials_total, "seconds": r.seconds, "resumed": resumed}
-            tuned_info.write_text(json.dumps(info))
+            write_atomically(tuned_info, json.dumps(info))
         systems = _set_up(model, store, platform, anchors, work, say)
         say(f"{net}: timing {', '.join(n for n, s in systems.items() if not s[1].missing)} "
             f"in turns, {rounds} rounds")  # fmt: skip
@@ -241,9 +242,23 @@ def bench_e2e(
         result = E2EResult(net, gflop, threads, platform.hardware.cpu_model, peak,
                            info["seconds"], info["trials"],
                            timings, peak_by, bool(info.get("resumed")))  # fmt: skip
-        (work / f"{net}-e2e.json").write_text(json.dumps(result.to_dict()))
+        write_atomically(work / f"{net}-e2e.json", json.dumps(result.to_dict()))
         out.append(result)
     return out
+
+
+def _tuned_before(path: Path) -> dict | None:
+    """The summary a finished tuning left (trials, seconds, whether it resumed); None when
+    there is none or it does not read as one (a tuning that did not finish: it goes on)."""
+    try:
+        info = json.loads(path.read_text())
+        if isinstance(info, dict) and all(
+            isinstance(info.get(k), int | float) for k in ("trials", "seconds")
+        ):
+            return info
+    except (OSError, ValueError, RecursionError):
+        pass
+    return None
 
 
 def _direct_gflop(model, platform: Platform, source: object, **load: object) -> float:

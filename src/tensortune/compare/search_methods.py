@@ -42,6 +42,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from tensortune.errors import TensortuneError, about, check_count, check_flags, last_line
+from tensortune.files import write_atomically
 from tensortune.hardware import Platform, resolve_platform
 from tensortune.workloads.resolve import resolve_tasks
 from tensortune.workloads.task import Task
@@ -258,13 +259,13 @@ def bench_tune(
         run.verifier = given.get(name)
         result.runs[name] = run
         ran = True
-        saved.write_text(json.dumps(result.to_dict(), indent=1))
+        write_atomically(saved, json.dumps(result.to_dict(), indent=1))
     if ran:  # re-timed with runs that are gone: not on this clock
         for run in result.runs.values():
             run.retimed = []
     if retime and (ran or not result.retimed):
         _retime(result, tasks, work, platform, retime)
-    saved.write_text(json.dumps(result.to_dict(), indent=1))
+    write_atomically(saved, json.dumps(result.to_dict(), indent=1))
     result.runs = {**{m: result.runs[m] for m in methods if m in result.runs}, **result.runs}
     return result
 

@@ -7,10 +7,10 @@ target, so a change to any of them recounts.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tensortune.files import write_atomically
 from tensortune.hardware.speeds import cache_dir
 
 if TYPE_CHECKING:
@@ -60,9 +60,7 @@ def task_counts(
             entries[name] = [len(m.tasks), sum(t.weight for t in m.tasks)]
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-        partial.write_text(json.dumps(cache, indent=1))
-        partial.replace(path)  # whole or not at all: a reader never sees half a file
+        write_atomically(path, json.dumps(cache, indent=1))  # a reader never sees half a file
     except OSError:
         pass  # a read-only home only costs a recount next time
     return {n: (int(entries[n][0]), int(entries[n][1])) for n in names}

@@ -1,0 +1,30 @@
+"""Files written whole or not at all.
+
+A results file that a rerun resumes from (``bench tune``'s ``results.json``) was written in
+place: a kill or a full disk while writing it left half a file, which the rerun refuses, and
+every method already run was lost with it.  Written beside it and renamed over it, the file
+is either the old one or the new one.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+
+def write_atomically(path: str | os.PathLike, data: str | bytes) -> None:
+    """Write ``data`` (text as UTF-8) to ``path`` through a temporary file in its directory,
+    synced to disk before it replaces the old file."""
+    path = Path(path)
+    # Named by the process (not mkstemp's, which is private to its owner): the file keeps the
+    # permissions the user's umask gives, and two writers never share a temporary file.
+    partial = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.partial")
+    try:
+        with open(partial, "wb") as f:
+            f.write(data.encode() if isinstance(data, str) else data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)
