@@ -158,3 +158,24 @@ def test_a_batch_lowers_in_workers_and_a_program_past_the_time_limit_costs_only_
         assert np.isnan(slow).all()
         (again,) = lowered_features_batch([jobs[0]], pool)
         np.testing.assert_array_equal(again, tiled)  # the pool went on with a fresh worker
+
+
+def test_a_checkpoint_a_full_disk_stops_leaves_the_last_one_and_no_partial_file(
+        tmp_path, monkeypatch):  # fmt: skip
+    import errno
+
+    import tensortune.datasets.lowered as lowered
+
+    path = tmp_path / lowered.LOWERED_FILE
+    row = np.arange(lowered.LOWERED_WIDTH, dtype=np.float32)
+    lowered._write(path, {1: row}, table=None, complete=False)
+
+    def full(*args):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(lowered.os, "replace", full)
+    with pytest.raises(OSError, match="No space left"):
+        lowered._write(path, {1: row, 2: row + 1}, table=None, complete=True)
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]
+    rows, complete = lowered._read(path)
+    assert list(rows) == [1] and not complete

@@ -145,8 +145,11 @@ def _write(path: Path, done: dict[int, np.ndarray], *, table: str | None,
     table = pa.table({"program_id": ids, "lowered": [done[i].tolist() for i in ids]},
                      schema=schema)  # fmt: skip
     partial = path.with_suffix(".partial")
-    pq.write_table(table, partial, compression="zstd", compression_level=9)
-    os.replace(partial, path)
+    try:  # a full disk leaves the last checkpoint, not a large partial file beside it
+        pq.write_table(table, partial, compression="zstd", compression_level=9)
+        os.replace(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)
 
 
 def lower_dataset(dataset: str | Path, *, workers: int = 1,
