@@ -157,6 +157,9 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)))
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
+    from tensortune.hardware import current_hardware
+
+    print(f"CPU: {current_hardware().cpu_model}", flush=True)  # beside every figure below
     columns, card = dataset_columns(args.dataset)
     networks = card_networks(card)
     tasks = np.asarray(columns["task_id"])

@@ -17,7 +17,7 @@ import json
 import statistics
 
 from tensortune.datasets.build import read_card
-from tensortune.datasets.shipped import DATASET_DIR
+from tensortune.datasets.shipped import DATASET_DIR, dataset_path
 from tensortune.train.trainer import train
 
 KEYS = ("pca", "top1_score", "top5_score", "a_peak@1", "a_peak@5")
@@ -31,7 +31,10 @@ def main() -> None:
     ap.add_argument("--tlp-epochs", type=int, default=10)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    card = read_card(args.dataset).data
+    from tensortune.hardware import current_hardware
+
+    print(f"CPU: {current_hardware().cpu_model}", flush=True)  # beside every figure below
+    card = read_card(dataset_path(args.dataset)).data  # a shipped name (pool) or a directory
     networks = [n for n in args.networks.split(",") if n] or card["networks"]
     print(f"dataset {args.dataset}: {card['programs']} programs, {card['tasks']} tasks, "
           f"hardware {', '.join(card['hardware'])}; leave-one-network-out over "
@@ -41,7 +44,7 @@ def main() -> None:
         params = {"epochs": args.tlp_epochs} if kind == "tlp" else None
         folds = []
         for net in networks:
-            r = train(args.dataset, model=kind, split=f"by-network:{net}", params=params)
+            r = train(args.dataset, cost_model=kind, split=f"by-network:{net}", params=params)
             folds.append({**{k: r.metrics[k] for k in KEYS}, "fit_s": r.fit_seconds,
                           "pred_per_s": r.predict_per_second, "network": net})  # fmt: skip
             print(f"  {kind:7s} held out {net:14s} " + " ".join(

@@ -71,6 +71,9 @@ def main() -> None:
     ap.add_argument("--share", type=float, default=0.25)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
+    from tensortune.hardware import current_hardware
+
+    print(f"CPU: {current_hardware().cpu_model}", flush=True)  # beside every figure below
     print("cost per candidate (median of 5, 64 random candidates, 2 threads for features)")
     cost = cost_per_candidate()
     print(f"draft quality on {args.dataset} (analyzer's top {args.share:.0%} of each task)")

@@ -144,6 +144,9 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=1)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
+    from tensortune.hardware import current_hardware
+
+    print(f"CPU: {current_hardware().cpu_model}", flush=True)  # beside every figure below
     columns, card = dataset_columns(args.dataset)
     if any(p is None for p in columns["per_store"]):
         raise SystemExit("this study needs every row's features (rebuild the dataset)")

@@ -127,7 +127,8 @@ def main() -> None:
     overall = statistics.median(
         report[s]["tensortune"]["speedup_vs_tvm_local"] for s in WORKLOADS
     )  # fmt: skip
-    print(f"\nmedian speedup over workloads, tensortune vs tvm-local: {overall:.2f}x")
+    print(f"\nmedian over the {len(WORKLOADS)} workloads (of two, their mean) of the ratio "
+          f"tensortune vs tvm-local: {overall:.2f}x")  # fmt: skip
     if args.json:
         print(json.dumps(report))
 

@@ -49,6 +49,9 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--show", type=int, default=10, help="largest ratios to list")
     args = ap.parse_args()
+    from tensortune.hardware import current_hardware
+
+    print(f"CPU: {current_hardware().cpu_model}", flush=True)  # beside every figure below
 
     platform = resolve_platform(args.target)
     threads = args.threads or platform.threads

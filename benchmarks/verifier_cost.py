@@ -81,12 +81,16 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    out = measure(args.model, args.trials, args.verifier, args.seed)
+    from tensortune.hardware import current_hardware
+
+    out = {**measure(args.model, args.trials, args.verifier, args.seed),
+           "cpu": current_hardware().cpu_model}  # fmt: skip
     if args.json:
         print(json.dumps(out, indent=1))
         return
     print(f"{out['task']} ({args.model}'s heaviest task), {out['trials']} trials, seed "
-          f"{out['seed']}, verifier {out['verifier']}, target {out['target']}")  # fmt: skip
+          f"{out['seed']}, verifier {out['verifier']}, target {out['target']}, CPU "
+          f"{out['cpu']}")  # fmt: skip
     print(f"wall {out['wall_s']:.1f} s; verifier predict {out['predict_s']:.2f} s, update "
           f"{out['update_s']:.2f} s; {out['programs']} programs scored, "
           f"{out['lowered']} lowered")  # fmt: skip
