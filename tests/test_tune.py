@@ -155,18 +155,24 @@ def test_each_round_is_committed_before_the_next_is_measured(tmp_path, monkeypat
 
 
 def test_the_gradient_rule_picks_as_metaschedules_does():
-    from tensortune.search.scheduler import INVALID_MS, pick_task
+    from tensortune.search.scheduler import INVALID_MS, UNJUDGED_ROUNDS, pick_task
 
     rng = np.random.default_rng(0)
     kw = {"alpha": 0.2, "window": 3, "rng": rng}
     # Task 0: 4 rounds, 10 → 6 ms; g = 0.2 * (10 - 6) / 3 + 0.8 * 6 / 4 = 1.4667, weight 1.
-    # Task 1: 1 round at 5 ms; g = 0.8 * 5 = 4, weight 0.25: 1.0.  Task 2: nothing valid.
-    history = [[10.0, 8.0, 7.0, 6.0], [5.0], [INVALID_MS]]
+    # Task 1: 1 round at 5 ms; g = 0.8 * 5 = 4, weight 0.25: 1.0.  Task 2: nothing valid in
+    # as many rounds as a task gets to show one.
+    history = [[10.0, 8.0, 7.0, 6.0], [5.0], [INVALID_MS] * UNJUDGED_ROUNDS]
     assert pick_task(history, [1.0, 0.25, 9.0], [0, 1, 2], **kw) == 0
     assert pick_task(history, [1.0, 0.5, 9.0], [0, 1, 2], **kw) == 1  # 2.0 now
     assert pick_task(history, [1.0, 0.5, 9.0], [0, 2], **kw) == 0  # a finished task is out
     ties = {pick_task([[2.0], [2.0]], [1.0, 1.0], [0, 1], **kw) for _ in range(40)}
     assert ties == {0, 1}  # a tie is drawn at random
+    # Where MetaSchedule differs: a task whose first rounds all failed gets the next round
+    # (MetaSchedule left it behind after one), until it has had UNJUDGED_ROUNDS.
+    for rounds in range(1, UNJUDGED_ROUNDS):
+        history[2] = [INVALID_MS] * rounds
+        assert pick_task(history, [1.0, 0.5, 0.01], [0, 1, 2], **kw) == 2
 
 
 def test_the_scheduler_sees_a_time_of_zero_as_no_measurement():
@@ -454,3 +460,33 @@ def _no_stray_workdir(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
     yield
     assert not (Path(tmp_path) / "tensortune.db").exists()
+
+
+def test_a_task_whose_first_round_all_failed_gets_another_round(tmp_path):
+    """MetaSchedule's rule picks a task with nothing valid last: one first round that all
+    failed (a tight timeout, a filter not yet trained) left the task untuned for the run."""
+    from tensortune.compat import PyRunner, derived_object, ms
+    from tensortune.measure.runner import PersistentRunner
+
+    @derived_object
+    class FirstRoundFails(PyRunner):  # the first batch measured fails, whatever it holds
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner, self.calls = PersistentRunner(num_threads=1), 0
+
+        def run(self, inputs: list) -> list:
+            self.calls += 1
+            if self.calls > 1:
+                return self.inner.run(inputs)
+            done = ms.runner.local_runner.LocalRunnerFuture
+            return [done(error_message="[timeout] run: too slow") for _ in inputs]
+
+    runner = FirstRoundFails()
+    try:
+        result = tune(["matmul:32,32,32", "matmul:16,16,16"], trials=12, trials_per_round=2,
+                      records=f"sqlite:///{tmp_path / 'r.db'}", work_dir=tmp_path / "w",
+                      runner=runner, check_correctness=False, **FAST)  # fmt: skip
+    finally:
+        runner.inner.close()
+    first = next(t for t in result.tasks if t.name == "matmul:32,32,32")  # the heavier: first
+    assert first.trials > 2 and first.ok > 0

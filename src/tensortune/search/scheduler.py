@@ -6,7 +6,13 @@ weighted gradient of its best latency is largest, ``alpha`` · (improvement over
 ``window_size`` rounds, per round) + (1 − ``alpha``) · (best latency / rounds so far), times
 the task's weight; a task with no valid latency yet gets −1e9; ties are drawn at random.
 
-What differs is when a round is collected.  MetaSchedule's version collects no round of its
+Two things differ.  A task whose rounds have all failed (every candidate timed out, or did not
+build) gets up to ``UNJUDGED_ROUNDS`` rounds before that −1e9 leaves it behind: MetaSchedule
+gives it none after its first, while any other task is alive, so one unlucky first round
+(large unrolls on a tight timeout, ALT's validity filter not yet trained) left the task
+untuned for the whole run.
+
+The other is when a round is collected.  MetaSchedule's version collects no round of its
 first pass before every task has had one, so a run killed in that pass (for a network of
 dozens of tasks, minutes of measurement) loses all of it, and the budget of several tuners
 sharing a store is judged without it.  Here each round of the first pass is collected as soon
@@ -25,12 +31,15 @@ from tensortune.compat import PyMeasureCallback, PyTaskScheduler, derived_object
 from tensortune.measure.status import run_seconds
 
 INVALID_MS = 1e9  # MetaSchedule's latency for a failed candidate
+# Rounds a task gets while every one of them failed, before it is left behind (module docstring).
+UNJUDGED_ROUNDS = 3
 
 
 def pick_task(history: list[list[float]], weights: list[float], alive: list[int], *,
               alpha: float, window: int, rng: np.random.Generator) -> int:  # fmt: skip
     """The task to tune next among ``alive``, from each task's best latency after each of its
-    rounds (``history``, in ms): the largest weighted gradient, a random one on a tie."""
+    rounds (``history``, in ms): one whose rounds have all failed while it has had fewer than
+    ``UNJUDGED_ROUNDS``, else the largest weighted gradient; a random one on a tie."""
     grads = []
     for i in alive:
         best = history[i]
@@ -39,7 +48,9 @@ def pick_task(history: list[list[float]], weights: list[float], alive: list[int]
             g1 = (best[-1 - window] - best[-1]) / window if n >= 1 + window else 0.0
             g2 = best[-1] / n
             grads.append((alpha * g1 + (1 - alpha) * g2) * weights[i])
-        else:  # nothing valid measured: the task cannot be judged yet
+        elif 0 < n < UNJUDGED_ROUNDS:  # only failures so far: another round, first
+            grads.append(math.inf)
+        else:  # nothing valid in its rounds: the task cannot be judged
             grads.append(-1e9)
     if max(grads) == min(grads):
         return alive[int(rng.integers(len(alive)))]
