@@ -977,3 +977,29 @@ def test_alt_starts_from_earlier_runs_failures_included(tmp_path, target, matmul
     allowed = policy.allowed(ctx, cands[60:], np.random.default_rng(0))
     assert (~allowed & fails[60:]).sum() > 0.5 * fails[60:].sum()
     assert (allowed & ~fails[60:]).sum() >= 0.9 * (~fails[60:]).sum()
+
+
+def test_the_verifier_is_not_trusted_while_it_warms_up_and_one_nan_costs_one_program():
+    """MetaSchedule's XGBoost predicts uniform noise for its first 100 measurements, which
+    passed for a ranking (a run of 100 trials never saw a real one); a NaN among the scores
+    threw all of the round's away."""
+    from tensortune.compat import ms
+    from tensortune.search.draft_verify import DraftThenVerify
+
+    class Scores:
+        def __init__(self, *scores: float) -> None:
+            self.scores = scores
+
+        def predict(self, context, cands) -> list[float]:
+            return list(self.scores)
+
+    strategy = DraftThenVerify()._inst
+    strategy.context = None
+    strategy.verifier = ms.cost_model.XGBModel()  # no measurement yet: warming up
+    assert strategy._predict([object()] * 3) is None
+    strategy.verifier = Scores(1.0, float("nan"), 3.0, float("inf"))
+    assert strategy._predict([object()] * 4).tolist() == [1.0, 0.0, 3.0, 0.0]
+    strategy.verifier = Scores(float("nan"), float("nan"))
+    assert strategy._predict([object()] * 2) is None
+    strategy.verifier = Scores(1.0)
+    assert strategy._predict([object()] * 2) is None  # not one score a program

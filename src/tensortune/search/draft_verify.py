@@ -501,6 +501,8 @@ class DraftThenVerify(PySearchStrategy):
                 by_verifier = self._predict(cache)
             else:
                 more = None if by_verifier is None else self._predict(mutants)
+                if by_verifier is not None and more is None:  # none of them scored: last
+                    more = np.full(len(mutants), by_verifier.min() - 1.0)
                 by_verifier = None if more is None else np.concatenate([by_verifier, more])
             if self.blend or by_verifier is None:
                 by_analyzer = self._analyze(cache)  # the cache's are remembered
@@ -523,10 +525,16 @@ class DraftThenVerify(PySearchStrategy):
         return out
 
     def _predict(self, cands: list) -> np.ndarray | None:
-        if self.verifier is None:
+        """The verifier's scores of ``cands``; None where they tell nothing: no verifier, or
+        one still warming up.  A score that is not a finite number ranks its program last."""
+        if self.verifier is None or _warming_up(self.verifier):
             return None
         pred = np.asarray(self.verifier.predict(self.context, cands), np.float64)
-        return pred if len(pred) == len(cands) and np.isfinite(pred).all() else None
+        bad = ~np.isfinite(pred)
+        if len(pred) != len(cands) or bad.all():
+            return None
+        # One program the model cannot score (a NaN) leaves the others' scores standing.
+        return np.where(bad, pred[~bad].min() - 1.0, pred) if bad.any() else pred
 
     def _rank(self, by_analyzer: np.ndarray | None, by_verifier: np.ndarray | None) -> np.ndarray:
         """What the picks rank by: the blend, or the verifier's scores where it tells something
@@ -561,3 +569,14 @@ class DraftThenVerify(PySearchStrategy):
             with self._clock("alt"):
                 self.alt.observe(self.context, measure_candidates, results)
         self.drafter.notify_runner_results(measure_candidates, results)
+
+
+def _warming_up(model: object) -> bool:
+    """Whether ``model`` is MetaSchedule's XGBoost model before its warm-up: until it has
+    ``num_warmup_samples`` measurements (100), it predicts uniform random numbers, which would
+    pass for a ranking (a cold model of ours predicts one constant, which ``_verify`` sees)."""
+    warmup = getattr(model, "num_warmup_samples", None)
+    size = getattr(model, "data_size", None)
+    if not isinstance(warmup, int) or not isinstance(size, int):
+        return False
+    return size < warmup or getattr(model, "booster", None) is None
