@@ -533,6 +533,39 @@ def test_native_messages_go_to_the_log(cli: Cli) -> None:
     assert "from C++" in native_log().read_text()
 
 
+def test_native_messages_of_a_command_that_died_reach_the_log_next_time(cli: Cli) -> None:
+    """The messages went to an anonymous file, copied into the log at the end: a command
+    killed by a segmentation fault or LLVM's abort lost the lines that said why."""
+    import subprocess
+
+    from tensortune.cli.app import _native_stderr_to_log, _scope
+
+    directory = native_log().parent
+    directory.mkdir(parents=True, exist_ok=True)
+    with _native_stderr_to_log():
+        os.write(2, b"LLVM ERROR: out of registers\n")
+        (mine,) = directory.glob(f"native-{os.getpid()}-*.part")  # on disk while it runs
+        assert b"LLVM ERROR" in mine.read_bytes()
+    assert not mine.exists()
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    dead = directory / f"native-{gone.stdout.strip()}-{_scope()}.part"
+    dead.write_bytes(b"--- tensortune compile resnet18\nLLVM ERROR: it died here\n")
+    quiet = directory / f"native-{gone.stdout.strip()}1-{_scope()}.part"  # said nothing
+    quiet.write_bytes(b"--- tensortune tune\n")
+    alive = directory / f"native-1-{_scope()}.part"  # pid 1 lives: its file is left alone
+    other = directory / f"native-{gone.stdout.strip()}-x{_scope()}.part"  # another container's
+    for part in (alive, other):
+        part.write_bytes(b"--- tensortune tune\nstill running\n")
+    assert cli("--version")[0] == 0  # a command with nothing to say sweeps up too
+    log = native_log().read_text()
+    assert "--- tensortune compile resnet18 (it ended without a word" in log
+    assert "LLVM ERROR: it died here" in log and "still running" not in log
+    assert not dead.exists() and not quiet.exists() and alive.exists() and other.exists()
+    alive.unlink()
+    other.unlink()
+
+
 # ---- records show, --json, export/import names ---------------------------------------------
 
 

@@ -91,9 +91,13 @@ def native_log() -> Path:
 def _native_stderr_to_log() -> Iterator[None]:
     """Point file descriptor 2 (what C++ code writes to) away from the terminal while Python's
     own stderr (our error lines, warnings) keeps it; whatever the native code wrote is
-    appended to ``native_log()`` afterwards."""
+    appended to ``native_log()`` afterwards.
+
+    It is written meanwhile to a file of this process's own beside the log: a command that
+    dies hard (a segmentation fault, "LLVM ERROR" and abort, SIGKILL) leaves it there, with
+    the lines that say why, and the next command appends it to the log."""
     sys.stderr.flush()
-    captured = tempfile.TemporaryFile()  # noqa: SIM115  (closed by _keep)
+    captured = _capture_file()
     terminal = os.dup(2)
     python_stderr = sys.stderr
     sys.stderr = os.fdopen(os.dup(terminal), "w", buffering=1)
@@ -109,21 +113,79 @@ def _native_stderr_to_log() -> Iterator[None]:
         _keep(captured)
 
 
+def _capture_file():
+    """This process's file for native messages (``native-PID-SCOPE.part`` beside the log, its
+    first line the command); an anonymous temporary file where the log's directory does not
+    exist yet (a command that measures nothing makes none) or cannot be written."""
+    path = native_log().with_name(f"native-{os.getpid()}-{_scope()}.part")
+    try:
+        captured = open(path, "w+b")  # noqa: SIM115  (closed by _keep)
+        captured.write(f"--- tensortune {' '.join(sys.argv[1:])}\n".encode())
+        captured.flush()
+        return captured
+    except OSError:
+        return tempfile.TemporaryFile()
+
+
 def _keep(captured) -> None:
-    """Append what the native code wrote (if anything) to the log; a log that cannot be
-    written loses it."""
+    """Append what the native code wrote (if anything) to the log, and what commands that
+    died left; a log that cannot be written loses it."""
     with captured:
         captured.seek(0)
         text = captured.read()
-        if not text:
-            return
+    named = getattr(captured, "name", None)
+    own = Path(named) if isinstance(named, str) else None
+    if own is not None:
         with contextlib.suppress(OSError):
-            path = native_log()
-            path.parent.mkdir(parents=True, exist_ok=True)
-            if path.is_file() and path.stat().st_size > 10 * 2**20:
-                path.unlink()  # old messages are worth less than the disk
-            with open(path, "ab") as log:
-                log.write(f"--- tensortune {' '.join(sys.argv[1:])}\n".encode() + text)
+            own.unlink()
+        header, _, body = text.partition(b"\n")
+        text = header + b"\n" + body if body else b""
+    else:
+        text = f"--- tensortune {' '.join(sys.argv[1:])}\n".encode() + text if text else b""
+    with contextlib.suppress(OSError):
+        path = native_log()
+        left = _left_by_the_dead(path.parent)
+        if not text and not left:
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.is_file() and path.stat().st_size > 10 * 2**20:
+            path.unlink()  # old messages are worth less than the disk
+        with open(path, "ab") as log:
+            log.write(left + text)
+
+
+def _left_by_the_dead(directory: Path) -> bytes:
+    """The messages of commands that died before they could append them (their files taken
+    away), each marked as such."""
+    out = b""
+    for part in sorted(directory.glob(f"native-*-{_scope()}.part")):
+        pid = part.stem.split("-")[1]
+        if not pid.isdigit() or _alive(int(pid)):
+            continue
+        with contextlib.suppress(OSError):
+            header, _, body = part.read_bytes().partition(b"\n")
+            part.unlink()
+            if body:
+                out += header + b" (it ended without a word: its last messages)\n" + body
+    return out
+
+
+def _scope() -> str:
+    """Where this process's pid means something (``hardware.pid_scope``): a container
+    sharing the cache sees other pids, and leaves their files alone."""
+    from tensortune.hardware.fingerprint import pid_scope
+
+    return (pid_scope() or "").replace(":", "")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's: alive
+        return True
+    return True
 
 
 def run(argv: list[str] | None = None) -> int:
