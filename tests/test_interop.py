@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from tensortune.records import open_records
 from tensortune.records.interop import copy_records, export_records, import_records
 from tensortune.records.ms_database import StoreDatabase
 from tensortune.workloads.ops import parse_spec
+from tensortune.workloads.sources import NAMES_FILE
 
 MM = "matmul:16,16,16"
 SM = "softmax:4,8"
@@ -156,6 +158,36 @@ def test_export_into_existing_database(filled, tmp_path: Path) -> None:
     assert {f.name: f.read_bytes() for f in out.iterdir()} == before
 
 
+def test_an_export_that_stops_half_way_leaves_no_database_without_its_names(
+    filled, tmp_path: Path, monkeypatch
+) -> None:
+    """The files are moved in one at a time: the names first, the records last, so that a
+    directory whose records file is there is a whole export (an import of one without its
+    names renamed every workload after the directory), and a part of one is named as such."""
+    import tensortune.records.interop as interop
+
+    store, _, _ = filled
+    moved: list[str] = []
+    replace = os.replace
+
+    def stops_after_two(src, dst) -> None:
+        if len(moved) == 2:
+            raise KeyboardInterrupt
+        moved.append(Path(dst).name)
+        replace(src, dst)
+
+    monkeypatch.setattr(interop.os, "replace", stops_after_two)
+    with pytest.raises(KeyboardInterrupt):
+        export_records(store, tmp_path / "export")
+    monkeypatch.undo()
+    assert moved == [NAMES_FILE, "database_workload.json"]
+    assert sorted(p.name for p in (tmp_path / "export").iterdir()) == sorted(moved)
+    with pytest.raises(RecordsError, match=r"holds part of a MetaSchedule database \(database_"
+                       r"workload.json without database_tuning_record.json: an export that "
+                       r"stopped half way\?\)"):  # fmt: skip
+        export_records(store, tmp_path / "export")
+
+
 def test_export_into_existing_database_with_one_file(store, tmp_path: Path) -> None:
     fill(store, SM, [1e-3])
     (tmp_path / "half").mkdir()
@@ -196,8 +228,6 @@ def test_import_uses_a_stand_in_hardware(filled, fresh, tmp_path: Path) -> None:
 
 
 def test_a_names_file_nested_past_the_parsers_depth_is_no_names(filled, fresh, tmp_path):
-    from tensortune.workloads.sources import NAMES_FILE
-
     store, *_ = filled
     export_records(store, tmp_path / "export")
     (tmp_path / "export" / NAMES_FILE).write_text("[" * 100_000)

@@ -71,9 +71,13 @@ def _export_checked(store: RecordStore, out: Path, top_k: int | None, hardware_i
                            "`tensortune records stats`)", param="target")  # fmt: skip
     if out.exists() and not out.is_dir():
         raise RecordsError(f"{out} exists and is not a directory", param="directory")
-    if any((out / f).exists() for f in _FILES):
+    if (out / _FILES[1]).exists():
         raise RecordsError(f"{out} already holds a MetaSchedule database; choose a new directory",
                            param="directory")  # fmt: skip
+    if (out / _FILES[0]).exists():  # the records file is moved in last
+        raise RecordsError(f"{out} holds part of a MetaSchedule database ({_FILES[0]} without "
+                           f"{_FILES[1]}: an export that stopped half way?); remove it or "
+                           "choose a new directory", param="directory")  # fmt: skip
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -83,7 +87,7 @@ def _export_checked(store: RecordStore, out: Path, top_k: int | None, hardware_i
     partial = Path(tempfile.mkdtemp(prefix=".export-", dir=out))
     try:
         done = _export(store, partial, top_k, hw, target)
-        for name in (*_FILES, NAMES_FILE):
+        for name in (NAMES_FILE, *_FILES):  # the records file last (see above)
             os.replace(partial / name, out / name)
     finally:
         shutil.rmtree(partial, ignore_errors=True)
