@@ -45,6 +45,43 @@ def test_the_password_never_shows(postgres_url: str, cli: Cli) -> None:
     assert "password authentication failed" in err and PASSWORD not in err
 
 
+def test_a_password_libpq_reads_otherwise_than_urlsplit_never_shows(postgres_server,
+                                                                     cli: Cli) -> None:  # fmt: skip
+    """libpq reads the user part up to the first ``@`` or ``/`` and takes ``password=`` from
+    the query; ``urlsplit`` read ``u:1234#x@h`` as no password, ``u:pa#ss@h`` as a host
+    ``u`` with a port ``pa`` (its message showed ``pa``), and ignored the query."""
+    from tensortune.records.postgres import redact
+
+    for secret in ("1234#x9", "pa#s?s"):
+        admin = postgres_server.new_database()  # the role owns the database's schema
+        port, database = admin.split("@127.0.0.1:")[1].split("/")
+        role = "r" + secret[:2].replace("#", "h") + "x"
+        _sql(admin, f"DROP ROLE IF EXISTS {role}", f"CREATE ROLE {role} LOGIN PASSWORD "
+             f"'{secret}'", f"ALTER SCHEMA public OWNER TO {role}")  # fmt: skip
+        for url in (
+            f"postgresql://{role}:{secret}@127.0.0.1:{port}/{database}",
+            f"postgresql://127.0.0.1:{port}/{database}?user={role}&password={secret}",
+        ):
+            assert secret not in redact(url) and "***" in redact(url)
+            with open_records(url) as store:  # libpq connects with it
+                assert secret not in store.url
+            wrong = url.replace(secret, secret + "-wrong")
+            code, out, err = cli("records", "stats", "--records", wrong)
+            assert code == 2 and err.count("\n") == 1 and "password authentication" in err
+            assert secret not in out + err and "wrong" not in out + err
+
+
+def test_run_times_read_back_whole_whatever_the_servers_float_digits(postgres_url: str):
+    """At ``extra_float_digits`` 0 the server sent 15 digits: every record whose cost is not
+    exactly the median of its times read as damaged."""
+    database = postgres_url.rsplit("/", 1)[1]
+    _sql(postgres_url, f"ALTER DATABASE {database} SET extra_float_digits = 0")
+    with open_records(postgres_url) as store:
+        (added,) = fill(store, MM, [1.2345678901234567e-05])
+        (got,) = store.query()
+    assert got.run_secs == added.run_secs and got.cost == added.cost
+
+
 def test_a_server_that_is_not_there_is_one_line(cli: Cli) -> None:
     code, _, err = cli("records", "stats", "--records", "postgresql://u:sekrit@127.0.0.1:1/db")
     assert code == 2 and err.count("\n") == 1 and "cannot connect" in err

@@ -1024,3 +1024,31 @@ def test_a_commit_is_on_disk_when_it_returns(sqlite_store) -> None:
     mode = sqlite_store._db.execute("PRAGMA journal_mode").fetchone()[0]
     level = sqlite_store._db.execute("PRAGMA synchronous").fetchone()[0]
     assert (mode, level) == ("wal", 2)  # 2: FULL
+
+
+def test_both_stores_keep_what_a_crashing_kernel_says_and_refuse_a_negative_limit(store):
+    """A NUL character in an error message (a compiler's or a kernel's output) made
+    PostgreSQL refuse the whole batch, the round's measurements with it, where SQLite kept
+    it; a negative limit was no limit on SQLite and an error on PostgreSQL."""
+    import dataclasses
+
+    from tensortune.records.schema import TaskSource
+
+    (failed,) = make_records(store, MM, [None])
+    store.add([dataclasses.replace(failed, error="[run_error] boom\x00\x00 at 0x0")])
+    (got,) = store.query()
+    assert got.error == "[run_error] boom\\x00\\x00 at 0x0"
+    wid = store.workload_id(parse_spec(SM).to_module(), "soft\x00max")
+    store.add_task_sources([TaskSource("net\x00", wid, "t\x00", 1)])
+    assert store.workload(wid).name == "soft\\x00max"
+    assert store.task_sources() == [TaskSource("net\\x00", wid, "t\\x00", 1)]
+    with pytest.raises(RecordsError, match="limit must not be negative"):
+        list(store.query(limit=-1))
+
+
+def test_an_empty_file_is_no_store_as_an_empty_database_is(tmp_path: Path) -> None:
+    from tensortune.errors import NoStoreError
+
+    (tmp_path / "empty.db").write_bytes(b"")
+    with pytest.raises(NoStoreError, match="is empty, not a tensortune records store"):
+        open_records(_url(tmp_path / "empty.db"), create=False)

@@ -14,10 +14,11 @@ every message it raises show ``***`` in its place.
 from __future__ import annotations
 
 import random
+import re
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit
 
 from tensortune.errors import NoStoreError, RecordsError
 from tensortune.records.schema import SCHEMA_VERSION
@@ -43,22 +44,38 @@ _MIGRATIONS = {
 _FIRST_VERSION = 3
 
 
+def passwords(url: str) -> list[str]:
+    """The passwords ``url`` gives libpq, as written and as decoded: in its user part, and
+    in a ``password=`` parameter.
+
+    Read as libpq reads a URI, not as ``urlsplit`` does: the user part ends at the first
+    ``@`` or ``/``, so a password may hold ``#`` or ``?`` (``urlsplit`` took ``u:pa#ss@h``
+    for a host ``u`` and a port ``pa``, and ``u:1234#x@h`` for no password at all)."""
+    rest = url.partition("://")[2]
+    found = []
+    end = next((i for i, ch in enumerate(rest) if ch in "@/"), len(rest))
+    if end < len(rest) and rest[end] == "@":
+        _, colon, password = rest[:end].partition(":")
+        if colon and password:
+            found.append(password)
+    found += re.findall(r"[?&]password=([^&]*)", rest)
+    return [p for raw in found for p in dict.fromkeys((raw, unquote(raw))) if p]
+
+
 def redact(url: str) -> str:
-    """``url`` with its password, if any, shown as ``***``; a ``RecordsError`` for a URL whose
-    host or port cannot be read (the message shows no part of its address)."""
+    """``url`` with its passwords (``passwords``) shown as ``***``; a ``RecordsError`` for a
+    URL whose host or port cannot be read (the message shows no part of its address)."""
+    scheme, _, rest = url.partition("://")
+    end = next((i for i, ch in enumerate(rest) if ch in "@/"), len(rest))
+    if end < len(rest) and rest[end] == "@" and ":" in rest[:end]:
+        rest = rest[: rest.index(":")] + ":***" + rest[end:]
+    rest = re.sub(r"([?&]password=)[^&]*", r"\1***", rest)
+    shown = f"{scheme}://{rest}"
     try:
-        parts = urlsplit(url)
-        password, port = parts.password, parts.port
+        urlsplit(shown).port  # noqa: B018  (reading it checks the host and port)
     except ValueError as e:  # a port out of range or not a number, a broken IPv6 address
-        scheme = url.partition("://")[0]
         raise RecordsError(f"malformed records URL {scheme}://...: {e}") from None
-    if password is None:
-        return url
-    host = parts.hostname or ""
-    if ":" in host:  # an IPv6 address
-        host = f"[{host}]"
-    netloc = f"{parts.username or ''}:***@{host}" + (f":{port}" if port else "")
-    return urlunsplit(parts._replace(netloc=netloc))
+    return shown
 
 
 class _Placeholders:
@@ -90,7 +107,7 @@ class PostgresStore(SQLStore):
         super().__init__()
         self._psycopg = psycopg
         self._conninfo = "postgresql://" + url.partition("://")[2]  # postgres:// too
-        self._password = urlsplit(url).password
+        self._passwords = passwords(url)
         self.url = self.name = redact(url)
         self.reconnect_seconds = reconnect_seconds
         self.connect_timeout = connect_timeout
@@ -115,12 +132,17 @@ class PostgresStore(SQLStore):
     def _opened(self, timeout: int) -> Any:
         conn = self._psycopg.connect(self._conninfo, autocommit=True, connect_timeout=timeout)
         conn.isolation_level = self._psycopg.IsolationLevel.READ_COMMITTED
+        # Run times read back to the last bit, whatever the server's or role's setting: a
+        # record's cost must equal the median of its times, or it reads as damaged.
+        conn.execute("SET extra_float_digits = 3")
         return conn
 
     def _clean(self, error: BaseException) -> str:
         """An error's first line, never with the password in it."""
         text = (str(error).strip().splitlines() or [type(error).__name__])[0]
-        return text.replace(self._password, "***") if self._password else text
+        for password in sorted(self._passwords, key=len, reverse=True):
+            text = text.replace(password, "***")
+        return text
 
     def _lost(self, error: BaseException) -> bool:
         return isinstance(error, self._psycopg.OperationalError) and (

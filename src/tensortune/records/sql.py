@@ -226,7 +226,7 @@ class SQLStore(RecordStore):
                 return found
             row = cur.execute(
                 "INSERT INTO workloads (shash, name, mod_json) VALUES (?, ?, ?) RETURNING id",
-                (shash, name, text),
+                (shash, _no_nul(name), text),
             ).fetchone()
             return int(row[0])
 
@@ -277,9 +277,10 @@ class SQLStore(RecordStore):
         rows = [
             (
                 r.workload_id, r.hardware_id, r.target, r.trace, r.args_info,
-                json.dumps(list(r.run_secs)), r.cost if r.ok else None, r.status, r.error,
-                r.run_id, r.tvm_version, r.created_at or time.time(), trace_hash(r.trace),
-                r.uid or uuid.uuid4().hex, r.origin,
+                json.dumps(list(r.run_secs)), r.cost if r.ok else None, r.status,
+                _no_nul(r.error), _no_nul(r.run_id), _no_nul(r.tvm_version),
+                r.created_at or time.time(), trace_hash(r.trace), r.uid or uuid.uuid4().hex,
+                _no_nul(r.origin),
             )
             for r in records
         ]  # fmt: skip
@@ -324,6 +325,8 @@ class SQLStore(RecordStore):
         order = " ORDER BY id"
         if best_first:
             order = " ORDER BY cost, id" if ok_only else " ORDER BY cost IS NULL, cost, id"
+        if limit is not None and int(limit) < 0:  # SQLite reads it as no limit, PostgreSQL
+            raise RecordsError(f"a query's limit must not be negative, not {limit}")
         tail = f" LIMIT {int(limit)}" if limit is not None else ""
         for row in self._read(f"SELECT {COLUMNS} FROM records{where}{order}{tail}", params):
             yield row_to_record(row)
@@ -333,7 +336,8 @@ class SQLStore(RecordStore):
         return int(self._read(f"SELECT count(*) FROM records{where}", params)[0][0])
 
     def add_task_sources(self, sources: Iterable[TaskSource]) -> None:
-        rows = [(s.network, s.workload_id, s.task_name, s.weight) for s in sources]
+        rows = [(_no_nul(s.network), s.workload_id, _no_nul(s.task_name), s.weight)
+                for s in sources]  # fmt: skip
         upsert = (
             "INSERT INTO task_sources VALUES (?, ?, ?, ?) ON CONFLICT (network, workload_id) "
             "DO UPDATE SET task_name = excluded.task_name, weight = excluded.weight"
@@ -478,3 +482,9 @@ class SQLStore(RecordStore):
             (hardware_id, target, worker, *workload_ids),
         )
         return {int(w): int(n) for w, n in rows}
+
+
+def _no_nul(text: str | None) -> str | None:
+    """``text`` as both stores keep it: PostgreSQL refuses a NUL character in text (the whole
+    batch with it), which a compiler's or a crashing kernel's error message may hold."""
+    return text.replace("\x00", "\\x00") if text and "\x00" in text else text

@@ -92,7 +92,8 @@ class SQLiteStore(SQLStore):
         if tables and "meta" not in tables:
             raise RecordsError(f"{self.path} is a SQLite file but not a tensortune records store")
         if not tables and not create:  # an empty file: reading it must not write a schema
-            raise RecordsError(f"{self.path} is empty, not a tensortune records store")
+            # as a database without the tables is on PostgreSQL: no store there yet
+            raise NoStoreError(f"{self.path} is empty, not a tensortune records store")
         if tables:
             version = self._schema_version(dict(db.execute("SELECT key, value FROM meta")))
             if version < SCHEMA_VERSION:
