@@ -377,3 +377,24 @@ def test_the_report_s_error_takes_masks_empty_outputs_and_infinities():
     report = _report(SimpleNamespace(name="m"), SimpleNamespace(url="sqlite:///r.db"), platform,
                      [], [(outs, 2e-3, 1), ([o.copy() for o in outs], 1e-3, 1)], [])  # fmt: skip
     assert report.max_abs_error == 0.0 and report.speedup_over_untuned == 2.0
+
+
+def test_bench_e2es_error_is_not_lost_to_a_nan_and_its_files_are_strict_json():
+    """``bench e2e`` took a bare max over outputs: NaN where an output held one, or dropped
+    by Python's ``max`` when a later output held it; its files held NaN and Infinity, which
+    jq and JavaScript refuse."""
+    import json
+    import math
+
+    from tensortune.deploy.compile import output_difference
+    from tensortune.files import strict_json
+
+    good = np.array([1.0, -np.inf, 2.0])
+    broken = np.array([1.0, -np.inf, np.nan])
+    assert output_difference(good, good.copy()) == 0.0  # equal infinities agree
+    assert output_difference(broken, good) == math.inf  # a NaN on one side: without bound
+    assert output_difference(np.array([np.inf]), np.array([1.0])) == math.inf
+    errors = [output_difference(np.array([0.5]), np.array([0.4])), math.inf]
+    assert max(errors) == max(errors[::-1]) == math.inf  # whatever the order of outputs
+    text = strict_json({"max_abs_error": math.inf, "pca": math.nan, "curve": [(1.0, -math.inf)]})
+    assert json.loads(text) == {"max_abs_error": None, "pca": None, "curve": [[1.0, None]]}

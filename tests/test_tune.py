@@ -490,3 +490,14 @@ def test_a_task_whose_first_round_all_failed_gets_another_round(tmp_path):
         runner.inner.close()
     first = next(t for t in result.tasks if t.name == "matmul:32,32,32")  # the heavier: first
     assert first.trials > 2 and first.ok > 0
+
+
+def test_metaschedules_warnings_go_to_stderr_not_among_the_json_on_stdout(tmp_path, capsys):
+    import logging
+
+    from tensortune.search.run import _task_loggers
+
+    with _task_loggers(tmp_path, ["matmul:16,16,16"]):
+        logging.getLogger("tvm.s_tir.meta_schedule.task_scheduler").warning("a warning")
+    out, err = capsys.readouterr()
+    assert "a warning" in err and out == ""

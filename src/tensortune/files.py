@@ -1,4 +1,4 @@
-"""Files written whole or not at all.
+"""Files written whole or not at all, and JSON any parser reads.
 
 A results file that a rerun resumes from (``bench tune``'s ``results.json``) was written in
 place: a kill or a full disk while writing it left half a file, which the rerun refuses, and
@@ -8,6 +8,8 @@ is either the old one or the new one.
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import threading
 from pathlib import Path
@@ -28,3 +30,20 @@ def write_atomically(path: str | os.PathLike, data: str | bytes) -> None:
         os.replace(partial, path)
     finally:
         partial.unlink(missing_ok=True)
+
+
+def strict_json(value: object, **dumps: object) -> str:
+    """``value`` as strict JSON: a number that is NaN or infinite (a metric of a task with one
+    program, a latency a task never got) is written as null; Python's ``json`` would write
+    ``NaN``/``Infinity``, which jq and JavaScript refuse."""
+    return json.dumps(_finite(value), allow_nan=False, **dumps)
+
+
+def _finite(value: object) -> object:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value

@@ -4,11 +4,12 @@ row never wraps in a terminal of 100 columns."""
 
 from __future__ import annotations
 
-import json
 import math
 
 from rich.console import Console
 from rich.table import Column, Table
+
+from tensortune.files import strict_json
 
 # No markup: task names, file names and op docs contain brackets that Rich would eat.
 console = Console(highlight=False, markup=False)
@@ -16,19 +17,8 @@ errors = Console(stderr=True, highlight=False, markup=False, soft_wrap=True)
 
 
 def print_json(value: object) -> None:
-    """``value`` as one line of strict JSON on stdout: a metric that is NaN or infinite (a task
-    with one program has no pairwise accuracy) is written as null, which JSON parsers read."""
-    print(json.dumps(_finite(value), allow_nan=False))
-
-
-def _finite(value: object) -> object:
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_finite(v) for v in value]
-    return value
+    """``value`` as one line of strict JSON on stdout (``files.strict_json``)."""
+    print(strict_json(value))
 
 
 def fmt_seconds(s: float | None) -> str:

@@ -38,9 +38,9 @@ from pathlib import Path
 import numpy as np
 
 from tensortune.compare.own_process import OwnProcess
-from tensortune.deploy.compile import build_tuned
+from tensortune.deploy.compile import build_tuned, output_difference
 from tensortune.errors import TensortuneError, about, last_line
-from tensortune.files import write_atomically
+from tensortune.files import strict_json, write_atomically
 from tensortune.hardware import Platform, resolve_platform
 from tensortune.hardware.fingerprint import affinity_kept
 from tensortune.measure.executable import seconds_per_call
@@ -242,7 +242,7 @@ def bench_e2e(
         result = E2EResult(net, gflop, threads, platform.hardware.cpu_model, peak,
                            info["seconds"], info["trials"],
                            timings, peak_by, bool(info.get("resumed")))  # fmt: skip
-        write_atomically(work / f"{net}-e2e.json", json.dumps(result.to_dict()))
+        write_atomically(work / f"{net}-e2e.json", strict_json(result.to_dict()))
         out.append(result)
     return out
 
@@ -349,8 +349,9 @@ def _start(name: str, make: Callable[[], Runner], reference: list[np.ndarray]) -
         timing.note = f"{backend_stats.eager - eager_before} graph(s) ran eagerly"
     if len(outputs) != len(reference):
         raise TensortuneError(f"{name} gave {len(outputs)} outputs, eager {len(reference)}")
-    timing.max_abs_error = max(float(np.abs(o - r).max())
-                               for o, r in zip(outputs, reference, strict=True))  # fmt: skip
+    timing.max_abs_error = max((output_difference(o, r)
+                                for o, r in zip(outputs, reference, strict=True)),
+                               default=0.0)  # fmt: skip
     return run, timing
 
 

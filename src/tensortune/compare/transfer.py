@@ -26,13 +26,12 @@ Metrics (``../shared/research/algorithms.md`` §1.6 and §1.7):
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from tensortune.errors import TensortuneError, about
-from tensortune.files import write_atomically
+from tensortune.files import strict_json, write_atomically
 from tensortune.hardware import Platform, resolve_platform
 from tensortune.records import open_records
 from tensortune.records.schema import origin_kind
@@ -170,7 +169,7 @@ def bench_transfer(
             sum(k.took_transferred for k in moved.tasks),
             {"full": full_curve, "warm": warm_curve},
         )  # fmt: skip
-        write_atomically(work / f"{tgt}-from-{src}.json", json.dumps(result.to_dict()))
+        write_atomically(work / f"{tgt}-from-{src}.json", strict_json(result.to_dict()))
         out.append(result)
     return out
 

@@ -220,16 +220,26 @@ def _stray(tuned: list, untuned: list) -> tuple[float, float]:
         floating = b.dtype.kind == "f" or b.dtype.name.startswith(("bfloat", "float"))
         if not (floating and b.size):
             continue
-        a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-        agree = (a == b) | (np.isnan(a) & np.isnan(b))
-        with np.errstate(invalid="ignore"):  # inf - inf where they agree, masked next
-            diff = np.where(agree, 0.0, np.abs(a - b))
-        stray = float(np.nan_to_num(diff, nan=np.inf, posinf=np.inf).max())
+        stray = output_difference(a, b)
+        b = np.asarray(b, np.float64)
         finite = np.abs(b[np.isfinite(b)])
         allowed = OUTPUT_TOLERANCE * max(1.0, float(finite.max()) if finite.size else 0.0)
         if worst is None or stray / allowed > worst[0] / worst[1]:
             worst = (stray, allowed)
     return worst or (0.0, OUTPUT_TOLERANCE)
+
+
+def output_difference(got: np.ndarray, want: np.ndarray) -> float:
+    """The largest absolute difference of two outputs of one shape: equal infinities (and two
+    NaNs) agree, a NaN on one side only differs without bound (a bare ``max`` of NaNs is NaN,
+    or is dropped by Python's ``max`` over outputs, by their order)."""
+    a, b = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    if not b.size:
+        return 0.0
+    agree = (a == b) | (np.isnan(a) & np.isnan(b))
+    with np.errstate(invalid="ignore"):  # inf - inf where they agree, masked next
+        diff = np.where(agree, 0.0, np.abs(a - b))
+    return float(np.nan_to_num(diff, nan=np.inf, posinf=np.inf).max())
 
 
 def _report(m, store: RecordStore, platform: Platform, statuses: list[TaskStatus],

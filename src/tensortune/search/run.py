@@ -156,7 +156,7 @@ def _task_loggers(work: Path, names: list[str]) -> Iterator[list[logging.Logger]
         return logger
 
     top = logging.getLogger("tvm.s_tir.meta_schedule")
-    console = logging.StreamHandler(sys.stdout)
+    console = logging.StreamHandler(sys.stderr)  # stdout is for results (``--json``)
     console.setLevel(logging.WARNING)
     own(top, console, logging.FileHandler(log_dir / f"{base}.task_scheduler.log"))
     try:
