@@ -689,3 +689,26 @@ def test_a_run_time_is_the_median_of_repeats_that_all_measured_something():
     # that ran: as a task's best, a 0 made every other program's label 0 / cost.
     for secs in ([1e10], [], None, [0.0], [2e-3, 0.0, 1e-3], [-1e-3], [float("nan"), 1e-3]):
         assert run_seconds(secs) == float("inf"), secs
+
+
+def test_a_session_refused_for_its_timing_closes_the_builder_it_started(monkeypatch):
+    """A notebook's bad ``timing=`` left the builder's workers running (the traceback keeps
+    the frame that held them)."""
+    from conftest import platform
+
+    import tensortune.measure.session as session
+    from tensortune.errors import TensortuneError
+
+    closed = []
+
+    class Builder:
+        def __init__(self, **kwargs) -> None:
+            pass
+
+        def close(self) -> None:
+            closed.append(True)
+
+    monkeypatch.setattr(session, "PersistentBuilder", Builder)
+    with pytest.raises(TensortuneError, match="a TimingConfig, not"):
+        session.MeasureSession(platform(), timing={"number": 3})
+    assert closed == [True]

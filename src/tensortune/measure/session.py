@@ -53,9 +53,13 @@ class MeasureSession:
             self._owned.append(builder)
         self.builder = builder
         if runner is None:
-            runner = PersistentRunner(timing, num_threads=platform.threads,
-                                      check_correctness=check_correctness,
-                                      log_path=_log(logs, "runner-worker.log"))  # fmt: skip
+            try:
+                runner = PersistentRunner(timing, num_threads=platform.threads,
+                                          check_correctness=check_correctness,
+                                          log_path=_log(logs, "runner-worker.log"))  # fmt: skip
+            except BaseException:  # a bad ``timing``: the builder's workers go with the error
+                self.close()
+                raise
             self._owned.append(runner)
         self.runner = runner
         self.checks = check_correctness and runner in self._owned
