@@ -403,3 +403,32 @@ def test_a_ratio_near_one_shows_which_side_of_it_it_lies() -> None:
 
     assert [fmt_ratio(x) for x in (0.996, 1.0, 1.004, 1.2345, None)] == [
         "0.996x", "1.00x", "1.004x", "1.23x", "not reached"]  # fmt: skip
+
+
+def test_ctrl_c_in_the_main_thread_does_not_stop_a_tune_in_another() -> None:
+    """The flag Ctrl-C sets was the process's: a notebook's background tune ended its
+    searches early, quietly, when a call in the main thread was interrupted."""
+    import os
+    import signal
+    import threading
+
+    from tensortune import errors
+
+    inside, seen = threading.Event(), []
+    release = threading.Event()
+
+    def background() -> None:
+        with errors.interruptible(graceful=True):  # what tune() runs its search in
+            inside.set()
+            release.wait(30)
+            seen.append(errors.interrupted())
+
+    thread = threading.Thread(target=background)
+    thread.start()
+    assert inside.wait(30)
+    with pytest.raises(KeyboardInterrupt), errors.interruptible(graceful=True):
+        os.kill(os.getpid(), signal.SIGINT)  # graceful: remembered
+        assert errors.interrupted()  # the main thread's work stops after its batch
+        release.set()
+        thread.join(30)
+    assert seen == [False]

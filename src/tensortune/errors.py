@@ -141,11 +141,16 @@ def check_writable(path: str | os.PathLike | None, param: str, *, directory: boo
 # at once.
 _interrupted = threading.Event()
 _active: Callable[[int, object], None] | None = None  # the innermost interruptible's handler
+# Set in a thread other than the main one while it runs an ``interruptible`` block: Ctrl-C
+# goes to the main thread's work, and a tune running in the background (a notebook's thread)
+# used to end its searches early, quietly, when the main thread's call was interrupted.
+_detached = threading.local()
 
 
 def interrupted() -> bool:
-    """Whether Ctrl-C (SIGINT) arrived inside the innermost ``interruptible`` block."""
-    return _interrupted.is_set()
+    """Whether Ctrl-C (SIGINT) arrived inside the innermost ``interruptible`` block (never,
+    for work a thread other than the main one runs in a block of its own)."""
+    return _interrupted.is_set() and not getattr(_detached, "on", False)
 
 
 @contextmanager
@@ -156,7 +161,12 @@ def interruptible(*, graceful: bool = False) -> Iterator[None]:
     when it ends."""
     global _active
     if threading.current_thread() is not threading.main_thread():
-        yield  # signal handlers belong to the main thread
+        # signal handlers belong to the main thread, and so does its Ctrl-C
+        outer_detached, _detached.on = getattr(_detached, "on", False), True
+        try:
+            yield
+        finally:
+            _detached.on = outer_detached
         return
     previous = signal.getsignal(signal.SIGINT)
     outer = _active
