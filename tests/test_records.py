@@ -1052,3 +1052,28 @@ def test_an_empty_file_is_no_store_as_an_empty_database_is(tmp_path: Path) -> No
     (tmp_path / "empty.db").write_bytes(b"")
     with pytest.raises(NoStoreError, match="is empty, not a tensortune records store"):
         open_records(_url(tmp_path / "empty.db"), create=False)
+
+
+def test_one_store_object_shared_by_two_threads_takes_both_writers(store):
+    """A notebook's background tune and an import into the same store object: the second
+    BEGIN ran inside the first's transaction on the one connection."""
+    import dataclasses
+    import threading
+
+    records = make_records(store, MM, [1e-3, 2e-3])
+    failures: list[BaseException] = []
+
+    def writer() -> None:
+        try:
+            for _ in range(40):
+                store.add([dataclasses.replace(r, uid="") for r in records])
+                assert store.count() >= 2
+        except BaseException as e:  # reported below, with the thread it ended
+            failures.append(e)
+
+    threads = [threading.Thread(target=writer) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert failures == [] and store.count() == 2 * 40 * 2

@@ -190,14 +190,16 @@ class PostgresStore(SQLStore):
             with self._conn.transaction(), self._conn.cursor() as cur:
                 return fn(_Placeholders(cur))
 
-        return self._retrying(once)
+        with self._lock:
+            return self._retrying(once)
 
     def _read(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
         def once() -> list[tuple]:
             with self._conn.cursor() as cur:
                 return cur.execute(sql.replace("?", "%s"), params).fetchall()
 
-        return self._retrying(once)
+        with self._lock:
+            return self._retrying(once)
 
     def _lock_workloads(self, cur: Cursor) -> None:
         cur.execute("LOCK TABLE workloads IN SHARE ROW EXCLUSIVE MODE")

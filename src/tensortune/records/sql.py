@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import abc
 import json
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -148,6 +149,10 @@ class SQLStore(RecordStore):
 
     def __init__(self) -> None:
         self._workload_cache: dict[str, list[tuple[int, object]]] = {}
+        # One connection, one statement or transaction at a time: a store object that two
+        # threads share (a notebook's background tune and an import) ran a second BEGIN
+        # inside the first's transaction.  Reentrant: a transaction's work may read.
+        self._lock = threading.RLock()
 
     @abc.abstractmethod
     def _write(self, fn: Callable[[Cursor], T]) -> T:

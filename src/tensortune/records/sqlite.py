@@ -139,6 +139,10 @@ class SQLiteStore(SQLStore):
         self._db.execute("SELECT count(*) FROM records").fetchone()  # surfaces a corrupt file
 
     def _write(self, fn: Callable[[Cursor], T]) -> T:
+        with self._lock:
+            return self._write_locked(fn)
+
+    def _write_locked(self, fn: Callable[[Cursor], T]) -> T:
         db = self._db
         try:
             db.execute("BEGIN IMMEDIATE")
@@ -173,7 +177,8 @@ class SQLiteStore(SQLStore):
 
     def _read(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
         try:
-            return self._db.execute(sql, params).fetchall()
+            with self._lock:
+                return self._db.execute(sql, params).fetchall()
         except sqlite3.DatabaseError as e:
             raise RecordsError(f"records store {self.path}: {e}") from None
 
