@@ -1003,3 +1003,19 @@ def test_the_verifier_is_not_trusted_while_it_warms_up_and_one_nan_costs_one_pro
     assert strategy._predict([object()] * 2) is None
     strategy.verifier = Scores(1.0)
     assert strategy._predict([object()] * 2) is None  # not one score a program
+
+
+def test_a_draft_takes_no_more_measured_programs_than_leave_its_fresh_ones():
+    """MetaSchedule samples the population less the measured programs it takes, and stops
+    when that is fewer than its minimum of fresh ones: ``init_measured_ratio`` 1 failed every
+    draft of a task with a population's worth of records."""
+    from tensortune.search.draft_verify import DraftThenVerify
+
+    def ratio(**options) -> float:
+        return DraftThenVerify(**options)._inst._measured_ratio()
+
+    assert ratio(population=64, init_measured_ratio=1.0) == 0.75  # 16 fresh of 64
+    assert ratio(population=512, init_measured_ratio=0.9) == 0.75  # 128 fresh of 512
+    assert ratio(population=20, init_measured_ratio=0.5) == pytest.approx(0.2)  # 16 of 20
+    assert ratio(population=8, init_measured_ratio=0.5) == 0.0
+    assert ratio(population=512) == 0.1  # the default, as it was

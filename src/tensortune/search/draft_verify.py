@@ -268,11 +268,21 @@ class DraftThenVerify(PySearchStrategy):
         total = sum(probs.values()) or 1.0
         self.mutator_p = np.array([probs[m] / total for m in self.mutators])
 
+    def _fresh(self) -> int:
+        """Unmeasured programs a draft's first population holds at least."""
+        return max(self.population // 4, 16)
+
+    def _measured_ratio(self) -> float:
+        """``init_measured_ratio``, at most what leaves ``_fresh()`` programs to sample:
+        MetaSchedule samples the population less the measured programs it takes and stops
+        ("Cannot sample enough initial population") when that is fewer; at a ratio near 1,
+        every draft of a task with enough records failed."""
+        return max(0.0, min(self.init_measured_ratio, 1 - self._fresh() / self.population))
+
     def _evolution(self, context, generations: int):
         evolution = ms.search_strategy.EvolutionarySearch(
-            population_size=self.population, init_measured_ratio=self.init_measured_ratio,
-            init_min_unmeasured=max(self.population // 4, 16),
-            genetic_num_iters=generations, eps_greedy=0.0,
+            population_size=self.population, init_measured_ratio=self._measured_ratio(),
+            init_min_unmeasured=self._fresh(), genetic_num_iters=generations, eps_greedy=0.0,
         )  # fmt: skip
         evolution._initialize_with_tune_context(context)
         return evolution
@@ -320,7 +330,7 @@ class DraftThenVerify(PySearchStrategy):
         mod = self.context.mod
         if database is None or not database.has_workload(mod):
             return []
-        k = math.ceil(self.population * self.init_measured_ratio)
+        k = math.ceil(self.population * self._measured_ratio())
         return [(r, True) for r in database.get_top_k(database.commit_workload(mod), k)]
 
     def _seeds(self, design_spaces, database) -> list:
