@@ -11,7 +11,7 @@ explicit auto-unroll step (MetaSchedule samples 0, 16, 64 or 512) set its build 
 draws ``--programs`` of each step and builds them in batches of 16, steps in rotating order.
 
 Run:  .venv/bin/python benchmarks/build_cost.py WORK_DIR [--methods default,draft]
-      [--programs 64] [--repeats 2] [--by-unroll]
+      [--programs 64] [--repeats 3] [--by-unroll]
 """
 
 from __future__ import annotations

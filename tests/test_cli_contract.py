@@ -547,21 +547,33 @@ def test_native_messages_of_a_command_that_died_reach_the_log_next_time(cli: Cli
         (mine,) = directory.glob(f"native-{os.getpid()}-*.part")  # on disk while it runs
         assert b"LLVM ERROR" in mine.read_bytes()
     assert not mine.exists()
-    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                          capture_output=True, text=True, check=True)  # fmt: skip
-    dead = directory / f"native-{gone.stdout.strip()}-{_scope()}.part"
+
+    def gone() -> str:  # the pid of a process that has ended
+        ran = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                             capture_output=True, text=True, check=True)  # fmt: skip
+        return ran.stdout.strip()
+
+    scope = _scope()
+    dead = directory / f"native-{gone()}-{scope}.part"
     dead.write_bytes(b"--- tensortune compile resnet18\nLLVM ERROR: it died here\n")
-    quiet = directory / f"native-{gone.stdout.strip()}1-{_scope()}.part"  # said nothing
+    quiet = directory / f"native-{gone()}-{scope}.part"  # it said nothing
     quiet.write_bytes(b"--- tensortune tune\n")
-    alive = directory / f"native-1-{_scope()}.part"  # pid 1 lives: its file is left alone
-    other = directory / f"native-{gone.stdout.strip()}-x{_scope()}.part"  # another container's
+    rebooted = directory / f"native-{os.getpid()}-x{scope[1:]}.part"  # an earlier boot's
+    rebooted.write_bytes(b"--- tensortune tune --model bert\nbefore the reboot\n")
+    alive = directory / f"native-1-{scope}.part"  # pid 1 lives: its file is left alone
+    other = directory / f"native-{gone()}-{scope[:8]}9{scope[8:]}.part"  # another container's
     for part in (alive, other):
         part.write_bytes(b"--- tensortune tune\nstill running\n")
+    # And this very pid's, left by a dead command it was reused from: not wiped at the start.
+    (directory / f"native-{os.getpid()}-{scope}.part").write_bytes(b"--- tensortune x\nreused\n")
     assert cli("--version")[0] == 0  # a command with nothing to say sweeps up too
     log = native_log().read_text()
     assert "--- tensortune compile resnet18 (it ended without a word" in log
-    assert "LLVM ERROR: it died here" in log and "still running" not in log
-    assert not dead.exists() and not quiet.exists() and alive.exists() and other.exists()
+    for said in ("LLVM ERROR: it died here", "before the reboot", "reused"):
+        assert said in log
+    assert "still running" not in log
+    assert not dead.exists() and not quiet.exists() and not rebooted.exists()
+    assert alive.exists() and other.exists()
     alive.unlink()
     other.unlink()
 

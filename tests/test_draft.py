@@ -1005,6 +1005,28 @@ def test_the_verifier_is_not_trusted_while_it_warms_up_and_one_nan_costs_one_pro
     assert strategy._predict([object()] * 2) is None  # not one score a program
 
 
+def test_a_tune_with_metaschedules_xgboost_ranks_by_the_analyzer_while_it_warms_up(
+        tmp_path, target, monkeypatch):  # fmt: skip
+    """What MetaSchedule hands the strategy is the cost model's C++ view, without the warm-up
+    count: the check must read the Python model ``tune`` made (``watch_verifier``)."""
+    import tensortune.search.draft_verify as dv
+    from tensortune.tuning.tune import tune
+
+    seen: list[bool] = []
+    warming_up = dv._warming_up
+
+    def watched(model: object) -> bool:
+        seen.append(warming_up(model))
+        return seen[-1]
+
+    monkeypatch.setattr(dv, "_warming_up", watched)
+    tune(["matmul:32,32,32"], trials=8, trials_per_round=8, records=f"sqlite:///{tmp_path}/r.db",
+         work_dir=tmp_path / "w", target=target, cost_model="xgb",
+         strategy=dv.DraftThenVerify(population=64, draft_size=32, per_round=8, threads=1),
+         check_correctness=False)  # fmt: skip
+    assert seen and all(seen)  # 8 measurements of its 100: every round ranked by the analyzer
+
+
 def test_a_draft_takes_no_more_measured_programs_than_leave_its_fresh_ones():
     """MetaSchedule samples the population less the measured programs it takes, and stops
     when that is fewer than its minimum of fresh ones: ``init_measured_ratio`` 1 failed every

@@ -1077,3 +1077,13 @@ def test_one_store_object_shared_by_two_threads_takes_both_writers(store):
     for t in threads:
         t.join(120)
     assert failures == [] and store.count() == 2 * 40 * 2
+
+
+def test_redact_leaves_a_path_as_it_is_and_hides_every_password_libpq_reads() -> None:
+    from tensortune.records.postgres import passwords, redact
+
+    for plain in ("r.db", "/tmp/x/r.db", "sqlite:///r.db", "postgresql://u@h/db"):
+        assert redact(plain) == plain  # "r.db" came back as "r.db://"
+    url = "postgresql://u:a#b@h:5432/db?sslpassword=k3y&password=p%40ss"
+    assert redact(url) == "postgresql://u:***@h:5432/db?sslpassword=***&password=***"
+    assert set(passwords(url)) == {"a#b", "k3y", "p%40ss", "p@ss"}

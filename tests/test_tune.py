@@ -173,6 +173,9 @@ def test_the_gradient_rule_picks_as_metaschedules_does():
     for rounds in range(1, UNJUDGED_ROUNDS):
         history[2] = [INVALID_MS] * rounds
         assert pick_task(history, [1.0, 0.5, 0.01], [0, 1, 2], **kw) == 2
+    # Two such tasks tie, and a tie is drawn at random (argmax took the first every time).
+    history[0] = [INVALID_MS]
+    assert {pick_task(history, [1.0, 0.5, 0.01], [0, 1, 2], **kw) for _ in range(40)} == {0, 2}
 
 
 def test_the_scheduler_sees_a_time_of_zero_as_no_measurement():

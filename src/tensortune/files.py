@@ -18,9 +18,9 @@ from pathlib import Path
 def write_atomically(path: str | os.PathLike, data: str | bytes) -> None:
     """Write ``data`` (text as UTF-8) to ``path`` through a temporary file in its directory,
     synced to disk before it replaces the old file."""
-    path = Path(path)
-    # Named by the process (not mkstemp's, which is private to its owner): the file keeps the
-    # permissions the user's umask gives, and two writers never share a temporary file.
+    path = Path(path).resolve()  # a link's target is replaced, not the link
+    # Named by the process and thread (not mkstemp's, which is private to its owner): the new
+    # file has the permissions the user's umask gives, and two writers never share one.
     partial = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.partial")
     try:
         with open(partial, "wb") as f:

@@ -119,6 +119,8 @@ def _capture_file():
     exist yet (a command that measures nothing makes none) or cannot be written."""
     path = native_log().with_name(f"native-{os.getpid()}-{_scope()}.part")
     try:
+        if path.exists():  # a dead command's of this pid: its messages go first, not lost
+            _append_log(_left_by_the_dead(path.parent, also=path))
         captured = open(path, "w+b")  # noqa: SIM115  (closed by _keep)
         captured.write(f"--- tensortune {' '.join(sys.argv[1:])}\n".encode())
         captured.flush()
@@ -134,33 +136,41 @@ def _keep(captured) -> None:
         captured.seek(0)
         text = captured.read()
     named = getattr(captured, "name", None)
-    own = Path(named) if isinstance(named, str) else None
-    if own is not None:
+    if isinstance(named, str) and Path(named).name.startswith("native-"):  # ours, headed
         with contextlib.suppress(OSError):
-            own.unlink()
+            Path(named).unlink()
         header, _, body = text.partition(b"\n")
         text = header + b"\n" + body if body else b""
     else:
         text = f"--- tensortune {' '.join(sys.argv[1:])}\n".encode() + text if text else b""
     with contextlib.suppress(OSError):
-        path = native_log()
-        left = _left_by_the_dead(path.parent)
-        if not text and not left:
-            return
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if path.is_file() and path.stat().st_size > 10 * 2**20:
-            path.unlink()  # old messages are worth less than the disk
-        with open(path, "ab") as log:
-            log.write(left + text)
+        _append_log(_left_by_the_dead(native_log().parent) + text)
 
 
-def _left_by_the_dead(directory: Path) -> bytes:
+def _append_log(data: bytes) -> None:
+    if not data:
+        return
+    path = native_log()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.is_file() and path.stat().st_size > 10 * 2**20:
+        path.unlink()  # old messages are worth less than the disk
+    with open(path, "ab") as log:
+        log.write(data)
+
+
+def _left_by_the_dead(directory: Path, also: Path | None = None) -> bytes:
     """The messages of commands that died before they could append them (their files taken
-    away), each marked as such."""
+    away), each marked as such: of this pid namespace, those whose process is gone; of an
+    earlier boot, all; and ``also``'s."""
     out = b""
-    for part in sorted(directory.glob(f"native-*-{_scope()}.part")):
-        pid = part.stem.split("-")[1]
-        if not pid.isdigit() or _alive(int(pid)):
+    scope = _scope()
+    for part in sorted({*directory.glob("native-*.part"), *([also] if also else [])}):
+        _, pid, theirs = [*part.stem.split("-"), "", ""][:3]
+        if part != also and (
+            not pid.isdigit()
+            or (theirs == scope and _alive(int(pid)))
+            or (theirs != scope and (not scope or theirs[:8] == scope[:8]))  # another container
+        ):  # fmt: skip
             continue
         with contextlib.suppress(OSError):
             header, _, body = part.read_bytes().partition(b"\n")

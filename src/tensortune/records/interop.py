@@ -241,9 +241,10 @@ def _import_hardware(store: RecordStore, src: Path, measured_here: bool, read: l
 
 def _grown_from(store: RecordStore, stand_ins: dict[str, Hardware], read: list) -> str | None:
     """The stand-in whose every record is one of ``read``, timings and all: the database was
-    imported before and has grown since (MetaSchedule appends to its files), so it is the same
-    machine's, and only its new records are to be added.  Another machine's database never
-    holds this one's timings."""
+    imported before and has grown since (MetaSchedule appends to its files), and only its new
+    records are to be added.  Another machine's own database never holds this one's timings;
+    a copy of it tuned further elsewhere does, and its new records come in under this
+    stand-in (a stand-in says only "not measured here")."""
     ids = {}
     for mod, *_ in read:
         if id(mod) not in ids:

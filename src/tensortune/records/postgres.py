@@ -58,18 +58,20 @@ def passwords(url: str) -> list[str]:
         _, colon, password = rest[:end].partition(":")
         if colon and password:
             found.append(password)
-    found += re.findall(r"[?&]password=([^&]*)", rest)
+    found += re.findall(r"[?&](?:ssl)?password=([^&]*)", rest)
     return [p for raw in found for p in dict.fromkeys((raw, unquote(raw))) if p]
 
 
 def redact(url: str) -> str:
     """``url`` with its passwords (``passwords``) shown as ``***``; a ``RecordsError`` for a
     URL whose host or port cannot be read (the message shows no part of its address)."""
-    scheme, _, rest = url.partition("://")
+    scheme, sep, rest = url.partition("://")
+    if not sep:  # a store's file path: no password to hide
+        return url
     end = next((i for i, ch in enumerate(rest) if ch in "@/"), len(rest))
     if end < len(rest) and rest[end] == "@" and ":" in rest[:end]:
         rest = rest[: rest.index(":")] + ":***" + rest[end:]
-    rest = re.sub(r"([?&]password=)[^&]*", r"\1***", rest)
+    rest = re.sub(r"([?&](?:ssl)?password=)[^&]*", r"\1***", rest)
     shown = f"{scheme}://{rest}"
     try:
         urlsplit(shown).port  # noqa: B018  (reading it checks the host and port)

@@ -166,7 +166,7 @@ class DraftThenVerify(PySearchStrategy):
                  alt_stats: dict[str, int] | None = None,
                  alt_log: list[tuple[float, bool, int]] | None = None,
                  records: object | None = None, verifier_screens: bool = False,
-                 threads: int = 0) -> None:  # fmt: skip
+                 threads: int = 0, warming: object | None = None) -> None:  # fmt: skip
         super().__init__()
         check_flags(verifier_screens=verifier_screens)
         self.population = population
@@ -194,6 +194,8 @@ class DraftThenVerify(PySearchStrategy):
         self.alt_log = alt_log  # benchmarks' record of the filter's ratings (``AltPolicy.log``)
         self.records = records
         self.verifier_screens = verifier_screens
+        # The verifier's Python object when it has a warm-up (``watch_verifier``, ``_warming_up``)
+        self.warming = warming
         self.threads = threads
         # Settings out of range reach TVM as they are (eps=2 returned 83 candidates for a
         # round of 8): checked here, as the command line checks --draft-option.
@@ -219,7 +221,8 @@ class DraftThenVerify(PySearchStrategy):
         return DraftThenVerify(**self.settings(), timings=self.timings,
                                build_times=self.build_times, alt_stats=self.alt_stats,
                                alt_log=self.alt_log, records=self.records,
-                               verifier_screens=self.verifier_screens)  # fmt: skip
+                               verifier_screens=self.verifier_screens,
+                               warming=self.warming)  # fmt: skip
 
     def clone(self) -> DraftThenVerify:
         return self.copy()
@@ -232,15 +235,17 @@ class DraftThenVerify(PySearchStrategy):
 
     def watch_verifier(self, verifier: object) -> None:
         """Note whether the cost model screens candidates (``LearnedCostModel(screen=...)``,
-        maybe inside wrappers): MetaSchedule hands ``pre_tuning`` its C++ view, which does
-        not say (``tune`` calls this before it clones the strategy for each task)."""
-        model = verifier
+        maybe inside wrappers), and keep it where it has a warm-up (MetaSchedule's XGBoost):
+        MetaSchedule hands ``pre_tuning`` its C++ view, which says neither (``tune`` calls
+        this before it clones the strategy for each task)."""
+        model, self.verifier_screens, self.warming = verifier, False, None
         for _ in range(4):  # e.g. a TimedCostModel around a LearnedCostModel
             if getattr(model, "screen", None) is not None:
                 self.verifier_screens = True
-                return
+            if self.warming is None and isinstance(getattr(model, "num_warmup_samples", None),
+                                                   int):  # fmt: skip
+                self.warming = model
             model = getattr(model, "inner", None)
-        self.verifier_screens = False
 
     def watch_builder(self, builder: object) -> None:
         """Learn what builds cost from ``builder``'s timings when they weigh in the picks
@@ -537,7 +542,7 @@ class DraftThenVerify(PySearchStrategy):
     def _predict(self, cands: list) -> np.ndarray | None:
         """The verifier's scores of ``cands``; None where they tell nothing: no verifier, or
         one still warming up.  A score that is not a finite number ranks its program last."""
-        if self.verifier is None or _warming_up(self.verifier):
+        if self.verifier is None or _warming_up(self.warming or self.verifier):
             return None
         pred = np.asarray(self.verifier.predict(self.context, cands), np.float64)
         bad = ~np.isfinite(pred)

@@ -52,9 +52,8 @@ def pick_task(history: list[list[float]], weights: list[float], alive: list[int]
             grads.append(math.inf)
         else:  # nothing valid in its rounds: the task cannot be judged
             grads.append(-1e9)
-    if max(grads) == min(grads):
-        return alive[int(rng.integers(len(alive)))]
-    return alive[int(np.argmax(grads))]
+    best = [i for i, g in zip(alive, grads, strict=True) if g == max(grads)]
+    return best[int(rng.integers(len(best)))] if len(best) > 1 else best[0]
 
 
 @derived_object
