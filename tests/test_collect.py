@@ -290,3 +290,44 @@ def test_collectors_share_the_random_share_and_lease_a_batch_for_as_long_as_it_t
     assert not evolved  # the rest of the random share is the other's: not evolved over
     assert leases == [14 * LEASE_SECONDS_PER_CANDIDATE]  # one batch of the 14 sampled
     store.close()
+
+
+def test_a_collector_killed_mid_batch_leaves_no_lease_that_keeps_its_rerun_short(
+    tmp_path, monkeypatch
+):
+    """The random share claims directly: a killed collector's leases held its batch's
+    programs for 1,600 s, and the rerun measured the rest of the share less that batch."""
+    import importlib
+    import subprocess
+    import sys
+    from types import SimpleNamespace
+
+    from conftest import make_records
+
+    import tensortune.records.convert as convert
+    from tensortune.search import leases
+
+    programs = importlib.import_module("tensortune.collect.programs")
+    store = open_records(f"sqlite:///{tmp_path / 'r.db'}")
+    done = make_records(store, "matmul:16,16,16", [1e-3, 2e-3])
+    store.add(done)
+    wid, hw, tgt = done[0].workload_id, done[0].hardware_id, done[0].target
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                           capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+    dead = f"{leases._machine()}/{ended}/1/abcdef/t"  # killed here, mid-batch
+    store.claim(wid, hw, tgt, ["p2-0", "p2-1", "p2-2"], worker=dead, seconds=1600)
+    measured: list[str] = []
+    monkeypatch.setattr(programs, "candidate_hash", str)  # the programs are names here
+    monkeypatch.setattr(convert, "measured_records", lambda *a, **k: [])
+    session = SimpleNamespace(
+        platform=SimpleNamespace(hardware=SimpleNamespace(id=hw), key=tgt),
+        measure=lambda batch: (measured.extend(batch), (None, None))[1],
+    )
+    sampler = SimpleNamespace(sample=lambda mod, platform, n, seed, exclude:
+                              [f"p{seed}-{i}" for i in range(n)])  # fmt: skip
+    filler = programs._Filler(store, session, sampler, want=8, n_random=8, work=tmp_path,
+                              seed=0)  # fmt: skip
+    monkeypatch.setattr(filler, "_evolve", lambda *a: 0)
+    filler.fill(wid, SimpleNamespace(mod=None), lambda have: None)
+    assert measured == [f"p2-{i}" for i in range(6)]  # the whole rest of the share
+    store.close()

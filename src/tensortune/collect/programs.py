@@ -46,6 +46,7 @@ from tensortune.search.leases import (
     SharedBudget,
     candidate_hash,
     lease_seconds,
+    release_the_dead,
     worker_name,
 )
 from tensortune.workloads.task import Task
@@ -334,6 +335,9 @@ class _Filler:
         self.platform: Platform = session.platform
         self.run_id = f"collect-{uuid.uuid4().hex[:8]}"
         self.worker = worker_name()
+        # A collector killed before held its batch's random programs: the random share claims
+        # directly, so it would wait out those leases, and leave the task short meanwhile.
+        release_the_dead(store, self.worker)
 
     def fill(self, wid: int, task: Task, report: Callable[[int], object]) -> int:
         """Measure what the task lacks; ``report(have)`` after each batch.  Returns how many

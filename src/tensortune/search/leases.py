@@ -139,6 +139,14 @@ def _gone(worker: str) -> bool:
         return False
 
 
+def release_the_dead(store: object, worker: str) -> None:
+    """Free the leases of holders on this machine other than ``worker`` that have died (a
+    tuner or collector killed before): theirs would hold candidates until they expire."""
+    for other in store.lease_holders():  # type: ignore[attr-defined]
+        if other != worker and _gone(other):
+            store.release(other)  # type: ignore[attr-defined]
+
+
 @dataclass
 class SharedBudget:
     """``total`` measurements of ``workload_ids`` on one hardware/target, at most ``per_task``
@@ -184,9 +192,7 @@ class SharedBudget:
         if now - self._swept < SWEEP_SECONDS:
             return
         self._swept = now
-        for other in self.store.lease_holders():
-            if other != self.worker and _gone(other):
-                self.store.release(other)
+        release_the_dead(self.store, self.worker)
 
     @property
     def expired(self) -> bool:
