@@ -47,6 +47,23 @@ def test_train_reports_every_metric_and_evaluate_reproduces_it(built):
     assert again == pytest.approx(result.metrics, nan_ok=True)
 
 
+def test_evaluate_says_when_the_model_was_trained_on_another_dataset(built, tmp_path):
+    """The split the model file names, applied to another dataset (another version), is
+    another set of test rows: programs the model trained on may be scored as unseen."""
+    import warnings
+
+    root, _ = built
+    result = train(root / "d", cost_model="xgb", split="by-task", out=tmp_path / "m.ttm",
+                   params={"n_rounds": 10})  # fmt: skip
+    model = load_cost_model(tmp_path / "m.ttm")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # its own dataset: nothing to say
+        assert evaluate(model, dataset=root / "d") == pytest.approx(result.metrics, nan_ok=True)
+    model.provenance_ = {**model.provenance_, "dataset": "ttset-cpu-v1"}
+    with pytest.warns(UserWarning, match="trained on ttset-cpu-v1, not on .*: programs both"):
+        evaluate(model, dataset=root / "d")
+
+
 def test_by_task_keeps_whole_tasks_apart(built):
     root, _ = built
     result = train(root / "d", cost_model="lgbm", split="by-task", params={"n_rounds": 20})

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import tempfile
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -207,7 +208,14 @@ def evaluate(
     if dataset is None:
         raise TensortuneError("give a dataset (with its split) or test records", param="dataset")
     columns, card = dataset_columns(dataset)
-    split = split or (getattr(estimator, "provenance_", None) or {}).get("split")
+    provenance = getattr(estimator, "provenance_", None) or {}
+    trained_on = provenance.get("dataset")
+    if trained_on and card.get("name") and trained_on != card["name"]:
+        # Another dataset's split is another set of test rows: some may be rows it learned.
+        warnings.warn(f"tensortune: the model was trained on {trained_on}, not on "
+                      f"{card['name']}: programs both hold may be in its training rows and "
+                      "in these test rows", stacklevel=2)  # fmt: skip
+    split = split or provenance.get("split")
     if split is None:
         raise TensortuneError("the model file does not say how it was trained: give the split",
                               param="split")  # fmt: skip
