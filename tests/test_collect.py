@@ -247,20 +247,36 @@ def test_a_plain_collection_counts_older_collections_and_imports_as_its_own():
         assert not PLAIN_RUN.fullmatch(other), other
 
 
+def _named_filler(store, record, tmp_path, monkeypatch, measured: list, n: int):
+    """A ``_Filler`` of ``record``'s task whose programs are names (``p{seed}-{i}``), measured
+    into ``measured`` without TVM, ``n`` random programs a task."""
+    import importlib
+    from types import SimpleNamespace
+
+    import tensortune.records.convert as convert
+
+    programs = importlib.import_module("tensortune.collect.programs")  # `collect` is a function
+    monkeypatch.setattr(programs, "candidate_hash", str)
+    monkeypatch.setattr(convert, "measured_records", lambda *a, **k: [])
+    hardware = SimpleNamespace(id=record.hardware_id)
+    session = SimpleNamespace(
+        platform=SimpleNamespace(hardware=hardware, key=record.target),
+        measure=lambda batch: (measured.extend(batch), (None, None))[1],
+    )
+    sampler = SimpleNamespace(sample=lambda mod, platform, n, seed, exclude:
+                              [f"p{seed}-{i}" for i in range(n)])  # fmt: skip
+    return programs._Filler(store, session, sampler, want=n, n_random=n, work=tmp_path, seed=0)
+
+
 def test_collectors_share_the_random_share_and_lease_a_batch_for_as_long_as_it_takes(
     tmp_path, monkeypatch
 ):
     """A collector arriving later samples other random programs than the first (its seed
     follows the count): leases alone let both measure a full share.  And a batch's lease
     must outlast the batch, or a third collector takes the same programs over."""
-    import importlib
     from types import SimpleNamespace
 
     from conftest import make_records
-
-    import tensortune.records.convert as convert
-
-    programs = importlib.import_module("tensortune.collect.programs")  # `collect` is a function
 
     from tensortune.search.leases import LEASE_SECONDS_PER_CANDIDATE
 
@@ -273,16 +289,7 @@ def test_collectors_share_the_random_share_and_lease_a_batch_for_as_long_as_it_t
     claim = store.claim
     monkeypatch.setattr(store, "claim", lambda *a, **k: (leases.append(k["seconds"]),
                                                           claim(*a, **k))[1])  # fmt: skip
-    monkeypatch.setattr(programs, "candidate_hash", str)  # the programs are names here
-    monkeypatch.setattr(convert, "measured_records", lambda *a, **k: [])
-    session = SimpleNamespace(
-        platform=SimpleNamespace(hardware=SimpleNamespace(id=hw), key=tgt),
-        measure=lambda batch: (measured.extend(batch), (None, None))[1],
-    )
-    sampler = SimpleNamespace(sample=lambda mod, platform, n, seed, exclude:
-                              [f"p{seed}-{i}" for i in range(n)])  # fmt: skip
-    filler = programs._Filler(store, session, sampler, want=16, n_random=16, work=tmp_path,
-                              seed=0)  # fmt: skip
+    filler = _named_filler(store, done[0], tmp_path, monkeypatch, measured, 16)
     evolved = []
     monkeypatch.setattr(filler, "_evolve", lambda *a: evolved.append(a) or 0)
     filler.fill(wid, SimpleNamespace(mod=None), lambda have: None)
@@ -297,17 +304,14 @@ def test_a_collector_killed_mid_batch_leaves_no_lease_that_keeps_its_rerun_short
 ):
     """The random share claims directly: a killed collector's leases held its batch's
     programs for 1,600 s, and the rerun measured the rest of the share less that batch."""
-    import importlib
     import subprocess
     import sys
     from types import SimpleNamespace
 
     from conftest import make_records
 
-    import tensortune.records.convert as convert
     from tensortune.search import leases
 
-    programs = importlib.import_module("tensortune.collect.programs")
     store = open_records(f"sqlite:///{tmp_path / 'r.db'}")
     done = make_records(store, "matmul:16,16,16", [1e-3, 2e-3])
     store.add(done)
@@ -317,16 +321,7 @@ def test_a_collector_killed_mid_batch_leaves_no_lease_that_keeps_its_rerun_short
     dead = f"{leases._machine()}/{ended}/1/abcdef/t"  # killed here, mid-batch
     store.claim(wid, hw, tgt, ["p2-0", "p2-1", "p2-2"], worker=dead, seconds=1600)
     measured: list[str] = []
-    monkeypatch.setattr(programs, "candidate_hash", str)  # the programs are names here
-    monkeypatch.setattr(convert, "measured_records", lambda *a, **k: [])
-    session = SimpleNamespace(
-        platform=SimpleNamespace(hardware=SimpleNamespace(id=hw), key=tgt),
-        measure=lambda batch: (measured.extend(batch), (None, None))[1],
-    )
-    sampler = SimpleNamespace(sample=lambda mod, platform, n, seed, exclude:
-                              [f"p{seed}-{i}" for i in range(n)])  # fmt: skip
-    filler = programs._Filler(store, session, sampler, want=8, n_random=8, work=tmp_path,
-                              seed=0)  # fmt: skip
+    filler = _named_filler(store, done[0], tmp_path, monkeypatch, measured, 8)
     monkeypatch.setattr(filler, "_evolve", lambda *a: 0)
     filler.fill(wid, SimpleNamespace(mod=None), lambda have: None)
     assert measured == [f"p2-{i}" for i in range(6)]  # the whole rest of the share
