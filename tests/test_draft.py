@@ -104,26 +104,6 @@ def test_scores_are_higher_for_faster_and_zero_for_nothing_to_run():
     assert math.isinf(estimate_latency([], MACHINE))
 
 
-def test_memory_bandwidth_is_timed_in_smaller_buffers_where_memory_is_refused(monkeypatch):
-    """A container's memory limit refused the 2 x 256 MiB copy: the MemoryError ended the
-    analyzer, and the search with it."""
-    import numpy as np
-
-    from tensortune.hardware import speeds
-
-    ones, sizes = np.ones, []
-
-    def limited(n: int, *args, **kwargs):
-        sizes.append(n * 8 >> 20)
-        if n * 8 > 64 << 20:
-            raise MemoryError(f"cannot allocate {n * 8} bytes")
-        return ones(n, *args, **kwargs)
-
-    monkeypatch.setattr(speeds.np, "ones", limited)
-    l2, mem = speeds._bandwidth_gbps()
-    assert l2 > 0 and mem > 0 and sizes[-2:] == [256, 64]
-
-
 def test_machine_speeds_are_measured_once_and_read_back(tmp_path, monkeypatch):
     """The analyzer's clock and bandwidths come from a file in the user's cache, so every
     process on a machine drafts with the same roofline; a damaged file is measured again."""

@@ -119,15 +119,7 @@ def _bandwidth_gbps() -> tuple[float, float]:
             fastest = min(fastest, (time.perf_counter() - t0) / reps)
         return 2 * n_bytes / fastest / 1e9  # read + write
 
-    l2 = best(l2_block(current_hardware().caches), 200)
-    # Two buffers far past any cache; smaller ones where a container's memory limit refuses
-    # them (a MemoryError ended the analyzer, and with it the search).
-    for mib in (256, 64, 32):
-        try:
-            return l2, best(mib * 1024 * 1024, 2)
-        except MemoryError:
-            continue
-    return l2, l2 / 8  # nothing to time with: memory well below L2, as everywhere
+    return best(l2_block(current_hardware().caches), 200), best(256 * 1024 * 1024, 2)
 
 
 def l2_block(caches: dict[str, int]) -> int:
