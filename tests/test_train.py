@@ -62,6 +62,13 @@ def test_evaluate_says_when_the_model_was_trained_on_another_dataset(built, tmp_
     model.provenance_ = {**model.provenance_, "dataset": "ttset-cpu-v1"}
     with pytest.warns(UserWarning, match="trained on ttset-cpu-v1, not on .*: programs both"):
         evaluate(model, dataset=root / "d")
+    from tensortune.train.trainer import other_dataset
+
+    v1, v6 = {"dataset": "ttset-cpu-v1"}, {"name": "ttset-cpu-v6"}
+    for split in ("by-network:resnet18", "by-hardware:avx2-1c@eab22ab1"):  # rows by name
+        assert other_dataset(v1, v6, split) is None
+    assert other_dataset(v1, v6, "by-task") and other_dataset(v1, v6, "within-task")
+    assert other_dataset({}, v6, "by-task") is None and other_dataset(v1, {}, "by-task") is None
 
 
 def test_by_task_keeps_whole_tasks_apart(built):
