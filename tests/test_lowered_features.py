@@ -165,6 +165,7 @@ def test_a_checkpoint_a_full_disk_stops_leaves_the_last_one_and_no_partial_file(
     import errno
 
     import tensortune.datasets.lowered as lowered
+    import tensortune.files as files
 
     path = tmp_path / lowered.LOWERED_FILE
     row = np.arange(lowered.LOWERED_WIDTH, dtype=np.float32)
@@ -173,7 +174,7 @@ def test_a_checkpoint_a_full_disk_stops_leaves_the_last_one_and_no_partial_file(
     def full(*args):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(lowered.os, "replace", full)
+    monkeypatch.setattr(files.os, "replace", full)  # the file is written through files.py
     with pytest.raises(OSError, match="No space left"):
         lowered._write(path, {1: row, 2: row + 1}, table=None, complete=True)
     assert [p.name for p in tmp_path.iterdir()] == [path.name]

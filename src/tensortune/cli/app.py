@@ -162,13 +162,15 @@ def _left_by_the_dead(directory: Path, also: Path | None = None) -> bytes:
     """The messages of commands that died before they could append them (their files taken
     away), each marked as such: of this pid namespace, those whose process is gone; of an
     earlier boot, all; and ``also``'s."""
+    import psutil
+
     out = b""
     scope = _scope()
     for part in sorted({*directory.glob("native-*.part"), *([also] if also else [])}):
         _, pid, theirs = [*part.stem.split("-"), "", ""][:3]
         if part != also and (
             not pid.isdigit()
-            or (theirs == scope and _alive(int(pid)))
+            or (theirs == scope and psutil.pid_exists(int(pid)))
             or (theirs != scope and (not scope or theirs[:8] == scope[:8]))  # another container
         ):  # fmt: skip
             continue
@@ -186,16 +188,6 @@ def _scope() -> str:
     from tensortune.hardware.fingerprint import pid_scope
 
     return (pid_scope() or "").replace(":", "")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # another user's: alive
-        return True
-    return True
 
 
 def run(argv: list[str] | None = None) -> int:

@@ -15,9 +15,11 @@ from tensortune.cli.options import (
     RecordsOpt,
     WorkDirOpt,
     WorkloadOpt,
+    model_params,
     rename_options,
 )
 from tensortune.cli.progress import Reporter
+from tensortune.errors import TensortuneError
 from tensortune.hardware.fingerprint import usable_cores
 from tensortune.records import DEFAULT_URL
 
@@ -141,7 +143,6 @@ def collect(
         if sampler != "random":
             from tensortune.collect.active import collect_active
             from tensortune.collect.programs import check_configs
-            from tensortune.errors import TensortuneError
 
             if worker:
                 raise TensortuneError("a selector's collection runs alone: drop --worker",
@@ -254,9 +255,6 @@ def select(
 
 def _acquisition_params(param: list[str] | None) -> dict | None:
     """``--param`` options of ``dataset select``: the settings of its xgb acquisition model."""
-    from tensortune.cli.options import model_params
-    from tensortune.errors import TensortuneError
-
     settings = model_params(param)
     other = sorted(set(settings) - {"xgb"})
     if other:

@@ -15,7 +15,6 @@ import dataclasses
 import inspect
 import io
 import json
-import os
 import zipfile
 from pathlib import Path
 from typing import ClassVar
@@ -24,6 +23,7 @@ import numpy as np
 
 from tensortune.costmodel.data import ProgramSet, concat_programs
 from tensortune.errors import TensortuneError
+from tensortune.files import write_atomically
 
 FORMAT = "tensortune-cost-model"
 FORMAT_VERSION = 1
@@ -125,15 +125,11 @@ class CostModel(abc.ABC):
                 "tensortune": version("tensortune"),
                 "provenance": getattr(self, "provenance_", None)}  # fmt: skip
         # Staged beside the target: an interrupted save never destroys the file it replaces.
-        path = Path(path).resolve()  # a link's target is replaced, not the link
-        partial = path.with_name(f".{path.name}.partial")
-        try:
-            with zipfile.ZipFile(partial, "w", compression=zipfile.ZIP_DEFLATED) as z:
-                z.writestr("meta.json", json.dumps(meta))
-                z.writestr("state.bin", self._state())
-            os.replace(partial, path)
-        finally:
-            partial.unlink(missing_ok=True)
+        buffer = io.BytesIO()
+        with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as z:
+            z.writestr("meta.json", json.dumps(meta))
+            z.writestr("state.bin", self._state())
+        write_atomically(path, buffer.getvalue())
 
 
 def _kept(model: CostModel, data: ProgramSet, seen: ProgramSet | None) -> ProgramSet:

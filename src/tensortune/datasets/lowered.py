@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -33,6 +32,7 @@ from tensortune.features.lowered import (
     LOWERED_WIDTH,
     lowered_features_batch,
 )
+from tensortune.files import write_atomically
 
 LOWERED_FILE = LOWERED
 _VERSION_KEY = b"tensortune.lowered_version"
@@ -144,12 +144,10 @@ def _write(path: Path, done: dict[int, np.ndarray], *, table: str | None,
                        metadata=meta)  # fmt: skip
     table = pa.table({"program_id": ids, "lowered": [done[i].tolist() for i in ids]},
                      schema=schema)  # fmt: skip
-    partial = path.with_suffix(".partial")
-    try:  # a full disk leaves the last checkpoint, not a large partial file beside it
-        pq.write_table(table, partial, compression="zstd", compression_level=9)
-        os.replace(partial, path)
-    finally:
-        partial.unlink(missing_ok=True)
+    # Whole or not at all: a full disk leaves the last checkpoint, and no partial file.
+    buffer = pa.BufferOutputStream()
+    pq.write_table(table, buffer, compression="zstd", compression_level=9)
+    write_atomically(path, buffer.getvalue().to_pybytes())
 
 
 def lower_dataset(dataset: str | Path, *, workers: int = 1,

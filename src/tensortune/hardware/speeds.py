@@ -15,7 +15,6 @@ import fcntl
 import json
 import math
 import os
-import tempfile
 import time
 from dataclasses import asdict, dataclass, fields
 from functools import cache
@@ -23,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tensortune.files import write_atomically
 from tensortune.hardware.fingerprint import cpuinfo, current_hardware
 
 
@@ -73,13 +73,7 @@ def _read(path: Path) -> Speeds | None:
 
 
 def _write(path: Path, speeds: Speeds) -> Speeds:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".speeds-")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(asdict(speeds), f)
-        os.replace(tmp, path)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
+    write_atomically(path, json.dumps(asdict(speeds)))
     return speeds
 
 

@@ -139,12 +139,12 @@ def _gone(worker: str) -> bool:
         return False
 
 
-def release_the_dead(store: object, worker: str) -> None:
+def release_the_dead(store: RecordStore, worker: str) -> None:
     """Free the leases of holders on this machine other than ``worker`` that have died (a
     tuner or collector killed before): theirs would hold candidates until they expire."""
-    for other in store.lease_holders():  # type: ignore[attr-defined]
+    for other in store.lease_holders():
         if other != worker and _gone(other):
-            store.release(other)  # type: ignore[attr-defined]
+            store.release(other)
 
 
 @dataclass

@@ -52,7 +52,8 @@ def pick_task(history: list[list[float]], weights: list[float], alive: list[int]
             grads.append(math.inf)
         else:  # nothing valid in its rounds: the task cannot be judged
             grads.append(-1e9)
-    best = [i for i, g in zip(alive, grads, strict=True) if g == max(grads)]
+    top = max(grads)
+    best = [i for i, g in zip(alive, grads, strict=True) if g == top]
     return best[int(rng.integers(len(best)))] if len(best) > 1 else best[0]
 
 
