@@ -117,6 +117,22 @@ def test_a_system_that_fails_to_set_up_is_named_with_its_error_and_skipped(tuned
     assert systems["pytorch"][1].rounds and not timing.rounds
 
 
+def test_an_import_of_our_own_that_fails_is_a_failure_not_a_missing_install():
+    def ours():
+        raise ImportError("cannot import name 'x' from 'tensortune.deploy'",
+                          name="tensortune.deploy")  # fmt: skip
+
+    def theirs():
+        raise ImportError("No module named 'openvino'", name="openvino")
+
+    assert e2e._start("tensortune.load", ours, [])[1].missing == (
+        "failed: ImportError: cannot import name 'x' from 'tensortune.deploy'"
+    )
+    assert e2e._start("openvino", theirs, [])[1].missing == (
+        "not installed (openvino): pip install tensortune[anchors]"
+    )
+
+
 def test_tvm_running_another_thread_count_is_refused(tuned):
     model, store, platform, _ = tuned
     other = resolve_platform({"kind": "llvm", "num-cores": platform.threads + 1})

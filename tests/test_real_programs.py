@@ -100,6 +100,27 @@ def test_a_shipped_model_that_differs_from_its_card_is_refused(tmp_path, monkeyp
     assert CARD.is_file()
 
 
+def test_a_broken_shipped_model_is_said_not_replaced_by_a_cold_one(tmp_path, monkeypatch):
+    """The searches fall back to a model learned from scratch only where none is shipped: a
+    shipped file that fails its checksum is a broken install, and they say so."""
+    import tensortune.costmodel.shipped as shipped
+    from tensortune.costmodel.gbdt import XGBoostModel
+    from tensortune.search.draft_verify import DraftThenVerify
+    from tensortune.search.factory import default_verifier
+    from tensortune.transfer.run import _ranker
+
+    target = platform({"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 2})
+    monkeypatch.setattr(shipped, "SHIPPED_DIR", tmp_path)  # none shipped
+    assert isinstance(default_verifier(DraftThenVerify(), target), XGBoostModel)
+    assert _ranker(target) is None
+    data = bytearray((SHIPPED_DIR / "avx512-2c.ttm").read_bytes())
+    data[-1] ^= 1
+    (tmp_path / "avx512-2c.ttm").write_bytes(bytes(data))
+    for call in (lambda: default_verifier(DraftThenVerify(), target), lambda: _ranker(target)):
+        with pytest.raises(TensortuneError, match="does not match its checksum"):
+            call()
+
+
 def test_the_shipped_datasets_match_their_cards():
     for directory in (DATASET_DIR, DATASET_DIR.parent / "ttset-cpu-v1", POOL_DIR):
         card = read_card(directory).data

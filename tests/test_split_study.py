@@ -131,3 +131,19 @@ def test_a_studys_spread_is_the_sample_standard_deviation_of_the_runs_that_score
     assert a["pca"] == pytest.approx(0.85)
     assert a["pca_std"] == pytest.approx(statistics.stdev([0.80, 0.85, 0.90]))
     assert np.isnan(b["pca_std"])  # one run has no spread to speak of
+
+
+def test_seeds_that_gave_the_same_figures_count_once_in_the_spread():
+    """Trees without subsampling ignore their seed: on a fold the seed does not draw, three
+    seeds give one result three times, which shrank the spread of the folds' results."""
+    import statistics
+
+    from tensortune.compare.summary import mean_and_sd
+
+    rows = [{"split": "by-network", "fold": f, "seed": s, "pca": v}
+            for f, v in (("resnet", 0.7), ("bert", 0.9)) for s in range(3)]  # fmt: skip
+    rows += [{"split": "by-task", "fold": f"seed {s}", "seed": s, "pca": 0.8} for s in range(3)]
+    net, task = mean_and_sd(rows, ("split",), ("pca",))
+    assert (net["runs"], net["distinct"]) == (6, 2) and net["pca"] == pytest.approx(0.8)
+    assert net["pca_std"] == pytest.approx(statistics.stdev([0.7, 0.9]))
+    assert (task["runs"], task["distinct"]) == (3, 3)  # other folds: three results, however alike

@@ -290,7 +290,9 @@ def _ensemble_spread(pool: Pool, labelled: np.ndarray, model: CostModel,
         data = pool.labelled(sample)
         if not np.any(data.labels > 0):
             continue
-        member = type(model)(**({**params, "seed": k} if "seed" in params else params))
+        # each member its own seed, and other members for another model seed (the run's)
+        seeded = {**params, "seed": params["seed"] * MEMBERS + k} if "seed" in params else params
+        member = type(model)(**seeded)
         runs.append(_percentiles(member.fit(data).predict(pool.programs), pool.task))
     return np.std(runs, axis=0) if len(runs) > 1 else np.zeros(len(pool))
 

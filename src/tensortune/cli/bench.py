@@ -640,7 +640,7 @@ def hardware(
         return
     s = result.setup
     t = table(f"held-out hardware {s['hardware']}; folds {', '.join(map('+'.join, s['folds']))}; "
-              f"{len(s['seeds'])} seeds; mean ± sd over folds and seeds",
+              f"{len(s['seeds'])} seeds; mean ± sd over folds and seeds, {SAME_ONCE}",
               {"model": "left", "arm": "left", "PCA": "right", "top-1 score": "right",
                "top-5 score": "right"})  # fmt: skip
     for e in result.summary():
@@ -687,7 +687,7 @@ def splits(
         return
     s = result.setup
     t = table(f"{s['dataset']} ({s['programs']} programs); {len(s['seeds'])} seeds; mean ± sd "
-              "over folds and seeds",
+              f"over folds and seeds, {SAME_ONCE}",
               {"model": "left", "split": "left", "folds": "right", "PCA": "right",
                "top-1 score": "right", "top-5 score": "right",
                "PCA over by-network": "right"})  # fmt: skip
@@ -706,6 +706,10 @@ def splits(
                       f"{fmt_metric(ceiling['pca'], '.3f')}, top-1 score "
                       f"{ceiling['top1_score']:.3f}, top-5 score "
                       f"{ceiling['top5_score']:.3f}")  # fmt: skip
+
+
+# compare/summary.mean_and_sd's rule, said under every study's table
+SAME_ONCE = "seeds that gave the same figures counted once"
 
 
 def _mean_sd(entry: dict, key: str) -> str:
@@ -737,7 +741,7 @@ def _print_study(result, as_json: bool, plot: Path | None, *, picked: str, count
     s = result.setup
     t = table(f"{s['pool_programs']} programs of {s['pool_tasks']} tasks on {s['hardware']}; "
               f"held out: {', '.join(s['held_out'])} ({s['test_programs']} programs, "
-              f"{s['test_tasks']} tasks); {len(s['seeds'])} seeds, mean ± sd"
+              f"{s['test_tasks']} tasks); {len(s['seeds'])} seeds, mean ± sd, {SAME_ONCE}"
               + (f"; every model also learns from {s['prior']['programs']} programs of other "
                  f"CPUs ({s['prior']['dataset']})" if s.get("prior") else ""),
               {"model": "left", picked: "left", counted: "right", "PCA": "right",

@@ -167,7 +167,15 @@ def tune(
             "tracker has under KEY",
         ),
     ] = "local",
-    seed: Annotated[int, typer.Option(metavar="N", help="Random seed of the search.")] = 0,
+    seed: Annotated[
+        int,
+        typer.Option(
+            metavar="N",
+            help="Random seed of the search (its draws repeat "
+            "with --draft-option threads=1; on more threads they depend "
+            "on which thread takes which sample).",
+        ),
+    ] = 0,
     dry_run: Annotated[
         bool,
         typer.Option(

@@ -53,6 +53,8 @@ TUNED = "tensortune"
 # and the ``torch.compile`` backend on the same store.
 OWN_PROCESS = "tensortune.load[own process]"
 ROUTES = ("tensortune.load", "torch.compile[tensortune]")
+# Packages whose import failing is a bug of ours or TVM's, not an anchor left uninstalled.
+OURS = ("tensortune", "tvm", "tvm_ffi")
 # Where a missing runtime comes from.
 _INSTALL = {"onnxruntime": "onnxruntime", "openvino": "openvino"}
 
@@ -323,6 +325,15 @@ def _eager_outputs(model) -> list[np.ndarray]:
         return _flat(model.torch_module(*model.torch_inputs))
 
 
+def _absent_package(error: Exception) -> str | None:
+    """The package ``error`` says cannot be imported; ``None`` for any other error, and for
+    an import of our own or TVM's that fails (a bug to report, not an install to advise)."""
+    if not isinstance(error, ImportError) or not error.name:
+        return None
+    root = error.name.split(".")[0]
+    return None if root in OURS else root
+
+
 def _start(name: str, make: Callable[[], Runner], reference: list[np.ndarray]) -> tuple[
         Runner | None, SystemTiming]:  # fmt: skip
     """``make()`` a system and call it once (the warm-up: first calls pay one-off costs),
@@ -336,13 +347,12 @@ def _start(name: str, make: Callable[[], Runner], reference: list[np.ndarray]) -
     try:
         run = make()
         outputs = run()
-    except ImportError as e:
-        timing.missing = f"not installed ({e.name or e}): pip install tensortune[anchors]"
-        return None, timing
     except Exception as e:  # one system failing must not cost the others' figures
         if isinstance(run, OwnProcess):
             run.close()
-        timing.missing = f"failed: {type(e).__name__}: {last_line(e)}"
+        absent = _absent_package(e)
+        timing.missing = (f"not installed ({absent}): pip install tensortune[anchors]" if absent
+                          else f"failed: {type(e).__name__}: {last_line(e)}")  # fmt: skip
         return None, timing
     timing.setup_s = time.perf_counter() - start
     if backend_stats.eager > eager_before:

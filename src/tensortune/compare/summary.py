@@ -31,18 +31,30 @@ def study_args(seeds: Sequence[int], **names: Sequence[str]) -> tuple[list[int],
 
 def mean_and_sd(rows: Sequence[dict], by: Sequence[str], metrics: Sequence[str]) -> list[dict]:
     """One entry per distinct value of the ``by`` keys, in order of first appearance: those
-    keys, ``runs``, and each metric's mean and sample standard deviation (``{metric}_std``, NaN
-    for fewer than two values; NaN runs left out, as a metric undefined on a fold is)."""
+    keys, ``runs``, ``distinct`` and each metric's mean and sample standard deviation
+    (``{metric}_std``, NaN for fewer than two values; NaN runs left out, as a metric undefined
+    on a fold is).
+
+    Runs that differ in their ``seed`` alone and gave the very same figures count once in the
+    mean and spread (``distinct`` says how many were left): a model whose seed changes nothing
+    (trees without subsampling) on a fold the seed does not draw gives one result however many
+    seeds ran, and its copies would shrink the spread of the other folds' results."""
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for r in rows:
         groups[tuple(r[k] for k in by)].append(r)
     out = []
     for key, runs in groups.items():
-        entry: dict = {**dict(zip(by, key, strict=True)), "runs": len(runs)}
+        unique = list({_without_seed(r): r for r in runs}.values())
+        entry: dict = {**dict(zip(by, key, strict=True)), "runs": len(runs),
+                       "distinct": len(unique)}  # fmt: skip
         for m in metrics:
-            vals = np.array([r[m] for r in runs], dtype=float)
+            vals = np.array([r[m] for r in unique], dtype=float)
             kept = vals[~np.isnan(vals)]
             entry[m] = float(kept.mean()) if len(kept) else float("nan")
             entry[f"{m}_std"] = float(kept.std(ddof=1)) if len(kept) > 1 else float("nan")
         out.append(entry)
     return out
+
+
+def _without_seed(row: dict) -> tuple:
+    return tuple(sorted((k, repr(v)) for k, v in row.items() if k != "seed"))

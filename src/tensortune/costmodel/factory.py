@@ -90,9 +90,11 @@ def _screen(spec: object, model: CostModel, platform: Platform) -> CostModel | N
     if spec == "auto":
         if not model.uses_lowered:
             return None
+        from tensortune.costmodel.shipped import NoShippedModel
+
         try:
             screen = _ours("default", platform)
-        except TensortuneError:  # none shipped for this target: the model scores every one
+        except NoShippedModel:  # none shipped for this target: the model scores every one
             return None
         return None if screen is None or screen.uses_lowered else screen
     screen = _ours(spec, platform)

@@ -20,6 +20,12 @@ SHIPPED_DIR = Path(__file__).parent / "pretrained"
 CARD = SHIPPED_DIR / "card.json"
 
 
+class NoShippedModel(TensortuneError):
+    """No model is shipped for the target (or, for MoA, for other hardware).  Callers with a
+    fallback catch this one only: a shipped file that fails its checksum, or a card that
+    cannot be read, is a broken install and must be said, not replaced by a cold model."""
+
+
 @functools.cache
 def shipped_card() -> dict:
     """The card of the shipped models: ``files`` maps each file name to its sha256, kind,
@@ -61,7 +67,7 @@ def shipped_model(platform: Platform) -> str:
         name = nearest_config(target, among=available)
     if name in available:
         return checked(SHIPPED_DIR / f"{name}.ttm")
-    raise TensortuneError(
+    raise NoShippedModel(
         f"no pre-trained cost model is shipped for target {target}; shipped: "
         f"{', '.join(available) or 'none yet'} (tune with --target of one of them, or give a "
         "model file)"
@@ -76,7 +82,7 @@ def shipped_source(platform: Platform) -> str:
     mine = config_of(target) or nearest_config(target, among=[p.stem for p in models])
     others = [p for p in models if mine not in p.stem.split("+")]
     if not others:
-        raise TensortuneError("no model pre-trained on other hardware is shipped for MoA")
+        raise NoShippedModel("no model pre-trained on other hardware is shipped for MoA")
     most = max(len(p.stem.split("+")) for p in others)
     widest = [p for p in others if len(p.stem.split("+")) == most]
     near = nearest_config(target, among=[p.stem for p in widest])  # ties: the nearest config

@@ -87,11 +87,11 @@ def default_verifier(strategy: object, platform: Platform) -> object:
 
     if not isinstance(strategy, DraftThenVerify):
         return "xgb"
-    from tensortune.costmodel.shipped import shipped_model
+    from tensortune.costmodel.shipped import NoShippedModel, shipped_model
 
     try:
         return shipped_model(platform)
-    except TensortuneError:
+    except NoShippedModel:
         from tensortune.costmodel.gbdt import XGBoostModel
 
         return XGBoostModel()

@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tensortune.errors import (
-    TensortuneError,
     about,
     check_count,
     check_flags,
@@ -285,11 +284,11 @@ def _ranker(platform: Platform) -> object | None:
     """The model shipped for the target, frozen; ``None`` where none is shipped (candidates
     then keep the order of their sources: a store's best workloads first)."""
     from tensortune.costmodel.ms_adapter import LearnedCostModel
-    from tensortune.costmodel.shipped import shipped_model
+    from tensortune.costmodel.shipped import NoShippedModel, shipped_model
 
     try:
         return LearnedCostModel(shipped_model(platform), platform)
-    except TensortuneError:
+    except NoShippedModel:
         return None
 
 

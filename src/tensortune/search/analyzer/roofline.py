@@ -1,8 +1,9 @@
 """The analyzer: a roofline latency estimate from a program's symbols (Pruner's PSA, for CPUs).
 
 Per block, compute time is its work over the throughput its schedule can reach: FMA units x the
-SIMD lanes its vectorized loop fills x the cores its parallel loops keep busy (a parallel extent
-of 5 on 4 cores leaves 3 idle in the second wave), slowed by loop overhead that unrolling hides
+SIMD lanes its vectorized loop fills (or the loop LLVM vectorizes unasked, where the schedule
+vectorized none) x the cores its parallel loops keep busy (a parallel extent of 5 on 4 cores
+leaves 3 idle in the second wave), slowed by loop overhead that unrolling hides
 and by low data reuse.  Memory time is the bytes its tiles move into L1 and L2 over the
 bandwidths: a tile that fits a cache level is loaded once per execution of the loops above it.
 A block takes the sum of the two (scheduled CPU code overlaps them poorly: on our dataset the
@@ -27,7 +28,9 @@ _CACHE_USE = 0.75  # share of a cache a tile may fill before it spills
 
 def block_latency(b: BlockSymbols, m: Machine) -> float:
     lanes = m.lanes(b.dtype_bits)
-    used_lanes = b.vector / math.ceil(b.vector / lanes) if b.vector > 1 else 1.0
+    # LLVM vectorizes a loop left to it only when it holds a whole vector's lanes
+    vector = b.vector if b.vector > 1 or b.implicit_vector < lanes else b.implicit_vector
+    used_lanes = vector / math.ceil(vector / lanes) if vector > 1 else 1.0
     cores = b.parallel / math.ceil(b.parallel / m.cores) if b.parallel > 1 else 1.0
     per_core = m.ghz * 1e9 * m.fma_ports * used_lanes * (2.0 if b.ops_per_iter >= 2 else 1.0)
     overhead = 1.0 + 1.0 / max(1.0, min(b.unroll, b.iterations)) + 1.0 / max(b.inner, 1.0)
