@@ -117,7 +117,7 @@ def test_a_system_that_fails_to_set_up_is_named_with_its_error_and_skipped(tuned
     assert systems["pytorch"][1].rounds and not timing.rounds
 
 
-def test_an_import_of_our_own_that_fails_is_a_failure_not_a_missing_install():
+def test_only_an_anchor_package_that_fails_to_import_is_a_missing_install():
     def ours():
         raise ImportError("cannot import name 'x' from 'tensortune.deploy'",
                           name="tensortune.deploy")  # fmt: skip
@@ -131,6 +131,11 @@ def test_an_import_of_our_own_that_fails_is_a_failure_not_a_missing_install():
     assert e2e._start("openvino", theirs, [])[1].missing == (
         "not installed (openvino): pip install tensortune[anchors]"
     )
+
+    def torchs():  # a package the anchors extra does not install
+        raise ImportError("No module named 'ml_dtypes'", name="ml_dtypes")
+
+    assert e2e._start("pytorch", torchs, [])[1].missing.startswith("failed: ImportError")
 
 
 def test_tvm_running_another_thread_count_is_refused(tuned):

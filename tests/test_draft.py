@@ -120,6 +120,13 @@ def test_a_unit_stride_spatial_loop_innermost_counts_as_vectorized_by_llvm():
     assert symbols["ijk"].implicit_vector == 1  # the reduction: sums would be reordered
     lat = {o: estimate_latency([b], MACHINE) for o, b in symbols.items()}
     assert lat["ikj"] < lat["kji"] / 4 and lat["ikj"] < lat["ijk"] / 4
+    # a loop that holds another is no innermost loop: the zeroing of C under the columns loop,
+    # beside the reduction's loop, stays scalar
+    sch = tvm.s_tir.Schedule(_ordered(spec, "ijk"))
+    block = sch.get_child_blocks(sch.get_sblock("root"))[0]
+    sch.decompose_reduction(block, sch.get_loops(block)[2])
+    init = [b for b in program_symbols(sch.mod) if b.ops_per_iter == 1]
+    assert len(init) == 1 and init[0].implicit_vector == 1
     # a loop shorter than a vector's lanes is left scalar
     short = max(program_symbols(_ordered("matmul:61,7,37", "ikj")), key=lambda b: b.work)
     assert short.implicit_vector == 7

@@ -147,3 +147,8 @@ def test_seeds_that_gave_the_same_figures_count_once_in_the_spread():
     assert (net["runs"], net["distinct"]) == (6, 2) and net["pca"] == pytest.approx(0.8)
     assert net["pca_std"] == pytest.approx(statistics.stdev([0.7, 0.9]))
     assert (task["runs"], task["distinct"]) == (3, 3)  # other folds: three results, however alike
+    # one fold's seeds agree and another's do not: every run counts, the folds weigh alike
+    rows[0]["pca"] = 0.75
+    net, _ = mean_and_sd(rows, ("split",), ("pca",))
+    assert (net["runs"], net["distinct"]) == (6, 6)
+    assert net["pca"] == pytest.approx((0.75 + 0.7 * 2 + 0.9 * 3) / 6)

@@ -709,7 +709,7 @@ def splits(
 
 
 # compare/summary.mean_and_sd's rule, said under every study's table
-SAME_ONCE = "seeds that gave the same figures counted once"
+SAME_ONCE = "a fold counted once where every seed gave it the same figures"
 
 
 def _mean_sd(entry: dict, key: str) -> str:

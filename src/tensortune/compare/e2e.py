@@ -53,8 +53,9 @@ TUNED = "tensortune"
 # and the ``torch.compile`` backend on the same store.
 OWN_PROCESS = "tensortune.load[own process]"
 ROUTES = ("tensortune.load", "torch.compile[tensortune]")
-# Packages whose import failing is a bug of ours or TVM's, not an anchor left uninstalled.
-OURS = ("tensortune", "tvm", "tvm_ffi")
+# What ``tensortune[anchors]`` installs: a failed import of anything else (ours, TVM's, one of
+# torch's) is a failure to report, not an install to advise.
+ANCHOR_PACKAGES = ("onnx", "onnxruntime", "openvino")
 # Where a missing runtime comes from.
 _INSTALL = {"onnxruntime": "onnxruntime", "openvino": "openvino"}
 
@@ -326,12 +327,11 @@ def _eager_outputs(model) -> list[np.ndarray]:
 
 
 def _absent_package(error: Exception) -> str | None:
-    """The package ``error`` says cannot be imported; ``None`` for any other error, and for
-    an import of our own or TVM's that fails (a bug to report, not an install to advise)."""
+    """The anchor package ``error`` says cannot be imported; ``None`` for any other error."""
     if not isinstance(error, ImportError) or not error.name:
         return None
     root = error.name.split(".")[0]
-    return None if root in OURS else root
+    return root if root in ANCHOR_PACKAGES else None
 
 
 def _start(name: str, make: Callable[[], Runner], reference: list[np.ndarray]) -> tuple[

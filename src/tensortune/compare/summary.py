@@ -35,16 +35,22 @@ def mean_and_sd(rows: Sequence[dict], by: Sequence[str], metrics: Sequence[str])
     (``{metric}_std``, NaN for fewer than two values; NaN runs left out, as a metric undefined
     on a fold is).
 
-    Runs that differ in their ``seed`` alone and gave the very same figures count once in the
-    mean and spread (``distinct`` says how many were left): a model whose seed changes nothing
-    (trees without subsampling) on a fold the seed does not draw gives one result however many
-    seeds ran, and its copies would shrink the spread of the other folds' results."""
+    Where every fold of an entry gave the very same figures for each seed, each fold counts
+    once in the mean and spread (``distinct`` says how many runs were left): a model whose seed
+    changes nothing (trees without subsampling) on folds the seed does not draw gives one
+    result however many seeds ran, and its copies would shrink the spread of the folds'
+    results.  A fold is a run's keys other than the seed and the metrics.  Where any fold's
+    seeds differ, every run counts, so that folds keep equal weights."""
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for r in rows:
         groups[tuple(r[k] for k in by)].append(r)
     out = []
     for key, runs in groups.items():
-        unique = list({_without_seed(r): r for r in runs}.values())
+        folds: dict[tuple, set[tuple]] = defaultdict(set)
+        for r in runs:
+            folds[_keys(r, exclude={"seed", *metrics})].add(_keys(r, exclude={"seed"}))
+        same = all(len(results) == 1 for results in folds.values())
+        unique = list({_keys(r, exclude={"seed"}): r for r in runs}.values()) if same else runs
         entry: dict = {**dict(zip(by, key, strict=True)), "runs": len(runs),
                        "distinct": len(unique)}  # fmt: skip
         for m in metrics:
@@ -56,5 +62,5 @@ def mean_and_sd(rows: Sequence[dict], by: Sequence[str], metrics: Sequence[str])
     return out
 
 
-def _without_seed(row: dict) -> tuple:
-    return tuple(sorted((k, repr(v)) for k, v in row.items() if k != "seed"))
+def _keys(row: dict, *, exclude: set[str]) -> tuple:
+    return tuple(sorted((k, repr(v)) for k, v in row.items() if k not in exclude))

@@ -56,6 +56,7 @@ def _var_names(expr: object) -> set[str]:
 _PARALLEL = int(tvm.tirx.ForKind.PARALLEL)
 _VECTORIZED = int(tvm.tirx.ForKind.VECTORIZED)
 _UNROLLED = int(tvm.tirx.ForKind.UNROLLED)
+_SERIAL = int(tvm.tirx.ForKind.SERIAL)
 
 
 @dataclass(eq=False)  # one per loop of the program walked: ``launched`` is set on it
@@ -67,6 +68,33 @@ class _Loop:
     # a block under this parallel loop has been charged its thread-pool wake-ups: TVM wakes
     # the pool once per run of the loop, whatever blocks it holds
     launched: bool = False
+    body: object = None  # the loop's body, read only to ask whether it holds loops
+    _holds_loops: bool | None = None
+
+    def holds_loops(self) -> bool:
+        """Whether a loop that iterates (or one of unknown extent) sits in the body: LLVM
+        vectorizes innermost loops only.  Asked only of a loop no vectorized loop is under."""
+        if self._holds_loops is None:
+            self._holds_loops = _holds_loop(self.body)
+        return self._holds_loops
+
+
+def _holds_loop(stmt: object) -> bool:
+    """Whether a loop that iterates (or of unknown extent) is in ``stmt``, as ``_walk`` goes."""
+    if isinstance(stmt, tvm.tirx.For):
+        return _int(stmt.extent, 2.0) > 1 or _holds_loop(stmt.body)
+    if isinstance(stmt, tvm.s_tir.SBlockRealize):
+        init = stmt.block.init
+        return (init is not None and _holds_loop(init)) or _holds_loop(stmt.block.body)
+    if isinstance(stmt, tvm.tirx.SeqStmt):
+        return any(_holds_loop(s) for s in stmt.seq)
+    if isinstance(stmt, tvm.tirx.IfThenElse):
+        return _holds_loop(stmt.then_case) or (
+            stmt.else_case is not None and _holds_loop(stmt.else_case)
+        )
+    if hasattr(stmt, "body") and not isinstance(stmt, tvm.tirx.BufferStore):
+        return _holds_loop(stmt.body)
+    return False
 
 
 @dataclass(frozen=True)
@@ -81,7 +109,7 @@ class _BlockShape:
     bits: int = 32
     reduction: bool = False
     # per buffer, the variables of its other dimensions than the last (a loop that reads one
-    # of them strides), and the block's reduction variables
+    # of them strides), and the block's variables that are not data-parallel
     outer: tuple[frozenset[str], ...] = ()
     reduce_vars: frozenset[str] = frozenset()
 
@@ -115,7 +143,8 @@ def _walk(stmt: object, loops: list[_Loop], bound: _Bound, cache: StructureCache
             for key in _UNROLL_KEYS:
                 if key in ann:
                     unroll = max(unroll, _int(ann[key]))
-        loops.append(_Loop(stmt.loop_var.name, _int(stmt.extent), int(stmt.kind), unroll))
+        loops.append(_Loop(stmt.loop_var.name, _int(stmt.extent), int(stmt.kind), unroll,
+                           body=stmt.body))  # fmt: skip
         _walk(stmt.body, loops, bound, cache, out)
         loops.pop()
     elif isinstance(stmt, tvm.s_tir.SBlockRealize):
@@ -179,8 +208,9 @@ def _block_shape(block) -> _BlockShape:
         outer[region.source] = outer.get(region.source, frozenset()) | strided
     writes = block.writes
     bits = int(writes[0].source.dtype.bits) if len(writes) else 32
-    reduce_vars = frozenset(iv.var.name for iv in block.iter_vars if int(iv.iter_type) == 2)
-    reduction = block.init is not None or bool(reduce_vars)
+    # every variable that is not data-parallel: reductions, scans, opaque ones
+    reduce_vars = frozenset(iv.var.name for iv in block.iter_vars if int(iv.iter_type) != 0)
+    reduction = block.init is not None or any(int(iv.iter_type) == 2 for iv in block.iter_vars)
     return _BlockShape(True, tuple(by_buffer.values()), bits, reduction,
                        tuple(outer[b] for b in by_buffer), reduce_vars)  # fmt: skip
 
@@ -230,20 +260,22 @@ def _symbols(name: str, shape: _BlockShape, loops: list[_Loop], bound: _Bound) -
 
 def _implicit_vector(shape: _BlockShape, loops: list[_Loop], bound: _Bound) -> float:
     """The extent of the innermost loop that iterates, where LLVM's loop vectorizer can take it
-    though the schedule vectorized nothing (1 where it cannot): a spatial loop that indexes the
-    last dimension of the buffers it reads or writes and no other dimension of theirs.  A
-    schedule leaves such loops to LLVM where the extent is no multiple of the vector (a prime
-    size): on matmul 509x1021x263 programs alike but for which loop is innermost ran in 6.5
-    ms with its 1021 columns innermost, and out of a 0.3 s limit otherwise."""
+    though the schedule vectorized nothing (1 where it cannot): a serial, data-parallel loop
+    that holds no other loop, indexes the last dimension of a buffer the block reads or writes
+    and no other dimension of any (the stride in that index is not read: a stride-2 window
+    counts as a step of one).  A schedule leaves such loops to LLVM where the extent is no
+    multiple of the vector (a prime size): on matmul 509x1021x263 programs alike but for which
+    loop is innermost ran in 6.5 ms with its 1021 columns innermost, and out of a 0.3 s limit
+    otherwise."""
     inner = next((lp for lp in reversed(loops) if lp.extent > 1), None)
-    if inner is None:
+    if inner is None or inner.kind != _SERIAL or inner.holds_loops():
         return 1.0
 
     def reads(names: frozenset[str]) -> bool:
         return any(inner.name in bound.get(n, frozenset()) for n in names)
 
     if reads(shape.reduce_vars):
-        return 1.0  # a reduction vectorizes only when floating-point sums may be reordered
+        return 1.0  # a reduction or a scan carries a value from one iteration to the next
     indexed = False
     for (names, _, _), strided in zip(shape.regions, shape.outer, strict=True):
         if reads(strided):
