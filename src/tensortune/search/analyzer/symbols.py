@@ -33,8 +33,8 @@ class BlockSymbols:
     trips: list[float] = field(default_factory=list)
     unique_bytes: float = 0.0  # the buffers' sizes (compulsory traffic)
     launches: float = 0.0  # times the outermost parallel loop starts (thread-pool wake-ups)
-    # extent of the innermost loop that iterates when LLVM can vectorize it unasked: no loop
-    # is vectorized, it is spatial and steps every buffer it indexes by one element (1: none)
+    # extent of the innermost loop that iterates when LLVM can vectorize it unasked (no loop
+    # is vectorized; the rule: ``_implicit_vector``), 1 where it cannot
     implicit_vector: float = 1.0
 
     @property
@@ -73,7 +73,7 @@ class _Loop:
 
     def holds_loops(self) -> bool:
         """Whether a loop that iterates (or one of unknown extent) sits in the body: LLVM
-        vectorizes innermost loops only.  Asked only of a loop no vectorized loop is under."""
+        vectorizes innermost loops only.  Asked only where no loop of the block is vectorized."""
         if self._holds_loops is None:
             self._holds_loops = _holds_loop(self.body)
         return self._holds_loops
