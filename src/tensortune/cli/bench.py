@@ -32,6 +32,9 @@ from tensortune.cli.options import (
 from tensortune.cli.progress import Reporter
 from tensortune.errors import check_writable
 
+# compare/summary.mean_and_sd's rule, said under every study's table
+SAME_ONCE = "a fold counted once where every seed gave it the same figures"
+
 app = typer.Typer(help="Benchmarks of tensortune's methods against MetaSchedule's.",
                   no_args_is_help=True)  # fmt: skip
 
@@ -706,10 +709,6 @@ def splits(
                       f"{fmt_metric(ceiling['pca'], '.3f')}, top-1 score "
                       f"{ceiling['top1_score']:.3f}, top-5 score "
                       f"{ceiling['top5_score']:.3f}")  # fmt: skip
-
-
-# compare/summary.mean_and_sd's rule, said under every study's table
-SAME_ONCE = "a fold counted once where every seed gave it the same figures"
 
 
 def _mean_sd(entry: dict, key: str) -> str:

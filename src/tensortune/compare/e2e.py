@@ -53,11 +53,11 @@ TUNED = "tensortune"
 # and the ``torch.compile`` backend on the same store.
 OWN_PROCESS = "tensortune.load[own process]"
 ROUTES = ("tensortune.load", "torch.compile[tensortune]")
-# What ``tensortune[anchors]`` installs: a failed import of anything else (ours, TVM's, one of
-# torch's) is a failure to report, not an install to advise.
-ANCHOR_PACKAGES = ("onnx", "onnxruntime", "openvino")
 # Where a missing runtime comes from.
 _INSTALL = {"onnxruntime": "onnxruntime", "openvino": "openvino"}
+# What ``tensortune[anchors]`` installs: a failed import of anything else (ours, TVM's, one of
+# torch's) is a failure to report, not an install to advise.
+ANCHOR_PACKAGES = ("onnx", *_INSTALL.values())
 
 
 @dataclass

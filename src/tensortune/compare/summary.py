@@ -46,11 +46,12 @@ def mean_and_sd(rows: Sequence[dict], by: Sequence[str], metrics: Sequence[str])
         groups[tuple(r[k] for k in by)].append(r)
     out = []
     for key, runs in groups.items():
+        results = [_keys(r, exclude={"seed"}) for r in runs]
         folds: dict[tuple, set[tuple]] = defaultdict(set)
-        for r in runs:
-            folds[_keys(r, exclude={"seed", *metrics})].add(_keys(r, exclude={"seed"}))
-        same = all(len(results) == 1 for results in folds.values())
-        unique = list({_keys(r, exclude={"seed"}): r for r in runs}.values()) if same else runs
+        for r, result in zip(runs, results, strict=True):
+            folds[_keys(r, exclude={"seed", *metrics})].add(result)
+        same = all(len(found) == 1 for found in folds.values())
+        unique = list(dict(zip(results, runs, strict=True)).values()) if same else runs
         entry: dict = {**dict(zip(by, key, strict=True)), "runs": len(runs),
                        "distinct": len(unique)}  # fmt: skip
         for m in metrics:

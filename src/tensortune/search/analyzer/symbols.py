@@ -192,10 +192,15 @@ def _block_shape(block) -> _BlockShape:
     outer: dict[object, frozenset[str]] = {}
     for region in list(block.reads) + list(block.writes):
         names: set[str] = set()
+        strided = outer.get(region.source, frozenset())
         tile = elem = max(int(region.source.dtype.bits) // 8, 1)
-        for r in region.region:
-            names |= _var_names(r.min)
+        last = len(region.region) - 1
+        for d, r in enumerate(region.region):
+            used = _var_names(r.min)
+            names |= used
+            strided = strided if d == last else strided | used
             tile *= _int(r.extent)
+        outer[region.source] = strided
         total = elem
         for d in region.source.shape:
             total *= _int(d)
@@ -204,8 +209,6 @@ def _block_shape(block) -> _BlockShape:
             names |= seen[0]
             tile = max(tile, seen[1])
         by_buffer[region.source] = (frozenset(names), tile, total)
-        strided = frozenset().union(*(_var_names(r.min) for r in list(region.region)[:-1]))
-        outer[region.source] = outer.get(region.source, frozenset()) | strided
     writes = block.writes
     bits = int(writes[0].source.dtype.bits) if len(writes) else 32
     # every variable that is not data-parallel: reductions, scans, opaque ones
