@@ -96,6 +96,26 @@ def test_a_programs_symbols_do_not_depend_on_the_programs_read_before_it():
             assert whole == 3 * 64 * 64 * 4
 
 
+def test_a_buffer_read_in_another_order_at_the_same_shape_is_another_structure():
+    # The cache told blocks apart by their buffers' names and shapes (and their loops' names,
+    # which change with every tiling): a weight whose layout a sketch rewrote to a shape of the
+    # same size gave the next program the first one's strides (39 groups of the pool's).
+    def laid_out(transposed: bool):
+        sch = tvm.s_tir.Schedule(_matmul(64))
+        block = sch.get_child_blocks(sch.get_sblock("root"))[0]
+        i, j, k = sch.get_loops(block)
+        sch.reorder(i, k, j)  # the columns innermost: LLVM's to vectorize where they stride by 1
+        if transposed:
+            sch.transform_layout(block, ("read", 1), lambda k, j: (j, k))
+        return sch.mod
+
+    programs = [laid_out(False), laid_out(True), laid_out(False)]
+    shared: dict = {}
+    alone = [program_symbols(p, {}) for p in programs]
+    assert alone[0][0].implicit_vector == 64 and alone[1][0].implicit_vector == 1
+    assert [program_symbols(p, shared) for p in programs] == alone
+
+
 def test_the_analyzer_prefers_parallel_vectorized_tiles():
     mod = _matmul()
     lat = {name: estimate_latency(program_symbols(m), MACHINE) for name, m in {
