@@ -162,16 +162,15 @@ def _walk(stmt: object, loops: list[_Loop], bound: _Bound, cache: StructureCache
             inner[name] = frozenset().union(*(bound.get(n, {n}) for n in _var_names(value)))
         # The structure is read from the block alone, so the key holds no loop: their names
         # change with the tiling (keyed by them, 35% of the lookups on 40 tasks of `default`
-        # missed, 9 in 10 of those for a structure cached under other names). It holds the
-        # buffers, with their shapes, and the block's variables: a
-        # sketch may read a padded copy or, padding inlined, the input; an rfactor block's
-        # buffer size and variables follow the split it factored.
+        # missed, 9 in 10 of those for a structure cached under other names).  It holds the
+        # buffers with their shapes, the block's variables, and which variables index each
+        # buffer's last dimension: a sketch may read a padded copy or, padding inlined, the
+        # input; an rfactor block's buffer size and variables follow the split it factored; a
+        # weight laid out anew at a shape of the same size is read with other strides.
         regions = [*block.reads, *block.writes]
         sources = tuple((b.name, *(_int(d) for d in b.shape)) for b in (r.source for r in regions))
-        # and which variables index each buffer's last dimension: a weight whose layout was
-        # rewritten to a shape of the same size is read in another order, with other strides
-        lasts = tuple(frozenset(_var_names(r.region[len(r.region) - 1].min)) if len(r.region)
-                      else frozenset() for r in regions)  # fmt: skip
+        lasts = tuple(frozenset(_var_names(dims[len(dims) - 1].min)) if len(dims) else frozenset()
+                      for dims in (r.region for r in regions))  # fmt: skip
         key = (block.name_hint, sources, variables, lasts)
         shape = cache.get(key)
         if shape is None:
