@@ -912,6 +912,52 @@ def test_adaptive_ping_pong_explores_only_after_a_round_that_bought_nothing(matm
     assert policy.stats["explored"] == 2
 
 
+def test_alt_reads_the_features_the_verifier_has_extracted(matmul_candidates, monkeypatch):
+    """ALT's filter and ensemble read the per-store features of the programs the verifier has
+    just scored: extracting them again was most of ALT's time (benchmarks/RESULTS.md, stop
+    81).  The same features, extracted once."""
+    from tensortune.costmodel import ms_adapter
+    from tensortune.costmodel.gbdt import XGBoostModel
+    from tensortune.costmodel.ms_adapter import LearnedCostModel
+    from tensortune.search.alt import STAT_KEYS, AltPolicy
+
+    ctx, cands = matmul_candidates
+    extracted: list[int] = []
+    extract = ms_adapter.candidate_features
+
+    def counted(context, candidates, **kw):
+        extracted.append(len(candidates))
+        return extract(context, candidates, **kw)
+
+    monkeypatch.setattr(ms_adapter, "candidate_features", counted)
+    verifier = LearnedCostModel(XGBoostModel(n_rounds=5), platform())
+    verifier.per_store_features(ctx, cands[:40])  # the candidates it has scored
+    options = dict(validity=True, pingpong=2, audit=0.0, seed=0)
+    own = AltPolicy(stats=dict.fromkeys(STAT_KEYS, 0), **options)
+    shared = AltPolicy(stats=dict.fromkeys(STAT_KEYS, 0), extract=verifier.per_store_features,
+                       **options)  # fmt: skip
+    theirs = shared.features(ctx, cands[:50])
+    assert extracted == [40, 10]  # only the ten the verifier had not seen
+    mine = own.features(ctx, cands[:50])
+    assert all(np.array_equal(a, b) for a, b in zip(mine, theirs, strict=True))
+
+
+def test_the_strategy_finds_a_verifier_that_keeps_features_inside_its_wrappers():
+    from tensortune.compat import ms
+    from tensortune.costmodel.gbdt import XGBoostModel
+    from tensortune.costmodel.ms_adapter import LearnedCostModel
+    from tensortune.costmodel.timed import TimedCostModel
+    from tensortune.search.draft_verify import DraftThenVerify
+    from tensortune.search.factory import strategy_for_task
+
+    verifier = LearnedCostModel(XGBoostModel(n_rounds=5), platform())
+    task = strategy_for_task(DraftThenVerify(validity=1), None, verifier=TimedCostModel(verifier))
+    assert task.features_from is verifier
+    plain = strategy_for_task(DraftThenVerify(validity=1), None,
+                              verifier=ms.cost_model.XGBModel(num_warmup_samples=0))  # fmt: skip
+    assert plain.features_from is None  # MetaSchedule's XGBoost keeps none: ALT extracts them
+
+
 def test_draft_then_verify_tunes_with_alts_filter_and_ping_pong(tmp_path, target):
     from tensortune.search.draft_verify import DraftThenVerify
     from tensortune.tuning.tune import tune

@@ -147,6 +147,13 @@ class LearnedCostModel(PyCostModel):
                           np.tile(self._workload[key], (n, 1)), np.tile(self._hardware, (n, 1)),
                           np.zeros(n, dtype=np.int64), lowered=low)  # fmt: skip
 
+    def per_store_features(self, context, candidates,
+                           keys: list[str] | None = None) -> list[np.ndarray]:  # fmt: skip
+        """The candidates' per-store features (MetaSchedule's ``PerStoreFeature``), from the
+        memo where this model has scored them: ALT's filter and ensemble read the programs
+        the verifier has just scored, and extracting them again was most of ALT's time."""
+        return self._features(context, candidates, lowered=False, keys=keys).per_store
+
     def predict(self, context, candidates) -> np.ndarray:
         if not candidates or not self.model.fitted:  # a cold online model knows nothing yet
             return np.zeros(len(candidates))

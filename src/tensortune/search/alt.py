@@ -35,6 +35,8 @@ MetaSchedule's database queries omit); ``explored``: the rounds the uncertainty 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from tensortune import features as F
@@ -55,8 +57,12 @@ class AltPolicy:
     """One task's ALT state: features of its candidates, outcomes of its measurements."""
 
     def __init__(self, *, validity: bool, pingpong: int, audit: float, stats: dict[str, int],
-                 seed: int, log: list[tuple[float, bool, int]] | None = None) -> None:  # fmt: skip
+                 seed: int, log: list[tuple[float, bool, int]] | None = None,
+                 extract: Callable[..., list[np.ndarray]] | None = None) -> None:  # fmt: skip
         self.filter = ValidityFilter(seed=seed) if validity else None
+        # ``extract(context, candidates, keys)``: per-store features from where they are kept
+        # already (the verifier's memo, ``LearnedCostModel.per_store_features``); None: ours.
+        self.extract = extract
         # Of each measured program the filter judged: P(valid) then, whether it ran, and the
         # fewer of the successes and failures the filter had been fitted on (benchmarks).
         self.log = log
@@ -78,7 +84,8 @@ class AltPolicy:
         self._stalled = False  # the last measured batch did not improve the task's best
 
     def features(self, context, cands) -> list[np.ndarray]:
-        """Per-store features of each candidate, extracted once (while the memo has room)."""
+        """Per-store features of each candidate, computed once (while the memo has room), by
+        ``extract`` where given: the verifier has just scored these candidates."""
         cands = list(cands)
         keys = [_key(c) for c in cands]
         todo = {k: c for k, c in zip(keys, cands, strict=True) if k not in self._memo}
@@ -86,9 +93,13 @@ class AltPolicy:
             self._memo.clear()
             todo = dict(zip(keys, cands, strict=True))
         if todo:
-            found = self._extractor.extract_from(context, list(todo.values()))
-            for k, f in zip(todo, found, strict=True):
-                self._memo[k] = f.numpy().astype(np.float32)
+            cands = list(todo.values())
+            if self.extract is not None:
+                found = self.extract(context, cands, list(todo))
+            else:
+                found = [f.numpy().astype(np.float32)
+                         for f in self._extractor.extract_from(context, cands)]  # fmt: skip
+            self._memo.update(zip(todo, found, strict=True))
         return [self._memo[k] for k in keys]
 
     def allowed(self, context, pool: list, rng: np.random.Generator) -> np.ndarray:

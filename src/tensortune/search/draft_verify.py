@@ -166,7 +166,8 @@ class DraftThenVerify(PySearchStrategy):
                  alt_stats: dict[str, int] | None = None,
                  alt_log: list[tuple[float, bool, int]] | None = None,
                  records: object | None = None, verifier_screens: bool = False,
-                 threads: int = 0, warming: object | None = None) -> None:  # fmt: skip
+                 threads: int = 0, warming: object | None = None,
+                 features_from: object | None = None) -> None:  # fmt: skip
         super().__init__()
         check_flags(verifier_screens=verifier_screens)
         self.population = population
@@ -196,6 +197,9 @@ class DraftThenVerify(PySearchStrategy):
         self.verifier_screens = verifier_screens
         # The verifier's Python object when it has a warm-up (``watch_verifier``, ``_warming_up``)
         self.warming = warming
+        # The verifier's Python object when it keeps its candidates' per-store features
+        # (``watch_verifier``): ALT reads them there rather than extracting them again.
+        self.features_from = features_from
         self.threads = threads
         # Settings out of range reach TVM as they are (eps=2 returned 83 candidates for a
         # round of 8): checked here, as the command line checks --draft-option.
@@ -222,7 +226,8 @@ class DraftThenVerify(PySearchStrategy):
                                build_times=self.build_times, alt_stats=self.alt_stats,
                                alt_log=self.alt_log, records=self.records,
                                verifier_screens=self.verifier_screens,
-                               warming=self.warming)  # fmt: skip
+                               warming=self.warming,
+                               features_from=self.features_from)  # fmt: skip
 
     def clone(self) -> DraftThenVerify:
         return self.copy()
@@ -235,13 +240,18 @@ class DraftThenVerify(PySearchStrategy):
 
     def watch_verifier(self, verifier: object) -> None:
         """Note whether the cost model screens candidates (``LearnedCostModel(screen=...)``,
-        maybe inside wrappers), and keep it where it has a warm-up (MetaSchedule's XGBoost):
-        MetaSchedule hands ``pre_tuning`` its C++ view, which says neither (``tune`` calls
-        this before it clones the strategy for each task)."""
+        maybe inside wrappers), and keep it where it has a warm-up (MetaSchedule's XGBoost)
+        or keeps its candidates' per-store features (``LearnedCostModel``, for ALT):
+        MetaSchedule hands ``pre_tuning`` its C++ view, which says none of this (``tune``
+        calls this before it clones the strategy for each task)."""
         model, self.verifier_screens, self.warming = verifier, False, None
+        self.features_from = None
         for _ in range(4):  # e.g. a TimedCostModel around a LearnedCostModel
             if getattr(model, "screen", None) is not None:
                 self.verifier_screens = True
+            if self.features_from is None and callable(getattr(model, "per_store_features",
+                                                               None)):  # fmt: skip
+                self.features_from = model
             if self.warming is None and isinstance(getattr(model, "num_warmup_samples", None),
                                                    int):  # fmt: skip
                 self.warming = model
@@ -310,7 +320,8 @@ class DraftThenVerify(PySearchStrategy):
         self.analyzer_memo: dict[int, tuple[object, float]] = {}
         self.alt = (AltPolicy(validity=bool(self.validity), pingpong=int(self.pingpong),
                               audit=self.audit, stats=self.alt_stats,
-                              seed=int(self.alt_rng.integers(1 << 30)), log=self.alt_log)
+                              seed=int(self.alt_rng.integers(1 << 30)), log=self.alt_log,
+                              extract=getattr(self.features_from, "per_store_features", None))
                     if self.validity or self.pingpong else None)  # fmt: skip
         earlier = getattr(self.records, "outcomes", None)
         if self.alt is not None and callable(earlier):
