@@ -253,6 +253,26 @@ def test_an_artifact_is_judged_by_what_the_kernel_lists_not_by_llvms_name_for_th
     load(_tampered(shipped[0], tmp_path / "named.tt", cpu_features=has))
 
 
+def test_an_artifact_is_judged_by_its_target_not_only_by_the_sets_its_manifest_names(
+    shipped, tmp_path
+):
+    # An artifact written when ISA was shorter (before VBMI, GFNI and the like were on it)
+    # names fewer sets than its target's code may use: an Ice Lake build would have loaded on
+    # a Cascade Lake and died of SIGILL.
+    mcpus = ("icelake-server", "sapphirerapids", "graniterapids", "znver4", "znver5", "haswell")
+    other = next(({"kind": "llvm", "mcpu": m} for m in mcpus
+                  if target_isa({"kind": "llvm", "mcpu": m}) - cpu_isa()), None)  # fmt: skip
+    if other is None:
+        pytest.skip("this CPU runs all these CPUs' code")
+    lacking = sorted(target_isa(other) - cpu_isa())
+    old = _tampered(shipped[0], tmp_path / "old.tt", target=other, cpu_features=[])
+    with pytest.raises(ArtifactError, match=f"CPU with {re.escape(', '.join(lacking))}, which"):
+        load(old)
+    for target in ("x", {"kind": "llvm", "mcpu": 7}):
+        with pytest.raises(ArtifactError, match=r"damaged manifest \(target\)"):
+            load(_tampered(shipped[0], tmp_path / "t.tt", target=target))
+
+
 def test_instruction_sets_llvm_emits_beyond_avx512f_are_judged():
     # VBMI and GFNI (byte shuffles and shifts), among others: an Ice Lake build would have
     # passed on a Cascade Lake, whose AVX-512 lacks them

@@ -143,7 +143,7 @@ def _check(path: Path, m: object) -> None:
     features = m.get("cpu_features")
     if not isinstance(features, list) or not all(isinstance(f, str) for f in features):
         raise ArtifactError(f"{path}: damaged manifest (cpu_features)")
-    missing = sorted(set(features) - cpu_isa())
+    missing = sorted((set(features) | _target_isa(path, m.get("target"))) - cpu_isa())
     if missing:
         raise ArtifactError(f"{path}: built for a CPU with {', '.join(missing)}, which this "
                             f"CPU lacks: compile it for this CPU")  # fmt: skip
@@ -154,6 +154,18 @@ def _check(path: Path, m: object) -> None:
         raise ArtifactError(f"{path}: damaged manifest (threads)")
     if type(m.get("single_output", True)) is not bool:
         raise ArtifactError(f"{path}: damaged manifest (single_output)")
+
+
+def _target_isa(path: Path, target: object) -> set[str]:
+    """The instruction sets the manifest's target lets its code use, judged by today's list
+    (``ISA``): an artifact written when the list was shorter (before VBMI, GFNI and the like
+    were on it) names fewer in ``cpu_features`` than its code may hold."""
+    if not isinstance(target, dict):
+        raise ArtifactError(f"{path}: damaged manifest (target)")
+    try:
+        return target_isa(target)
+    except Exception:  # TVM refuses a target it cannot parse, in errors of its own types
+        raise ArtifactError(f"{path}: damaged manifest (target)") from None
 
 
 def _spec_ok(x: object) -> bool:
