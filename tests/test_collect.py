@@ -185,6 +185,16 @@ def test_every_configuration_is_checked_before_a_selector_measures(cli, tmp_path
     assert not db.exists()  # nothing measured for avx2-1c first
 
 
+def test_a_setting_out_of_range_is_refused_whichever_sampler_reads_it(cli, tmp_path):
+    db = tmp_path / "r.db"
+    for args, param in ((("--sampler", "balto", "--evolved-share", "7"), "--evolved-share"),
+                        (("--rounds", "-3"), "--rounds")):  # fmt: skip
+        code, _, err = cli("dataset", "collect", "-w", "softmax:128,768", *args, "--records",
+                           f"sqlite:///{db}", "--work-dir", str(tmp_path / "w"))  # fmt: skip
+        assert code == 2 and param in err and len(err.strip().splitlines()) == 1, err
+    assert not db.exists()
+
+
 def test_collection_can_keep_the_heaviest_tasks_and_leave_out_a_held_out_network(tiny):
     from tensortune.collect.programs import chosen_tasks
 

@@ -140,6 +140,13 @@ def collect(
         rename_options({"programs_per_task": "--trials-per-task", "budget": "--trials-per-task",
                     "selector": "--sampler", "config": "--config",
                     "exclude": "--exclude-network"})  # fmt: skip
+        # Each setting is judged whichever sampler reads it: the branch that ignores one took
+        # a value out of range in silence.
+        if not 0 <= evolved_share <= 1:
+            raise TensortuneError(f"must be from 0 to 1, not {evolved_share}",
+                                  param="--evolved-share")  # fmt: skip
+        if rounds < 1:
+            raise TensortuneError(f"must be at least 1, not {rounds}", param="--rounds")
         if sampler != "random":
             from tensortune.collect.active import collect_active
             from tensortune.collect.programs import check_configs
@@ -240,10 +247,10 @@ def select(
 
     Example: tensortune dataset select --selector balto --fraction 0.05 --seed 0 --out picks
     """
-    from tensortune.train.selection import held_out_networks, select_dataset
+    from tensortune.train.selection import select_dataset
 
     rename_options({"out": "--out", "fraction": "--fraction", "selector": "--selector"})
-    held = tuple(held_out_networks(dataset, held_out))
+    held = tuple(n for n in held_out.split(",") if n) or None  # None: the card's
     with console.status(f"selecting with {selector}..."):
         card = select_dataset(dataset, selector, fraction, out, seed=seed, hardware=hardware,
                               held_out=held, params=_acquisition_params(param),

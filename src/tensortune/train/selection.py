@@ -58,12 +58,14 @@ def pool_mask(columns: dict, held_out: Sequence[str],
 
 
 def select_dataset(dataset: str | Path, selector: str, fraction: float, out: str | Path, *,
-                   seed: int = 0, hardware: str | None = None, held_out: tuple[str, ...] = (),
+                   seed: int = 0, hardware: str | None = None,
+                   held_out: Sequence[str] | None = None,
                    acquisition: str = "xgb", params: dict | None = None,
                    steps: Sequence[float] = FRACTIONS,
                    overwrite: bool = False) -> dict:  # fmt: skip
     """Write ``selector``'s picks of ``fraction`` of ``dataset``'s programs on one hardware
-    (less the tasks of ``held_out`` networks) to ``out`` as a dataset that ``train`` reads.
+    (less the tasks of ``held_out`` networks; by default those the dataset's card holds out,
+    its test networks, as ``dataset select`` does) to ``out`` as a dataset that ``train`` reads.
     The selection grows through the fractions of ``steps`` below ``fraction`` first, as the
     offline study does, so the picks are the study's at that fraction for the same seed and
     fractions (``grow``, an ``acquisition`` model with ``params``, seeded with ``seed``; by
@@ -88,6 +90,7 @@ def select_dataset(dataset: str | Path, selector: str, fraction: float, out: str
                               "directory", param="out")  # fmt: skip
     check_out_dir(out, overwrite=overwrite)  # before the selection, not after
     columns, card = dataset_columns(dataset)
+    held_out = tuple(card.get("held_out") or []) if held_out is None else tuple(held_out)
     # A network the source was already held out from (a selection's card names them) has no
     # tasks left to remove: holding it out again is what the card's default asks.
     gone = set(card.get("held_out") or [])
