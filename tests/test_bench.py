@@ -344,6 +344,17 @@ def test_a_broken_verifier_file_fails_before_anything_is_tuned(tmp_path):
     assert not (tmp_path / "w" / "results.json").exists()
 
 
+def test_a_plot_that_cannot_be_written_is_refused_before_any_seed_runs(tmp_path):
+    from tensortune.compare.seeds import bench_seeds
+
+    # An unknown method would be refused too, later: the plot must be judged first.  Found
+    # after a whole seed's runs, it cost the call (the CLI checked it; the API did not).
+    with pytest.raises(TensortuneError) as e:
+        bench_seeds([SPEC], seeds=[0, 1], work_dir=tmp_path / "w", trials_per_task=8,
+                    methods=["nosuch"], plot=tmp_path / "missing" / "b.png")  # fmt: skip
+    assert e.value.param == "plot" and "no directory" in str(e.value)
+
+
 def test_a_results_file_that_is_not_ours_is_refused_not_written_over(tmp_path):
     from conftest import TARGET
 

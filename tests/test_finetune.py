@@ -286,8 +286,21 @@ def test_finetune_scores_its_test_records_as_this_machines_before_and_after(tmp_
                          str(tmp_path / "t.ttm"), "--test-records", str(tmp_path / "test"),
                          "--json")  # fmt: skip
     assert code == 0, err
-    assert {"pca_before", "pca_after"} <= set(json.loads(out))
-    assert seen == [True, True, True]  # before, the sample, after
+    after = json.loads(out)
+    assert {"pca_before", "pca_after"} <= set(after)
+    assert seen == [True, True, True]  # the sample, before, after
+    # evaluate scores the written model on them as finetune did, when told where they ran
+    code, out, err = cli("evaluate", "--cost-model", str(tmp_path / "t.ttm"), "--test-records",
+                         str(tmp_path / "test"), "--measured-here", "--json")  # fmt: skip
+    assert code == 0, err
+    assert json.loads(out)["pca"] == after["pca_after"] and seen[-1] is True
+    # Every argument is judged before the test records are read (and scored): the scoring
+    # came first, and a bad --samples was refused only after it.
+    seen.clear()
+    code, _, err = cli("finetune", "--model", str(tmp_path / "m.ttm"), "--records",
+                       str(tmp_path / "db"), "--samples", "1", "--out", str(tmp_path / "u.ttm"),
+                       "--test-records", str(tmp_path / "test"))  # fmt: skip
+    assert code != 0 and "at least 2 programs" in err and seen == []
 
 
 def test_the_first_k_of_a_metaschedule_database_are_the_first_measured(tmp_path):

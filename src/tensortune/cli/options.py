@@ -64,9 +64,10 @@ FastMathOpt = Annotated[
     bool,
     typer.Option("--fast-math/--no-fast-math",
                  help="Approximate float32 exp, tanh and erf with TVM's vectorizing fast_* "
-                 "polynomials (within a few float32 ulps; tuning compares outputs with the "
-                 "exact workload). On by default: LLVM's scalar exp left a tuned softmax 4x "
-                 "slower than PyTorch's."),
+                 "polynomials (within a few float32 ulps; `tune --check`, its default, "
+                 "compares a kernel's outputs with the exact workload's on this machine). On "
+                 "by default: LLVM's scalar exp left a tuned softmax 4x slower than "
+                 "PyTorch's."),
 ]  # fmt: skip
 
 WinogradOpt = Annotated[

@@ -127,6 +127,14 @@ def evaluate(
             help="A MetaSchedule JSON database directory to test on instead.",
         ),
     ] = None,
+    measured_here: Annotated[
+        bool,
+        typer.Option(
+            "--measured-here",
+            help="--test-records were measured on this machine: their rows carry its hardware "
+            "vector, as finetune reads them (else a stand-in machine's).",
+        ),
+    ] = False,
     target: TargetOpt = None,
     as_json: JsonOpt = False,
     plot: Annotated[
@@ -147,7 +155,7 @@ def evaluate(
     chosen = _one(cost_model, model)
     with console.status("scoring..."):
         scores = run_evaluate(chosen, dataset=dataset, split=split, test_records=test_records,
-                              plot=plot, target=target)  # fmt: skip
+                              plot=plot, target=target, measured_here=measured_here)  # fmt: skip
     if as_json:
         print_json(scores)
         return
@@ -216,20 +224,14 @@ def finetune(
 
     Example: tensortune finetune --model hwattn.ttm --records my_db --samples 64 --out tuned.ttm
     """
-    from tensortune.costmodel.registry import load_cost_model
     from tensortune.train.finetune import PER_TASK
     from tensortune.train.finetune import finetune as run_finetune
     from tensortune.train.metrics import RANK_METRICS
-    from tensortune.train.trainer import evaluate as run_evaluate
 
-    before = None
-    if test_records is not None:
-        with console.status("scoring the model as it is..."):
-            before = run_evaluate(cost_model, test_records=test_records, measured_here=True)
     with console.status(f"fine-tuning on {samples} programs..."):
         result = run_finetune(cost_model, records, samples=samples, seed=seed,
                               hardware=hardware, steps=steps, validate=validate,
-                              out=out)  # fmt: skip
+                              out=out, test_records=test_records)  # fmt: skip
     summary: dict = {"samples": result.samples, "tasks": result.tasks, "steps": result.steps,
                      "out": str(out)}  # fmt: skip
     if result.samples < samples and not as_json:
@@ -237,11 +239,9 @@ def finetune(
                       "for: the records have no more successful ones"
                       f"{f' (at most {PER_TASK} a task with --seed)' if seed is not None else ''}",
                       style="yellow")  # fmt: skip
-    if test_records is not None:
-        after = run_evaluate(load_cost_model(out), test_records=test_records,
-                             measured_here=True)  # fmt: skip
-        summary |= {f"{k}_before": before[k] for k in RANK_METRICS}
-        summary |= {f"{k}_after": after[k] for k in RANK_METRICS}
+    if result.before is not None:
+        summary |= {f"{k}_before": result.before[k] for k in RANK_METRICS}
+        summary |= {f"{k}_after": result.after[k] for k in RANK_METRICS}
     if as_json:
         print_json(summary)
         return

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from tensortune.compare.plots import plot_curves
 from tensortune.compare.search_methods import BenchResult, bench_tune
-from tensortune.errors import TensortuneError, check_seed
+from tensortune.errors import TensortuneError, check_seed, check_writable
 from tensortune.workloads.task import Task
 
 
@@ -32,6 +32,7 @@ def bench_seeds(
         raise TensortuneError("give at least one seed", param="seeds")
     for s in seeds:
         check_seed(s)
+    check_writable(plot, "plot")  # before the runs (minutes each), not after the first
     seeds = list(dict.fromkeys(seeds))  # a seed given twice would count as two runs of one
     results = []
     for s in seeds:

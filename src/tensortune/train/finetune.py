@@ -67,6 +67,9 @@ class FinetuneResult:
     tasks: int  # tasks they came from
     steps: int  # the length the validation chose (0: the model is unchanged)
     validation: dict[int, float]  # held-out pairwise accuracy of each length tried ({}: none)
+    # ``evaluate``'s figures on ``test_records`` before and after (None: no test records)
+    before: dict | None = None
+    after: dict | None = None
 
 
 def on_hardware(columns: dict, hardware: str) -> np.ndarray:
@@ -272,16 +275,19 @@ def finetune(
     steps: int = STEPS,
     validate: bool = True,
     out: str | Path | None = None,
+    test_records: str | Path | None = None,
 ) -> FinetuneResult:
     """Fine-tune ``model`` (a model file or a fitted ``CostModel``) on ``samples`` programs of
     ``records``: a MetaSchedule JSON database directory (taken as measured on this machine) or
     a dataset (a directory, or a shipped dataset's name; ``hardware`` picks one of its
     machines).  ``validate``: choose how long to train on held-out parts of the sample (the
     module's docstring); without it, train ``steps`` steps.  Saves to ``out`` when given; the
-    model file remembers what it was tuned on."""
+    model file remembers what it was tuned on.  ``test_records``: a MetaSchedule JSON database
+    measured on this machine that the model is scored on before and after (``evaluate``'s
+    figures in ``before`` and ``after``), once every argument has been checked."""
     from tensortune.costmodel.registry import load_cost_model
     from tensortune.errors import about
-    from tensortune.train.trainer import dataset_columns, records_columns
+    from tensortune.train.trainer import dataset_columns, evaluate, records_columns
 
     check_writable(out, "out")
     check_flags(validate=validate)
@@ -312,6 +318,8 @@ def finetune(
                                       "for", param="hardware")  # fmt: skip
     rows = sample_rows(columns, samples, seed, hardware)
     data = sample_set(columns, rows)
+    if test_records is not None:
+        before = evaluate(estimator, test_records=test_records, measured_here=True)
     adapt(estimator, data, steps, validate=validate)
     chosen = estimator.finetune_
     estimator.provenance_ = {
@@ -321,8 +329,12 @@ def finetune(
     }  # fmt: skip
     if out is not None:
         estimator.save(out)
-    return FinetuneResult(estimator, len(rows), len(np.unique(data.groups)), chosen["steps"],
-                          chosen["validation"])  # fmt: skip
+    result = FinetuneResult(estimator, len(rows), len(np.unique(data.groups)),
+                            chosen["steps"], chosen["validation"])  # fmt: skip
+    if test_records is not None:
+        result.before = before
+        result.after = evaluate(estimator, test_records=test_records, measured_here=True)
+    return result
 
 
 def _is_metaschedule_database(path: str | Path) -> bool:
