@@ -250,6 +250,36 @@ def test_export_and_import_take_a_stores_url(filled, tmp_path: Path) -> None:
     assert not (tmp_path / "none.db").exists() and not (tmp_path / "export2").exists()
 
 
+def test_a_directory_that_is_a_url_or_an_empty_name_is_refused(filled, fresh, tmp_path,
+                                                                monkeypatch):  # fmt: skip
+    # A URL became a local folder (``postgresql:/me@db/tuning``), an empty name the working
+    # directory; the CLI refused both, the API wrote into them.
+    store, _, _ = filled
+    (tmp_path / "cwd").mkdir()
+    monkeypatch.chdir(tmp_path / "cwd")
+    for where in ("postgresql://me@db/tuning", "sqlite:///c.db", "", "  "):
+        with pytest.raises(RecordsError, match=r"^directory: .*(records store|empty name)"):
+            export_records(store, where)
+        with pytest.raises(RecordsError, match=r"^directory: .*(records store|empty name)"):
+            import_records(fresh, where)
+    assert not list((tmp_path / "cwd").iterdir())
+
+
+def test_a_target_is_matched_as_given_or_as_its_canonical_text(store, tmp_path) -> None:
+    # A target dict or short JSON text matched no record: ``best_programs`` came back empty.
+    from tensortune.hardware import resolve_platform
+    from tensortune.tuning.best import best_programs
+
+    one = {"kind": "llvm", "num-cores": 1}
+    fill(store, MM, [1e-3, 2e-3])
+    fill(store, MM, [4e-3], target=one, seed=1)
+    key = resolve_platform(one, measurable=False).key
+    for given in (one, json.dumps(one), key, resolve_platform(one, measurable=False)):
+        (found,) = best_programs(store, target=given)
+        assert found.target == key and found.trials == 1
+    assert export_records(store, tmp_path / "one", target=one).records == 1
+
+
 def test_import_again_skips_everything(filled, fresh, tmp_path: Path) -> None:
     store, _, _ = filled
     export_records(store, tmp_path / "export")

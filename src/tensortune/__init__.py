@@ -54,6 +54,7 @@ _EXPORTS = {
     "RecordStore": "tensortune.records",
     "Record": "tensortune.records",
     "StoreDatabase": "tensortune.records.ms_database",
+    "copy_records": "tensortune.records.interop",
     "export_records": "tensortune.records.interop",
     "import_records": "tensortune.records.interop",
     # measurement
@@ -98,6 +99,7 @@ __all__ = [
     "best_programs",
     "collect",
     "compile_model",
+    "copy_records",
     "cost_model_from",
     "current_hardware",
     "default_target",
@@ -139,7 +141,7 @@ if TYPE_CHECKING:
     from tensortune.measure.session import MeasureSession
     from tensortune.measure.timing import TimingConfig
     from tensortune.records import Record, RecordStore, open_records
-    from tensortune.records.interop import export_records, import_records
+    from tensortune.records.interop import copy_records, export_records, import_records
     from tensortune.records.ms_database import StoreDatabase
     from tensortune.search.analyzer import Analyzer
     from tensortune.search.analyzer.quality import draft_quality

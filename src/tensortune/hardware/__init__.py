@@ -16,6 +16,7 @@ from tensortune.hardware.target import (
     parse_target,
     resolve_platform,
     simd_bits,
+    stored_target_key,
     target_key,
 )
 
@@ -34,6 +35,7 @@ __all__ = [
     "parse_target",
     "resolve_platform",
     "simd_bits",
+    "stored_target_key",
     "target_key",
     "usable_cores",
 ]

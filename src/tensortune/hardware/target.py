@@ -20,6 +20,8 @@ from tensortune.errors import TargetError, check_flags, last_line
 from tensortune.hardware.fingerprint import ISA_FLAGS, Hardware, current_hardware, usable_cores
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from tensortune.compat import tvm
 
 # Kinds whose candidates can be measured here: the runner times kernels on this machine's CPU.
@@ -229,6 +231,16 @@ def target_key(target: dict | object) -> str:
 
     exported = tvm.target.Target(target).export() if isinstance(target, dict) else target.export()
     return json.dumps(_plain(exported), sort_keys=True)
+
+
+def stored_target_key(target: str | dict | Platform, known: Iterable[str] = ()) -> str:
+    """``target`` as records are keyed by it: a key of ``known`` (the store's) as it is, else
+    the canonical text (``Platform.key``) of a target dict, its JSON text or a ``Platform``.
+    Compared as given, a dict or a short JSON target matched no record and a query came back
+    empty."""
+    if isinstance(target, str) and target in known:
+        return target
+    return resolve_platform(target, measurable=False).key
 
 
 def _plain(value: object) -> object:

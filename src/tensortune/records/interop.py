@@ -17,10 +17,16 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tensortune.errors import RecordsError, check_count, check_flags, last_line
-from tensortune.hardware import Hardware, current_hardware, target_key
+from tensortune.errors import RecordsError, about, check_count, check_flags, last_line
+from tensortune.hardware import (
+    Hardware,
+    Platform,
+    current_hardware,
+    stored_target_key,
+    target_key,
+)
 from tensortune.measure.status import FAILED_COST
-from tensortune.records import records_from
+from tensortune.records import names_a_url, records_from
 from tensortune.records.convert import args_info_text, to_tuning_record, trace_text
 from tensortune.records.ms_json import check_database, read_in_order
 from tensortune.records.schema import Record
@@ -44,19 +50,38 @@ def export_records(
     *,
     top_k: int | None = None,
     hardware_id: str | None = None,
-    target: str | None = None,
+    target: str | dict | Platform | None = None,
 ) -> Transfer:
     """Write one hardware's records (default: this machine's) from ``store`` (a records store
-    or its URL) as a MetaSchedule JSON database, with the workloads' names beside it.
+    or its URL) as a MetaSchedule JSON database, with the workloads' names beside it.  Another
+    store is copied into with ``copy_records``.
 
     With ``top_k``, only the k fastest successful records of each workload and target; with
-    ``target`` (a target's canonical text, ``Platform.key``), only that target's records.
-    Records whose traces no longer replay on their workload are left out (``skipped``).
+    ``target`` (a target dict, its JSON text, a ``Platform`` or the canonical text records are
+    keyed by, ``Platform.key``), only that target's records.  Records whose traces no longer
+    replay on their workload are left out (``skipped``).
     """
     if top_k is not None:
         check_count(top_k, "top_k")
+    out = _directory(directory)
     with records_from(store, create=False, param="store") as opened:
-        return _export_checked(opened, Path(directory), top_k, hardware_id, target)
+        if target is not None:
+            with about("target"):
+                target = stored_target_key(target, {row[3] for row in opened.summary()})
+        return _export_checked(opened, out, top_k, hardware_id, target)
+
+
+def _directory(directory: str | os.PathLike) -> Path:
+    """A MetaSchedule database's directory, refused in one line where it is none: an empty
+    name (the working directory, files and all) or a store's URL, which ``Path`` folded into a
+    local folder (``postgresql:/me@db/tuning``)."""
+    text = os.fspath(directory)
+    if not str(text).strip():
+        raise RecordsError("give a directory, not an empty name", param="directory")
+    if isinstance(text, str) and names_a_url(text):
+        raise RecordsError(f"{text} names a records store, not a directory: copy between stores "
+                           "with copy_records", param="directory")  # fmt: skip
+    return Path(text)
 
 
 def _export_checked(store: RecordStore, out: Path, top_k: int | None, hardware_id: str | None,
@@ -150,7 +175,7 @@ def import_records(
     the names an export wrote beside the database (else ``DIRNAME.w``).
     """
     check_flags(measured_here=measured_here)
-    src = Path(directory)
+    src = _directory(directory)
     check_database(src)  # TVM's reader trusts the files: a malformed line could crash it
     with records_from(store, param="store") as opened:
         return _import_checked(opened, src, measured_here, run_id)

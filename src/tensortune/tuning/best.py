@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
-from tensortune.errors import RecordsError, check_flags, last_line
+from tensortune.errors import RecordsError, about, check_flags, last_line
 from tensortune.records import RecordStore, records_from
+
+if TYPE_CHECKING:
+    from tensortune.hardware import Platform
 
 
 @dataclass
@@ -36,14 +40,16 @@ def best_programs(
     records: str | RecordStore,
     *,
     hardware_id: str | None = None,
-    target: str | None = None,
+    target: str | dict | Platform | None = None,
     workload: str | None = None,
     tir: bool = False,
 ) -> list[BestProgram]:
-    """Per workload, hardware and target of the store (optionally only ``hardware_id``, the
-    target with canonical text ``target``, and workloads whose name contains ``workload``): the
+    """Per workload, hardware and target of the store (optionally only ``hardware_id``,
+    ``target``: a target dict, its JSON text, a ``Platform`` or the canonical text records are
+    keyed by, and workloads whose name contains ``workload``): the
     trials, the successful ones and the best latency, with the scheduled TIR of the best
     program when ``tir``."""
+    from tensortune.hardware import stored_target_key
     from tensortune.records.convert import candidate_from_trace
     from tensortune.workloads.sources import workload_flop
 
@@ -51,7 +57,11 @@ def best_programs(
     out = []
     with records_from(records, create=False) as store:
         modules: dict[int, object] = {}
-        for name, wid, hw, tgt, n, ok, best in store.summary():
+        rows = store.summary()
+        if target is not None:
+            with about("target"):
+                target = stored_target_key(target, {row[3] for row in rows})
+        for name, wid, hw, tgt, n, ok, best in rows:
             if (hardware_id and hw != hardware_id) or (target and tgt != target):
                 continue
             if workload and workload not in name:
