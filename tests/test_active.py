@@ -332,6 +332,10 @@ def test_a_selection_is_a_dataset_that_train_reads(tmp_path):
     again = select_dataset(tmp_path / "picks", "random", 0.5, tmp_path / "again")
     assert again["programs"] == round(0.5 * card["programs"])
     assert again["held_out"] == ["gpt2-block"]
+    # held out as the CLI takes it, not as its 10 letters
+    named = select_dataset(tmp_path / "picks", "random", 0.5, tmp_path / "named",
+                           held_out="gpt2-block")  # fmt: skip
+    assert named["held_out"] == ["gpt2-block"]
     cli = [sys.executable, "-m", "tensortune.cli.app"]
     out = subprocess.run([*cli, "dataset", "info", str(tmp_path / "picks"), "--json"],
                          capture_output=True, text=True, check=True)  # fmt: skip

@@ -958,6 +958,34 @@ def test_the_strategy_finds_a_verifier_that_keeps_features_inside_its_wrappers()
     assert plain.features_from is None  # MetaSchedule's XGBoost keeps none: ALT extracts them
 
 
+def test_alt_in_a_tune_is_handed_the_verifiers_features(tmp_path, target, monkeypatch):
+    """The wiring: ``tune`` shows the strategy its verifier, and each task's ALT reads the
+    features there; its own extractor, taken away, would end the run."""
+    from tensortune.costmodel.gbdt import XGBoostModel
+    from tensortune.costmodel.ms_adapter import LearnedCostModel
+    from tensortune.search import alt
+    from tensortune.search.draft_verify import DraftThenVerify
+    from tensortune.tuning.tune import tune
+
+    made: list[object] = []
+    real = alt.AltPolicy.__init__
+
+    def without_own_extractor(self, **options):
+        real(self, **options)
+        self._extractor = None
+        made.append(self)
+
+    monkeypatch.setattr(alt.AltPolicy, "__init__", without_own_extractor)
+    strategy = DraftThenVerify(population=32, draft_size=16, per_round=4, verify_mutants=4,
+                               validity=1, pingpong=2)  # fmt: skip
+    verifier = LearnedCostModel(XGBoostModel(n_rounds=5), platform(target), online=True)
+    result = tune(["matmul:64,64,64"], trials=8, records=f"sqlite:///{tmp_path / 'r.db'}",
+                  work_dir=tmp_path / "w", target=target, strategy=strategy,
+                  cost_model=verifier, check_correctness=False)  # fmt: skip
+    assert result.tasks[0].trials == 8 and strategy.alt_stats["measured"] == 8
+    assert made and all(policy.extract is not None and policy._memo for policy in made)
+
+
 def test_draft_then_verify_tunes_with_alts_filter_and_ping_pong(tmp_path, target):
     from tensortune.search.draft_verify import DraftThenVerify
     from tensortune.tuning.tune import tune

@@ -293,7 +293,7 @@ def test_finetune_scores_its_test_records_as_this_machines_before_and_after(tmp_
     code, out, err = cli("evaluate", "--cost-model", str(tmp_path / "t.ttm"), "--test-records",
                          str(tmp_path / "test"), "--measured-here", "--json")  # fmt: skip
     assert code == 0, err
-    assert json.loads(out)["pca"] == after["pca_after"] and seen[-1] is True
+    assert json.loads(out)["pca"] == pytest.approx(after["pca_after"]) and seen[-1] is True
     # Every argument is judged before the test records are read (and scored): the scoring
     # came first, and a bad --samples was refused only after it.
     seen.clear()
@@ -301,6 +301,11 @@ def test_finetune_scores_its_test_records_as_this_machines_before_and_after(tmp_
                        str(tmp_path / "db"), "--samples", "1", "--out", str(tmp_path / "u.ttm"),
                        "--test-records", str(tmp_path / "test"))  # fmt: skip
     assert code != 0 and "at least 2 programs" in err and seen == []
+    # a test database that is none is refused before the sample is read (and lowered)
+    code, _, err = cli("finetune", "--model", str(tmp_path / "m.ttm"), "--records",
+                       str(tmp_path / "db"), "--samples", "4", "--out", str(tmp_path / "u.ttm"),
+                       "--test-records", str(tmp_path / "nosuch"))  # fmt: skip
+    assert code != 0 and "not a MetaSchedule database" in err and seen == []
 
 
 def test_the_first_k_of_a_metaschedule_database_are_the_first_measured(tmp_path):
@@ -347,6 +352,9 @@ def test_a_model_reading_lowered_features_gets_them_from_a_metaschedule_database
     model.fit(sample_set(columns, sample_rows(columns, 5))).save(tmp_path / "m.ttm")
     assert finetune(tmp_path / "m.ttm", tmp_path / "db", samples=5).samples == 5
     assert 0.0 <= evaluate(tmp_path / "m.ttm", test_records=tmp_path / "db")["pca"] <= 1.0
+    # where test records ran is said of test records only: a dataset's rows name their machine
+    with pytest.raises(TensortuneError, match=r"^measured_here: "):
+        evaluate(tmp_path / "m.ttm", dataset="default", measured_here=True)
 
 
 def _tasks(signs: list[float], seed: int) -> ProgramSet:

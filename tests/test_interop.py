@@ -278,6 +278,11 @@ def test_a_target_is_matched_as_given_or_as_its_canonical_text(store, tmp_path) 
         (found,) = best_programs(store, target=given)
         assert found.target == key and found.trials == 1
     assert export_records(store, tmp_path / "one", target=one).records == 1
+    # measured elsewhere with no num-cores: the store's key, not the one tuning here would give
+    bare = {"kind": "llvm", "mcpu": "znver3"}
+    fill(store, MM, [5e-3, 6e-3, 7e-3], target=bare, seed=2)
+    (found,) = best_programs(store, target=bare)
+    assert found.trials == 3 and found.target == target_key(bare)
 
 
 def test_import_again_skips_everything(filled, fresh, tmp_path: Path) -> None:
@@ -441,7 +446,7 @@ def test_import_keeps_the_same_schedule_on_two_targets(store, fresh, tmp_path: P
 # ---- copies between stores ---------------------------------------------------------------------
 
 
-def test_a_copy_keeps_each_records_origin(store, fresh) -> None:
+def test_a_copy_keeps_each_records_origin(store, fresh, tmp_path) -> None:
     origin = json.dumps({"kind": "transfer", "from": "sqlite:///elsewhere.db", "workload": MM,
                          "uid": "0123abcd"})  # fmt: skip
     fill(store, MM, [3e-3])
@@ -452,6 +457,11 @@ def test_a_copy_keeps_each_records_origin(store, fresh) -> None:
     assert sorted((r.uid, r.cost, r.origin) for r in fresh.query()) == want
     assert copy_records(store, fresh).records == 0  # copied again: nothing new, origins kept
     assert sorted((r.uid, r.cost, r.origin) for r in fresh.query()) == want
+    # URLs too, as export_records and import_records take them (a URL was an AttributeError)
+    third = f"sqlite:///{tmp_path / 'c.db'}"
+    assert copy_records(store.url, third).records == 2
+    with open_records(third, create=False) as copied:
+        assert sorted((r.uid, r.cost, r.origin) for r in copied.query()) == want
 
 
 def test_an_export_lists_records_in_the_order_they_were_measured(tmp_path):

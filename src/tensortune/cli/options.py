@@ -65,9 +65,9 @@ FastMathOpt = Annotated[
     typer.Option("--fast-math/--no-fast-math",
                  help="Approximate float32 exp, tanh and erf with TVM's vectorizing fast_* "
                  "polynomials (within a few float32 ulps; `tune --check`, its default, "
-                 "compares a kernel's outputs with the exact workload's on this machine). On "
-                 "by default: LLVM's scalar exp left a tuned softmax 4x slower than "
-                 "PyTorch's."),
+                 "compares an operator's kernels with the exact workload, a model's with "
+                 "their unscheduled build). On by default: LLVM's scalar exp left a tuned "
+                 "softmax 4x slower than PyTorch's."),
 ]  # fmt: skip
 
 WinogradOpt = Annotated[

@@ -150,8 +150,10 @@ class LearnedCostModel(PyCostModel):
     def per_store_features(self, context, candidates,
                            keys: list[str] | None = None) -> list[np.ndarray]:  # fmt: skip
         """The candidates' per-store features (MetaSchedule's ``PerStoreFeature``), from the
-        memo where this model has scored them: ALT's filter and ensemble read the programs
-        the verifier has just scored, and extracting them again was most of ALT's time."""
+        memo where this model has scored them, else extracted and kept there as scoring them
+        would (trace tokens too, where the model reads them).  ALT's filter and ensemble read
+        the programs the verifier has just scored: extracting them again was most of ALT's
+        time."""
         return self._features(context, candidates, lowered=False, keys=keys).per_store
 
     def predict(self, context, candidates) -> np.ndarray:

@@ -234,12 +234,22 @@ def target_key(target: dict | object) -> str:
 
 
 def stored_target_key(target: str | dict | Platform, known: Iterable[str] = ()) -> str:
-    """``target`` as records are keyed by it: a key of ``known`` (the store's) as it is, else
-    the canonical text (``Platform.key``) of a target dict, its JSON text or a ``Platform``.
-    Compared as given, a dict or a short JSON target matched no record and a query came back
-    empty."""
+    """``target`` as records are keyed by it: a key of ``known`` (the store's) as it is, or
+    TVM's canonical text of a target dict or its JSON text where the store holds that (a
+    target measured elsewhere, with another ``num-cores`` or an ``mcpu`` this LLVM does not
+    know), else the key tuning here would give it (``Platform.key``: a missing ``num-cores``
+    is this machine's).  Compared as given, a dict or a short JSON target matched no record
+    and a query came back empty."""
+    known = set(known)
     if isinstance(target, str) and target in known:
         return target
+    if isinstance(target, str | dict) and known:
+        try:
+            as_given = target_key(target_dict(target))
+        except Exception:  # not a target TVM reads: resolve_platform says why, in one line
+            as_given = None
+        if as_given in known:
+            return as_given
     return resolve_platform(target, measurable=False).key
 
 

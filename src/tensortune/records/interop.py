@@ -80,7 +80,7 @@ def _directory(directory: str | os.PathLike) -> Path:
         raise RecordsError("give a directory, not an empty name", param="directory")
     if isinstance(text, str) and names_a_url(text):
         raise RecordsError(f"{text} names a records store, not a directory: copy between stores "
-                           "with copy_records", param="directory")  # fmt: skip
+                           "with copy_records(src, dst)", param="directory")  # fmt: skip
     return Path(text)
 
 
@@ -284,11 +284,18 @@ def _grown_from(store: RecordStore, stand_ins: dict[str, Hardware], read: list) 
     return None
 
 
-def copy_records(src: RecordStore, dst: RecordStore, *, chunk: int = 2000) -> Transfer:
+def copy_records(src: RecordStore | str | os.PathLike, dst: RecordStore | str | os.PathLike, *,
+                 chunk: int = 2000) -> Transfer:  # fmt: skip
     """Copy every workload, hardware description, task source and record of ``src`` into
-    ``dst`` (any two URLs: SQLite to PostgreSQL and back).  Records keep their ``uid``, so
-    copying again, or after an interrupted copy, adds only what ``dst`` lacks; each chunk of
-    records is one transaction."""
+    ``dst`` (stores or their URLs, ``dst`` made if new: SQLite to PostgreSQL and back).
+    Records keep their ``uid``, so copying again, or after an interrupted copy, adds only what
+    ``dst`` lacks; each chunk of records is one transaction."""
+    with (records_from(src, create=False, param="src") as source,
+          records_from(dst, param="dst") as target):  # fmt: skip
+        return _copy(source, target, chunk)
+
+
+def _copy(src: RecordStore, dst: RecordStore, chunk: int) -> Transfer:
     from dataclasses import replace
 
     from tensortune.records.schema import TaskSource

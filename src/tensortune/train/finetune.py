@@ -299,6 +299,11 @@ def finetune(
                               param="samples")  # fmt: skip
     if type(steps) is not int or steps < 1:
         raise TensortuneError(f"must be at least 1, not {steps}", param="steps")
+    if test_records is not None:
+        from tensortune.records.ms_json import check_database
+
+        with about("test_records"):
+            check_database(test_records)
 
     with about("model"):
         # A model object is the caller's: fine-tuned as a copy (to compare before and after).

@@ -90,7 +90,12 @@ def select_dataset(dataset: str | Path, selector: str, fraction: float, out: str
                               "directory", param="out")  # fmt: skip
     check_out_dir(out, overwrite=overwrite)  # before the selection, not after
     columns, card = dataset_columns(dataset)
-    held_out = tuple(card.get("held_out") or []) if held_out is None else tuple(held_out)
+    if held_out is None:
+        held_out = tuple(card.get("held_out") or [])
+    elif isinstance(held_out, str):  # "a,b" as the command line takes it, not its letters
+        held_out = tuple(n for n in held_out.split(",") if n)
+    else:
+        held_out = tuple(held_out)
     # A network the source was already held out from (a selection's card names them) has no
     # tasks left to remove: holding it out again is what the card's default asks.
     gone = set(card.get("held_out") or [])

@@ -205,6 +205,9 @@ def evaluate(
                                   "not both", param="test_records")  # fmt: skip
         with about("test_records"):
             return _evaluate_records(estimator, test_records, plot, measured_here)
+    if measured_here:
+        raise TensortuneError("says where test records were measured: a dataset's rows name "
+                              "their machine", param="measured_here")  # fmt: skip
     if dataset is None:
         raise TensortuneError("give a dataset (with its split) or test records", param="dataset")
     columns, card = dataset_columns(dataset)

@@ -329,9 +329,11 @@ def tune(
     ``trials_per_round`` defaults to 64 (32 under a time budget), lowered so that each task
     gets a round (down to 8, or below with fewer than 8 trials a task); draft-verify measures
     its own ``per_round`` (16) up to it.
-    ``fast_math`` approximates float32 ``exp``/``tanh``/``erf`` so they vectorize; outputs
-    are then checked against the exact workload (``tensortune.workloads.fast_math``) by our
-    local runner; a farm or a runner of the caller's checks nothing, and a warning says so.
+    ``fast_math`` approximates float32 ``exp``/``tanh``/``erf`` so they vectorize; our local
+    runner then checks an operator spec's, a TVMScript file's or a database's kernels against
+    the exact workload (``tensortune.workloads.fast_math``), and a model's against their
+    unscheduled build, whose graph is approximated already; a farm or a runner of the
+    caller's checks nothing, and a warning says so.
     ``winograd`` runs a model's eligible 3×3 convolutions as Winograd F(4×4, 3×3) or F(2×2, 3×3)
     (``tensortune.workloads.winograd``).  A loaded ``Model`` keeps what it was loaded with.
     ``input_shapes`` fixes an ONNX model's dynamic input dimensions
