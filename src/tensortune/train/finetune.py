@@ -287,7 +287,7 @@ def finetune(
     figures in ``before`` and ``after``), once every argument has been checked."""
     from tensortune.costmodel.registry import load_cost_model
     from tensortune.errors import about
-    from tensortune.train.trainer import dataset_columns, evaluate, records_columns
+    from tensortune.train.trainer import dataset_columns, records_columns, score_model
 
     check_writable(out, "out")
     check_flags(validate=validate)
@@ -323,8 +323,12 @@ def finetune(
                                       "for", param="hardware")  # fmt: skip
     rows = sample_rows(columns, samples, seed, hardware)
     data = sample_set(columns, rows)
-    if test_records is not None:
-        before = evaluate(estimator, test_records=test_records, measured_here=True)
+    if test_records is not None:  # read (and lowered) once, scored before and after
+        with about("test_records"):
+            test, card = records_columns(test_records, measured_here=True,
+                                         lowered=estimator.uses_lowered)  # fmt: skip
+        every = np.ones(len(test["task_id"]), dtype=bool)
+        before = score_model(estimator, test, every, card)[0]
     adapt(estimator, data, steps, validate=validate)
     chosen = estimator.finetune_
     estimator.provenance_ = {
@@ -337,8 +341,7 @@ def finetune(
     result = FinetuneResult(estimator, len(rows), len(np.unique(data.groups)),
                             chosen["steps"], chosen["validation"])  # fmt: skip
     if test_records is not None:
-        result.before = before
-        result.after = evaluate(estimator, test_records=test_records, measured_here=True)
+        result.before, result.after = before, score_model(estimator, test, every, card)[0]
     return result
 
 
