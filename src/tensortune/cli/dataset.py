@@ -250,10 +250,10 @@ def select(
     from tensortune.train.selection import select_dataset
 
     rename_options({"out": "--out", "fraction": "--fraction", "selector": "--selector"})
-    held = tuple(n for n in held_out.split(",") if n) or None  # None: the card's
     with console.status(f"selecting with {selector}..."):
+        # "a,b" is split by the API; none given: the card's
         card = select_dataset(dataset, selector, fraction, out, seed=seed, hardware=hardware,
-                              held_out=held, params=_acquisition_params(param),
+                              held_out=held_out or None, params=_acquisition_params(param),
                               overwrite=overwrite)  # fmt: skip
     sel = card["selection"]
     console.print(f"{sel['programs']} of {sel['of']} programs ({card['tasks']} tasks) on "

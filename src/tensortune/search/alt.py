@@ -93,12 +93,12 @@ class AltPolicy:
             self._memo.clear()
             todo = dict(zip(keys, cands, strict=True))
         if todo:
-            cands = list(todo.values())
+            new = list(todo.values())
             if self.extract is not None:
-                found = self.extract(context, cands, list(todo))
+                found = self.extract(context, new, list(todo))
             else:
                 found = [f.numpy().astype(np.float32)
-                         for f in self._extractor.extract_from(context, cands)]  # fmt: skip
+                         for f in self._extractor.extract_from(context, new)]  # fmt: skip
             self._memo.update(zip(todo, found, strict=True))
         return [self._memo[k] for k in keys]
 
