@@ -276,12 +276,25 @@ def test_a_rerun_with_another_seed_measures_again(bench):
     from conftest import TARGET
 
     work, result = bench
-    again = bench_tune([SPEC], trials_per_task=8, work_dir=work, target=TARGET, methods=["default"],
-                       seed=1, retime=0)  # fmt: skip
+    before = (work / "results.json").read_text()
+    stores = {m: (work / m / "records.db").read_bytes() for m in ("default", "draft")}
+    with pytest.warns(UserWarning, match="default, draft do not match .*replaced-1"):
+        again = bench_tune([SPEC], trials_per_task=8, work_dir=work, target=TARGET,
+                           methods=["default"], seed=1, retime=0)  # fmt: skip
     assert again.seed == 1 and set(again.runs) == {"default"}  # seed 0's runs were not reused
     assert again.runs["default"].curve != result.runs["default"].curve
     saved = json.loads((work / "results.json").read_text())
     assert saved["seed"] == 1
+    # seed 0's runs were moved aside, not deleted: file and stores as they were
+    aside = work / "replaced-1"
+    assert (aside / "results.json").read_text() == before
+    assert {m: (aside / m / "records.db").read_bytes() for m in stores} == stores
+    assert not (work / "draft").exists()
+    with pytest.warns(UserWarning, match="replaced-2"):  # the next one never overwrites it
+        bench_tune([SPEC], trials_per_task=8, work_dir=work, target=TARGET, methods=["default"],
+                   seed=2, retime=0)  # fmt: skip
+    assert (aside / "results.json").read_text() == before
+    assert json.loads((work / "replaced-2" / "results.json").read_text())["seed"] == 1
 
 
 def test_runs_saved_with_the_other_fast_math_setting_are_measured_again(bench, tmp_path):
@@ -320,9 +333,13 @@ def test_a_saved_run_with_another_verifier_is_measured_again(bench, tmp_path):
     saved = result.to_dict()
     saved["methods"]["moa"] = {**saved["methods"]["draft"], "method": "moa",
                                "draft_options": {}, "verifier": "elsewhere.ttm"}  # fmt: skip
-    (tmp_path / "results.json").write_text(json.dumps(saved))
-    again = bench_tune([SPEC], trials_per_task=8, work_dir=tmp_path, target=TARGET, methods=["moa"],
-                       retime=0)  # fmt: skip
+    written = json.dumps(saved)
+    (tmp_path / "results.json").write_text(written)
+    with pytest.warns(UserWarning, match="of moa do not match"):
+        again = bench_tune([SPEC], trials_per_task=8, work_dir=tmp_path, target=TARGET,
+                           methods=["moa"], retime=0)  # fmt: skip
+    # only the replaced run is set aside; the others stay where the rerun reads them
+    assert (tmp_path / "replaced-1" / "results.json").read_text() == written
     moa = again.runs["moa"]
     assert moa.verifier is None  # the shipped source, not the saved run's
     assert moa.trials == 8 and moa.curve != saved["methods"]["moa"]["curve"]

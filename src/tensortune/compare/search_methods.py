@@ -26,8 +26,10 @@ program a curve reads is timed again side by side and the speedups are given on 
 clock too (``compare.retime``): a timing can move between two runs by more than the methods
 differ.  Finished methods are kept in
 ``results.json`` in the work directory: a rerun skips them unless it asks for other
-draft-then-verify options or they were saved by another version of this benchmark (an
-interrupted method restarts).
+draft-then-verify options or verifier, or they were saved with other tasks, budget, target,
+seed or fast-math setting or by another version of this benchmark; the runs it measures again
+are first moved, with a copy of the file, into a new ``replaced-N`` directory (an interrupted
+method restarts).
 """
 
 from __future__ import annotations
@@ -245,14 +247,22 @@ def bench_tune(
     result = BenchResult([t.name for t in tasks], trials_per_task, platform.target, seed=seed,
                          fast_math=fast_math)  # fmt: skip
     if saved.is_file():
-        result.runs = _saved_runs(_read_results(saved), result)
+        old = _read_results(saved)
+        result.runs = _saved_runs(old, result)
+        # what this call measures again (another configuration: every saved run) is moved
+        # aside first, with the file that lists it: a rerun never loses a measurement
+        replaced = [name for name in old["methods"] if name not in result.runs] + [
+            name for name, done in result.runs.items()
+            if name in methods and not _reusable(name, done, options, given.get(name))
+        ]  # fmt: skip
+        if replaced:
+            _set_aside(work, replaced)
+            for name in replaced:
+                result.runs.pop(name, None)
     ran = False
     for name in run_order(methods, seed):
         done = result.runs.get(name)
-        if done is not None and (
-            name == "default"
-            or (done.draft_options == options and done.verifier == given.get(name))
-        ):
+        if done is not None:
             continue
         run = _run_method(name, tasks, trials_per_task, work, platform, files.get(name), seed,
                           options, progress)  # fmt: skip
@@ -287,6 +297,30 @@ def run_order(methods: Sequence[str], seed: int) -> list[str]:
     k = (seed // 2) % len(methods)
     order = [*methods[k:], *methods[:k]]
     return order[::-1] if seed % 2 else order
+
+
+def _reusable(name: str, done: MethodRun, options: dict[str, float],
+              verifier: str | None) -> bool:  # fmt: skip
+    """Whether a saved run stands for this call's run of method ``name``."""
+    return name == "default" or (done.draft_options == options and done.verifier == verifier)
+
+
+def _set_aside(work: Path, names: Sequence[str]) -> Path:
+    """Saved runs about to be measured again, moved into a new ``replaced-N`` directory of the
+    work directory with a copy of the ``results.json`` that lists them; a warning says where."""
+    n = 1
+    while (work / f"replaced-{n}").exists():
+        n += 1
+    aside = work / f"replaced-{n}"
+    aside.mkdir()
+    shutil.copy2(work / "results.json", aside / "results.json")
+    for name in names:
+        if name in METHODS and (work / name).exists():  # a hand-edited file names anything
+            shutil.move(work / name, aside / name)
+    warnings.warn(f"tensortune: the saved run(s) of {', '.join(names)} do not match this "
+                  f"call's and are measured again; the earlier ones are in {aside}",
+                  stacklevel=3)  # fmt: skip
+    return aside
 
 
 def _read_results(path: Path) -> dict:
