@@ -721,8 +721,50 @@ def test_a_version_3_store_is_upgraded_in_place_and_records_say_their_origin(
     (version,) = db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
     columns = [row[1] for row in db.execute("PRAGMA table_info(records)")]
     db.close()
-    assert version == str(SCHEMA_VERSION) == "4"
+    assert version == str(SCHEMA_VERSION) == "5"
     assert columns.count("origin") == 1
+
+
+def _raw(url: str, sql: str, *params: object) -> None:
+    """One statement run on the store's database as another program would."""
+    if url.startswith("sqlite"):
+        db = sqlite3.connect(url.removeprefix("sqlite:///"))
+        with db:
+            db.execute(sql, params)
+        db.close()
+    else:
+        import psycopg
+
+        with psycopg.connect(url) as conn:
+            conn.execute(sql.replace("?", "%s"), params)
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_zero_run_times_older_versions_wrote_become_failed_runs_on_upgrade(
+    backend: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    url = (_url(tmp_path / "r.db") if backend == "sqlite"
+           else request.getfixturevalue("postgres_url"))  # fmt: skip
+    with open_records(url) as s:
+        *_, fine = fill(s, MM, [1e-3, 2e-3, 3e-3])
+        ids, uids = zip(*((r.id, r.uid) for r in s.query()), strict=True)
+    # as versions before 880b850 kept a timer's 0: every read of the store refused the rows
+    _raw(url, "UPDATE records SET run_secs = '[0.0]', cost = 0.0 WHERE id = ?", ids[0])
+    _raw(url, "UPDATE records SET run_secs = '[0.0, 0.002, 0.003]', cost = 0.002 WHERE id = ?",
+         ids[1])  # fmt: skip
+    _raw(url, "UPDATE meta SET value = '4' WHERE key = 'schema_version'")
+    for _ in range(2):  # the second open finds nothing left to change
+        with open_records(url) as s:
+            records = list(s.query())
+            assert [(r.status, r.run_secs, r.cost) for r in records] == [
+                ("run_error", (), float("inf")), ("run_error", (), float("inf")),
+                ("ok", fine.run_secs, 3e-3),
+            ]  # fmt: skip
+            assert records[0].error.startswith("the timer returned [0.0] ")
+            assert records[1].error.startswith("the timer returned [0.0, 0.002, 0.003] ")
+            assert tuple(r.uid for r in records) == uids
+            ((*_, count, ok, best),) = s.summary()
+            assert (count, ok, best) == (3, 1, 3e-3)
 
 
 # ---- leases: several workers on one store ------------------------------------------------------

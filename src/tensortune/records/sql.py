@@ -126,6 +126,27 @@ def _run_secs(text: object, rid: object) -> tuple[float, ...]:
     return tuple(float(x) for x in secs)
 
 
+def fail_unreadable_times(cur: Cursor) -> None:
+    """Schema v5's data change: each successful row whose run times are numbers but not all
+    positive seconds (``positive_seconds``) becomes a run error, as the measuring code writes
+    one since, its times kept in the error text.  Older versions wrote such rows; reading one
+    failed as damaged, and with it every summary and query of its workload.  A row that is
+    damaged otherwise (not JSON, not numbers) is left to be refused as before."""
+    bad = []
+    for rid, text in cur.execute("SELECT id, run_secs FROM records WHERE status = 'ok'"
+                                 ).fetchall():  # fmt: skip
+        try:
+            secs = json.loads(text)
+        except (TypeError, ValueError, RecursionError):
+            continue
+        numbers = isinstance(secs, list) and all(type(x) in (int, float) for x in secs)
+        if numbers and secs and not positive_seconds(secs):
+            bad.append((f"the timer returned {secs!r:.80} (made a failed run by records schema "
+                        "v5)", rid))  # fmt: skip
+    cur.executemany("UPDATE records SET status = 'run_error', run_secs = '[]', cost = NULL, "
+                    "error = ? WHERE id = ?", bad)  # fmt: skip
+
+
 def _target_text(text: object, where: str) -> str:
     """A row's target, checked to be a JSON object (commands parse it to show it)."""
     if not (isinstance(text, str) and is_target_text(text)):

@@ -20,11 +20,18 @@ from typing import Any
 
 from tensortune.errors import NoStoreError, RecordsError
 from tensortune.records.schema import SCHEMA_VERSION, trace_hash
-from tensortune.records.sql import TABLES, Cursor, SQLStore, T, statements
+from tensortune.records.sql import (
+    TABLES,
+    Cursor,
+    SQLStore,
+    T,
+    fail_unreadable_times,
+    statements,
+)
 
 _DDL = TABLES.format(serial="INTEGER PRIMARY KEY", real="REAL")
 
-# Statements that bring a store of version N-1 to version N.
+# Statements (or functions of a cursor) that bring a store of version N-1 to version N.
 _MIGRATIONS = {
     2: [s for s in statements(_DDL) if "task_sources" in s],
     3: [
@@ -35,6 +42,7 @@ _MIGRATIONS = {
           or "TABLE IF NOT EXISTS claims" in s],
     ],
     4: ["ALTER TABLE records ADD COLUMN origin TEXT NOT NULL DEFAULT ''"],
+    5: [fail_unreadable_times],
 }  # fmt: skip
 
 
@@ -131,7 +139,7 @@ class SQLiteStore(SQLStore):
             now = self._schema_version(dict(db.execute("SELECT key, value FROM meta")))
             for v in range(now + 1, SCHEMA_VERSION + 1):
                 for statement in _MIGRATIONS[v]:
-                    db.execute(statement)
+                    statement(db) if callable(statement) else db.execute(statement)
             db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'",
                        (str(SCHEMA_VERSION),))  # fmt: skip
 
