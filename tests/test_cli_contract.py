@@ -602,6 +602,24 @@ def test_records_show_lists_the_best_program(cli: Cli, store) -> None:
     unchanged()
 
 
+def test_records_show_and_export_find_a_target_measured_elsewhere(cli: Cli, tmp_path) -> None:
+    # Records of a target with no num-cores (measured elsewhere): the CLI resolved --target
+    # itself, gave it this machine's num-cores and matched nothing; the API matches it as given.
+    bare = {"kind": "llvm", "mcpu": "znver3"}
+    url = f"sqlite:///{tmp_path / 'b.db'}"
+    with open_records(url) as s:
+        fill(s, MM, [5e-3, 6e-3, 7e-3], target=bare)
+    code, out, err = cli("records", "show", "--records", url, "--target", json.dumps(bare),
+                         "--json")  # fmt: skip
+    assert code == 0, err
+    (best,) = json.loads(out)
+    assert best["trials"] == 3 and best["best_seconds"] == pytest.approx(5e-3)
+    code, out, err = cli("records", "export", str(tmp_path / "db"), "--records", url,
+                         "--target", json.dumps(bare))  # fmt: skip
+    assert code == 0, err
+    assert "exported 3 records" in out
+
+
 def test_records_stats_json(cli: Cli, store) -> None:
     url, _ = store
     code, out, err = cli("records", "stats", "--records", url, "--json")

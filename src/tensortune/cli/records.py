@@ -22,14 +22,25 @@ HardwareOpt = Annotated[
 ]  # fmt: skip
 
 
-def _target_key(target: str | None) -> str | None:
-    """The canonical text of ``--target`` (records are keyed by it), or None."""
+def _checked_target(target: str | None) -> str | None:
+    """``--target`` as given, for the API to match against the store's keys
+    (``stored_target_key``: resolved here, a target measured elsewhere got this machine's
+    ``num-cores`` and matched nothing); one TVM cannot read is refused before any store
+    opens."""
     if target is None:
         return None
-    from tensortune.hardware import resolve_platform
+    from tensortune.hardware import resolve_platform, target_key
+    from tensortune.hardware.target import target_dict
 
     with about("target"):
-        return resolve_platform(target, measurable=False).key
+        try:
+            target_key(target_dict(target))
+        except TensortuneError:
+            raise
+        except Exception:  # TVM's own words span lines: resolve_platform says why in one
+            resolve_platform(target, measurable=False)
+            raise
+    return target
 
 
 def _opened(records: str, *, create: bool = False) -> RecordStore:
@@ -106,7 +117,7 @@ def show(
     from tensortune.tuning.best import best_programs
 
     best = best_programs(records, hardware_id=hardware or current_hardware().id,
-                         target=_target_key(target), workload=workload, tir=tir)  # fmt: skip
+                         target=_checked_target(target), workload=workload, tir=tir)  # fmt: skip
     if as_json:
         print_json([b.to_dict() for b in best])
         return
@@ -166,10 +177,10 @@ def export(
                                   "store takes every record")  # fmt: skip
         _copy(records, directory, params=("records", "directory"), verb="exported")
         return
-    key = _target_key(target)
+    target = _checked_target(target)
     with _opened(records) as store:
         done = export_records(store, Path(directory), top_k=top_k, hardware_id=hardware,
-                              target=key)  # fmt: skip
+                              target=target)  # fmt: skip
     left_out = (f"; {done.skipped} left out: they do not convert (a trace that no longer "
                 "replays on its workload)") if done.skipped else ""  # fmt: skip
     console.print(f"exported {done.records} records of {done.workloads} workloads "
