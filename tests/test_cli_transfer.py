@@ -220,6 +220,13 @@ def test_the_table_says_where_each_kernel_comes_from(capfd: pytest.CaptureFixtur
     assert " fallback " in rows["dense"] and "20.00x" in rows["dense"]
     assert [k.took_transferred for k in kernels] == [True, False, False, False]
     assert "11.01 ms" in rows["weighted total"] and "3.11 ms" in rows["weighted total"]
+    assert result.weighted_seconds() == pytest.approx((11.01e-3, 3.11e-3))
+    assert result.to_dict()["weighted_chosen_seconds"] == pytest.approx(3.11e-3)
+    assert [k.taken_from for k in kernels] == ["resnet50_conv_x", "untuned", "untuned", "fallback"]
+    unknown = TransferResult("sqlite:///r18.db", TARGET, "hw", 8, 1.0,
+                             [*kernels, KernelTransfer("new", 1, "c")])  # fmt: skip
+    assert unknown.weighted_seconds() == (None, None)
+    assert unknown.weighted_seconds(partial=True) == pytest.approx((11.01e-3, 3.11e-3))
     lines = summary_lines(result)
     assert lines[0] == ("transferred schedules: 1 exact, 2 refit, 1 invalid "
                         "(invalid: 1x does not apply: ScheduleError)")  # fmt: skip

@@ -250,7 +250,6 @@ def test_a_transfer_stops_after_the_kernel_in_flight_and_counts_tuned_records(
     from conftest import fill
 
     import tensortune.errors as errors
-    from tensortune.cli.transfer import taken_from
 
     out = f"sqlite:///{tmp_path / 'out.db'}"
     specs = ["dense_bias_relu:128,64,64", "matmul:32,32,32"]
@@ -271,7 +270,7 @@ def test_a_transfer_stops_after_the_kernel_in_flight_and_counts_tuned_records(
     result = transfer(source_store, specs, records=out, target=TARGET, per_kernel=2,
                       work_dir=tmp_path / "w")  # fmt: skip
     matmul = result.tasks[1]
-    assert matmul.tuned_seconds == 1e-9 == matmul.chosen_seconds and taken_from(matmul) == "tuned"
+    assert matmul.tuned_seconds == 1e-9 == matmul.chosen_seconds and matmul.taken_from == "tuned"
 
 
 def test_a_model_is_loaded_for_transfer_as_tune_loads_it(tmp_path, source_store, monkeypatch):

@@ -310,6 +310,12 @@ def test_under_a_time_budget_every_task_gets_a_round_within_the_trial_budget(tmp
     result = tune(specs, trials=24, max_seconds=3600, records=f"sqlite:///{tmp_path / 'r.db'}",
                   work_dir=tmp_path / "w", **FAST)  # fmt: skip
     assert result.trials_total == 24 and [t.trials for t in result.tasks] == [8, 8, 8]
+    # every task has a best time: the model's estimate is whole, Σ weight x best
+    times = [t.best_seconds for t in result.tasks]
+    assert None not in times and result.weighted_seconds() == pytest.approx(sum(times))
+    result.tasks[1].best_seconds = None
+    assert result.weighted_seconds() is None
+    assert result.weighted_seconds(partial=True) == pytest.approx(times[0] + times[2])
 
 
 def test_a_budget_under_8_trials_a_task_still_gives_every_task_a_round(tmp_path):

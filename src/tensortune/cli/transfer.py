@@ -138,17 +138,6 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
-def taken_from(k: KernelTransfer) -> str:
-    """Where the program ``compile`` builds the kernel with comes from."""
-    if k.chosen_seconds is None:
-        return "-"
-    if k.took_transferred:
-        return k.source or "-"
-    if k.chosen_seconds == k.tuned_seconds:
-        return "tuned"
-    return "fallback" if k.chosen_seconds == k.fallback_seconds else "untuned"
-
-
 def _speedup(x: float | None) -> str:
     return "-" if x is None else f"{x:.2f}x"
 
@@ -163,24 +152,19 @@ def result_table(result: TransferResult) -> Table:
                f"{result.hardware_id}")  # fmt: skip
     t = table(f"tensortune transfer: {_count(len(result.tasks), 'kernel')} in "
               f"{result.records_url}", columns, caption=caption)  # fmt: skip
-    untuned_total = chosen_total = 0.0
-    complete = True
     for k in result.tasks:
         outcomes = f" ({k.exact}/{k.refit}/{k.invalid})" if k.sources else ""
-        t.add_row(k.name, str(k.weight), k.kernel_class, f"{k.sources}{outcomes}", taken_from(k),
+        t.add_row(k.name, str(k.weight), k.kernel_class, f"{k.sources}{outcomes}", k.taken_from,
                   fmt_seconds(k.untuned_seconds), fmt_seconds(k.chosen_seconds),
                   _speedup(k.speedup))  # fmt: skip
-        if k.untuned_seconds is None or k.chosen_seconds is None:
-            complete = False
-        else:
-            untuned_total += k.weight * k.untuned_seconds
-            chosen_total += k.weight * k.chosen_seconds
     if len(result.tasks) > 1:
-        partial = "" if complete else " (partial)"
-        ratio = untuned_total / chosen_total if complete and chosen_total else None
+        untuned, chosen = result.weighted_seconds()
+        ratio = untuned / chosen if untuned is not None and chosen else None
+        partial = "" if None not in (untuned, chosen) else " (partial)"
+        untuned, chosen = result.weighted_seconds(partial=True)
         t.add_section()
-        t.add_row("weighted total", "", "", "", "", fmt_seconds(untuned_total) + partial,
-                  fmt_seconds(chosen_total) + partial, _speedup(ratio))  # fmt: skip
+        t.add_row("weighted total", "", "", "", "", fmt_seconds(untuned) + partial,
+                  fmt_seconds(chosen) + partial, _speedup(ratio))  # fmt: skip
     return t
 
 

@@ -334,19 +334,14 @@ def result_table(result: TuneResult):
     caption = f"target {json.dumps(result.target)} · hardware {result.hardware_id}"
     t = table(f"tensortune: {result.trials_total} trials in {result.records_url}", columns,
               caption=caption)  # fmt: skip
-    total = 0.0
-    complete = True
     for r in result.tasks:
         t.add_row(r.name, str(r.weight), str(r.trials), str(r.ok), fmt_seconds(r.best_seconds),
                   fmt_gflops(r.gflops))  # fmt: skip
-        if r.best_seconds is None:
-            complete = False
-        else:
-            total += r.weight * r.best_seconds
     if len(result.tasks) > 1:
+        partial = "" if result.weighted_seconds() is not None else " (partial)"
         t.add_section()
         t.add_row("weighted total", "", str(result.trials_total), "",
-                  fmt_seconds(total) + ("" if complete else " (partial)"), "")  # fmt: skip
+                  fmt_seconds(result.weighted_seconds(partial=True)) + partial, "")  # fmt: skip
     return t
 
 

@@ -103,6 +103,10 @@ class MethodRun:
 
 @dataclass
 class BenchResult:
+    """One seed of ``bench_tune``: each method's run (``runs``: its curve, time and final
+    latency) on the same tasks and budget, and their speedups over MetaSchedule's default, as
+    measured and re-timed on one clock."""
+
     tasks: list[str]
     trials_per_task: int
     target: dict

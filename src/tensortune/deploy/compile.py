@@ -50,6 +50,10 @@ class TaskStatus:
 
 @dataclass
 class CompileReport:
+    """What ``compile_model`` built and timed: the tuned build's latency (a median over
+    rounds) against the untuned build's and PyTorch eager's, how far its outputs stray from the
+    untuned build's, and per task which record (or none) it was built with."""
+
     model: str
     target: dict
     records_url: str

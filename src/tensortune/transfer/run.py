@@ -94,6 +94,18 @@ class KernelTransfer:
         return self.best_seconds is not None and self.chosen_seconds == self.best_seconds
 
     @property
+    def taken_from(self) -> str:
+        """Where the program ``compile`` builds the kernel with comes from: the source workload
+        of a transferred schedule, ``tuned``, ``fallback`` or ``untuned`` (``-``: none timed)."""
+        if self.chosen_seconds is None:
+            return "-"
+        if self.took_transferred:
+            return self.source or "-"
+        if self.chosen_seconds == self.tuned_seconds:
+            return "tuned"
+        return "fallback" if self.chosen_seconds == self.fallback_seconds else "untuned"
+
+    @property
     def speedup(self) -> float | None:
         if self.untuned_seconds is None or self.chosen_seconds is None:
             return None
@@ -102,6 +114,10 @@ class KernelTransfer:
 
 @dataclass
 class TransferResult:
+    """What ``transfer`` did: per kernel (``tasks``) what replayed and what ``compile`` will
+    build it with, why candidates did not replay, and with a model its end-to-end latency
+    untuned and with the store's best schedules."""
+
     records_url: str
     target: dict
     hardware_id: str
@@ -120,6 +136,18 @@ class TransferResult:
             return None
         return self.untuned_e2e / self.transferred_e2e
 
+    def weighted_seconds(self, *, partial: bool = False) -> tuple[float | None, float | None]:
+        """Σ weight x latency over the kernels, untuned and as ``compile`` builds them
+        (``chosen_seconds``): standalone kernels' estimate of the model's latency.  None where
+        a kernel lacks the time, unless ``partial`` (the sum over the kernels that have it)."""
+        sums = []
+        for attr in ("untuned_seconds", "chosen_seconds"):
+            times = [(k.weight, getattr(k, attr)) for k in self.tasks]
+            whole = all(t is not None for _, t in times)
+            sums.append(sum(w * t for w, t in times if t is not None) if whole or partial
+                        else None)  # fmt: skip
+        return sums[0], sums[1]
+
     def outcomes(self) -> dict[str, int]:
         """Replays by outcome, and how many came from a shorter-epilogue class."""
         return {k: sum(getattr(t, k) for t in self.tasks)
@@ -127,9 +155,12 @@ class TransferResult:
 
     def to_dict(self) -> dict:
         tasks = [{**dataclasses.asdict(t), "chosen_seconds": t.chosen_seconds,
-                  "speedup": t.speedup} for t in self.tasks]  # fmt: skip
+                  "speedup": t.speedup, "taken_from": t.taken_from}
+                 for t in self.tasks]  # fmt: skip
+        untuned, chosen = self.weighted_seconds()
         return {**dataclasses.asdict(self), "tasks": tasks, "outcomes": self.outcomes(),
-                "e2e_speedup": self.e2e_speedup}  # fmt: skip
+                "e2e_speedup": self.e2e_speedup, "weighted_untuned_seconds": untuned,
+                "weighted_chosen_seconds": chosen}  # fmt: skip
 
 
 OnKernel = Callable[[int, KernelTransfer], None]

@@ -70,6 +70,9 @@ class TaskResult:
 
 @dataclass
 class TuneResult:
+    """What ``tune`` did: per task (``tasks``) its trials and best latency in the store after
+    this run, what searched, and the run's time and budget."""
+
     run_id: str
     records_url: str
     target: dict
@@ -95,9 +98,18 @@ class TuneResult:
     def trials_total(self) -> int:
         return sum(t.trials for t in self.tasks)
 
+    def weighted_seconds(self, *, partial: bool = False) -> float | None:
+        """Σ weight x best latency over the tasks: a model's latency estimate from its
+        kernels alone.  None while a task has no best time, unless ``partial`` (the sum over
+        the tasks that have one)."""
+        if not partial and any(t.best_seconds is None for t in self.tasks):
+            return None
+        return sum(t.weight * t.best_seconds for t in self.tasks if t.best_seconds is not None)
+
     def to_dict(self) -> dict:
         tasks = [{**asdict(t), "gflops": t.gflops} for t in self.tasks]
-        return {**asdict(self), "tasks": tasks, "trials_total": self.trials_total}
+        return {**asdict(self), "tasks": tasks, "trials_total": self.trials_total,
+                "weighted_seconds": self.weighted_seconds()}  # fmt: skip
 
 
 class TuneProgress:
