@@ -348,6 +348,11 @@ def test_the_remote_hardware_comes_through_rpc(lab: Lab, farm, stated: str, cli:
                          "--runner", stated, "--dry-run", "--json")  # fmt: skip
     assert code == 0, err
     assert json.loads(out)["hardware"] == other_hardware().id != current_hardware().id
+    # the same from the API: a dry run for the farm is a plan for its hardware
+    from tensortune.tuning.tune import plan_tune
+
+    plan = plan_tune(["matmul:16,16,16"], trials=8, target=TARGET, farm=stated)
+    assert plan.platform.hardware == other_hardware() and plan.platform.key == p.key
 
 
 def test_tune_on_the_farm_records_the_remote_hardware(stated: str, cli: Cli, tmp_path) -> None:

@@ -216,9 +216,14 @@ def tune(
            "input_shapes": input_shapes(input_shape)}  # fmt: skip
     remote = names_a_farm(runner)
     if dry_run:
-        if remote:  # the plan is for the farm's hardware: ask it, start no runner
-            api["target"] = _farm_platform(runner, target)
-        plan = plan_tune(workload, records=records, work_dir=work_dir, seed=seed, **api)  # type: ignore[arg-type]
+        plan = plan_tune(
+            workload,
+            records=records,
+            work_dir=work_dir,
+            seed=seed,
+            farm=runner if remote else None,
+            **api,
+        )  # type: ignore[arg-type]
         _print_plan(plan, as_json)
         return
     with Reporter(console, quiet=as_json) as reporter:
@@ -256,19 +261,6 @@ def tune(
                       f"failed; about {v['displaced']} measurements saved (best-scored candidates "
                       f"it turned away); {v['audited_valid']} of {v['audited']} audited drops "
                       f"ran")  # fmt: skip
-
-
-def _farm_platform(runner: str, target: str | None):
-    """The platform a farm's records would carry: ``target`` on the servers' hardware."""
-    from tensortune.errors import about
-    from tensortune.hardware import resolve_platform
-    from tensortune.measure.rpc import farm_servers, parse_runner_url, remote_platform
-
-    with about("target"):
-        platform = resolve_platform(target)
-    with about("runner"):
-        farm = parse_runner_url(runner)
-        return remote_platform(platform, farm, farm_servers(farm))
 
 
 class _Progress(TuneProgress):

@@ -219,11 +219,15 @@ def plan_tune(
     work_dir: str | os.PathLike | None = None,
     seed: int = 0,
     runs_elsewhere: bool = False,
+    farm: str | None = None,
 ) -> TunePlan:
     """Resolve and check what ``tune`` is given, cheapest first; writes no records store (the
     ``warm_start`` stores are read, for their schedules).  ``records`` and ``work_dir``, when
     given, are checked for their form only: nothing is opened or created.  ``runs_elsewhere``:
-    a device farm runs the code, so the target is not checked against this machine's CPU."""
+    a device farm runs the code, so the target is not checked against this machine's CPU.
+    ``farm``: the ``rpc://HOST:PORT/KEY`` runner ``tune`` would be given; its tracker is asked
+    for the servers' hardware (no runner starts), the plan is for that hardware and the target
+    is checked against the servers' CPU."""
     from tensortune.costmodel.factory import cost_model_from
     from tensortune.records import check_url
     from tensortune.search.factory import default_verifier, strategy_from
@@ -254,7 +258,14 @@ def plan_tune(
                               param="max_seconds")  # fmt: skip
     with about("target"):
         platform = resolve_platform(target)
-        if not runs_elsewhere:  # a farm's servers are checked when it is reached (rpc.py)
+    if farm is not None:
+        from tensortune.measure.rpc import farm_servers, parse_runner_url, remote_platform
+
+        with about("runner"):
+            servers = parse_runner_url(farm)
+            platform = remote_platform(platform, servers, farm_servers(servers))
+    if farm is not None or not runs_elsewhere:  # else checked when the farm is reached (rpc.py)
+        with about("target"):
             platform.check_runs_here()
     prototype = strategy_from(strategy, draft_options)
     if cost_model == "auto":
