@@ -328,6 +328,15 @@ def test_store_database_only_other_hardware_records(store) -> None:
     assert db.query_tuning_record(mod, tvm.target.Target(TARGET), "main") is None
     assert len(db) == 0
     assert db.get_all_tuning_records() == []
+    # Reading registered nothing (compile reads a store it may not be allowed to write);
+    # the first record committed registers this machine.
+    assert set(store.hardware()) == {other_hardware().id}
+    _, (cand,) = sampled(MM, 1, seed=5)
+    db.commit_tuning_record(ms.database.TuningRecord(
+        cand.sch.trace, db.commit_workload(mod), run_secs=[4e-3],
+        target=tvm.target.Target(TARGET)))  # fmt: skip
+    assert set(store.hardware()) == {other_hardware().id, current_hardware().id}
+    assert [float(t.run_secs[0]) for t in db.get_top_k(ms.database.Workload(mod), 3)] == [4e-3]
 
 
 def test_store_database_target_filter(filled) -> None:

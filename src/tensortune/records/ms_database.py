@@ -79,7 +79,11 @@ class StoreDatabase(PyDatabase):
         else:
             self.target = target_key(target) if target is not None else None
         self.store = store
-        self.hardware_id = store.register_hardware(hardware or current_hardware())
+        # registered in the store with the first record committed, not here: a database that
+        # only reads (``compile``'s) writes nothing, and so reads a store it may not write
+        self._hardware = hardware or current_hardware()
+        self._registered = False
+        self.hardware_id = self._hardware.id
         self.run_id = run_id
         self.pinned = dict(pinned or {})
         self._stored_names: dict[int, list[str]] = {}  # workload id → its blocks' names
@@ -110,6 +114,9 @@ class StoreDatabase(PyDatabase):
         args_info = record.args_info
         if args_info is None:
             args_info = ArgInfo.from_entry_func(record.workload.mod, remove_preproc=True)
+        if not self._registered:
+            self.store.register_hardware(self._hardware)
+            self._registered = True
         self.store.add([
             Record(
                 workload_id=self.store.workload_id(record.workload.mod),
