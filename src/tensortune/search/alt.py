@@ -83,11 +83,12 @@ class AltPolicy:
         self._explored = False  # the last round picked by uncertainty
         self._stalled = False  # the last measured batch did not improve the task's best
 
-    def features(self, context, cands) -> list[np.ndarray]:
+    def features(self, context, cands, keys: list[str] | None = None) -> list[np.ndarray]:
         """Per-store features of each candidate, computed once (while the memo has room), by
-        ``extract`` where given: the verifier has just scored these candidates."""
+        ``extract`` where given: the verifier has just scored these candidates.  ``keys``: the
+        candidates' ``_key``s where the caller has them (hashing a program is not free)."""
         cands = list(cands)
-        keys = [_key(c) for c in cands]
+        keys = [_key(c) for c in cands] if keys is None else keys
         todo = {k: c for k, c in zip(keys, cands, strict=True) if k not in self._memo}
         if len(self._memo) + len(todo) > MEMO_SIZE:
             self._memo.clear()
@@ -111,7 +112,8 @@ class AltPolicy:
         keys = [_key(c) for c in pool]
         todo = [i for i, k in enumerate(keys) if k not in self._decided]
         if todo:
-            p = self.filter.p_valid(self.features(context, [pool[i] for i in todo]))
+            p = self.filter.p_valid(self.features(context, [pool[i] for i in todo],
+                                                  [keys[i] for i in todo]))  # fmt: skip
             keep = p >= self.filter.threshold
             audit = ~keep & (rng.uniform(size=len(todo)) < self.audit)
             for i, kept, audited, p_i in zip(todo, keep, audit, p, strict=True):
@@ -131,11 +133,12 @@ class AltPolicy:
     def likeliest(self, context, pool: list, n: int) -> np.ndarray:
         """When the filter rejects a whole round: the ``n`` programs it rates likeliest to
         run, measured as audits (their outcomes are what corrects a filter that is wrong)."""
-        p = self.filter.p_valid(self.features(context, pool))
+        keys = [_key(c) for c in pool]
+        p = self.filter.p_valid(self.features(context, pool, keys))
         out = np.zeros(len(pool), dtype=bool)
         out[np.argsort(-p, kind="stable")[:n]] = True
         for i in np.flatnonzero(out):
-            key = _key(pool[i])
+            key = keys[i]
             if not self._decided.get(key, True) and key not in self._audited:
                 self._audited.add(key)
                 self.stats["dropped"] -= 1
@@ -182,23 +185,24 @@ class AltPolicy:
         cands, ran = replay_earlier(context, earlier)
         if not cands:
             return set()
-        self._measured.extend(self.features(context, cands))
+        keys = [_key(c) for c in cands]
+        self._measured.extend(self.features(context, cands, keys))
         self._costs.extend(ran)
         self.stats["earlier"] += len(cands)
         self._refit()
-        return {_key(c) for c in cands}
+        return set(keys)
 
     def observe(self, context, cands: list, results: list) -> None:
         """Learn from a measured batch: its outcomes train the filter and the ensemble."""
         cands, results = list(cands), list(results)
         if not cands:  # a batch another tuner had measured already: nothing learned
             return
-        feats = self.features(context, cands)
+        keys = [_key(c) for c in cands]
+        feats = self.features(context, cands, keys)
         best_before = min(self._costs, default=np.inf)  # failures are inf
         best_now = np.inf
         learning = self.filter is not None and not self.filter.active  # it kept all of these
-        for c, f, res in zip(cands, feats, results, strict=True):
-            key = _key(c)
+        for key, f, res in zip(keys, feats, results, strict=True):
             cost = run_seconds(res.run_secs)
             ran = bool(np.isfinite(cost)) and not res.error_msg
             self._measured.append(f)
