@@ -64,7 +64,9 @@ def test_open_creates_store(tmp_path: Path) -> None:
     assert path.is_file()
     with sqlite3.connect(path) as db:
         meta = dict(db.execute("SELECT key, value FROM meta"))
-    assert meta == {"app": "tensortune", "schema_version": str(SCHEMA_VERSION)}
+    # the mark that its rows need no check of their run times (made since they are checked)
+    assert meta == {"app": "tensortune", "schema_version": str(SCHEMA_VERSION),
+                    "run_times_checked": "1"}  # fmt: skip
 
 
 def test_connections_opening_a_new_file_at_once_all_get_the_store(tmp_path: Path) -> None:
@@ -730,7 +732,7 @@ def test_a_version_3_store_is_upgraded_in_place_and_records_say_their_origin(
     (version,) = db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
     columns = [row[1] for row in db.execute("PRAGMA table_info(records)")]
     db.close()
-    assert version == str(SCHEMA_VERSION) == "5"
+    assert version == str(SCHEMA_VERSION) == "4"
     assert columns.count("origin") == 1
 
 
@@ -749,7 +751,7 @@ def _raw(url: str, sql: str, *params: object) -> None:
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
-def test_zero_run_times_older_versions_wrote_become_failed_runs_on_upgrade(
+def test_zero_run_times_older_versions_wrote_become_failed_runs(
     backend: str, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
     url = (_url(tmp_path / "r.db") if backend == "sqlite"
@@ -757,13 +759,20 @@ def test_zero_run_times_older_versions_wrote_become_failed_runs_on_upgrade(
     with open_records(url) as s:
         *_, fine = fill(s, MM, [1e-3, 2e-3, 3e-3])
         ids, uids = zip(*((r.id, r.uid) for r in s.query()), strict=True)
-    # as versions before 880b850 kept a timer's 0: every read of the store refused the rows
+    # As versions before 880b850 kept a timer's 0, in a store they made (no mark of the
+    # check): every read of the store refused the rows as damaged.
     _raw(url, "UPDATE records SET run_secs = '[0.0]', cost = 0.0 WHERE id = ?", ids[0])
     _raw(url, "UPDATE records SET run_secs = '[0.0, 0.002, 0.003]', cost = 0.002 WHERE id = ?",
          ids[1])  # fmt: skip
-    _raw(url, "UPDATE meta SET value = '4' WHERE key = 'schema_version'")
-    for _ in range(2):  # the second open finds nothing left to change
-        with open_records(url) as s:
+    _raw(url, "DELETE FROM meta WHERE key = 'run_times_checked'")
+    if backend == "postgresql":  # a role that may only read: the rows are read as they are
+        read_only = url + "?options=-c%20default_transaction_read_only%3Don"
+        with open_records(read_only, create=False) as s:
+            assert s.count() == 3
+            with pytest.raises(RecordsError, match="damaged"):
+                list(s.query())
+    for _ in range(2):  # checked once: the second open finds the mark
+        with open_records(url, create=False) as s:
             records = list(s.query())
             assert [(r.status, r.run_secs, r.cost) for r in records] == [
                 ("run_error", (), float("inf")), ("run_error", (), float("inf")),

@@ -18,10 +18,9 @@ from tensortune.errors import RecordsError, last_line
 #     claims (the leases of candidates being measured; ``RecordStore.claim``).
 # v4: records.origin (where a schedule came from, when it was not measured from scratch here:
 #     ``origin_of``).
-# v5: no table change; a successful record whose run times are not all positive seconds (a
-#     timer's 0 kept before 880b850, an imported 0 before 167c1e0), which every read refused
-#     as damaged, becomes the failed run it was (``sql.fail_unreadable_times``).
-SCHEMA_VERSION = 5
+# (A change of the rows alone is no new version, which older tensortune processes sharing the
+# store would refuse: see ``sql.TIMES_CHECKED``.)
+SCHEMA_VERSION = 4
 
 
 def positive_seconds(secs: object) -> bool:

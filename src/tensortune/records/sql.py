@@ -126,12 +126,20 @@ def _run_secs(text: object, rid: object) -> tuple[float, ...]:
     return tuple(float(x) for x in secs)
 
 
-def fail_unreadable_times(cur: Cursor) -> None:
-    """Schema v5's data change: each successful row whose run times are numbers but not all
-    positive seconds (``positive_seconds``) becomes a run error, as the measuring code writes
-    one since, its times kept in the error text.  Older versions wrote such rows; reading one
-    failed as damaged, and with it every summary and query of its workload.  A row that is
-    damaged otherwise (not JSON, not numbers) is left to be refused as before."""
+# A key of ``meta``: the store's rows were checked by ``check_run_times``.  Stores created since
+# hold it; an older one is checked the first time it is opened by a process that may write it.
+TIMES_CHECKED = "run_times_checked"
+
+
+def check_run_times(cur: Cursor) -> None:
+    """Each successful row whose run times are numbers but not all positive seconds
+    (``positive_seconds``) made the run error the measuring code writes since, its times
+    kept in the error text; then ``TIMES_CHECKED`` is set.  Versions before 880b850 kept a
+    timer's 0 (and imports before 167c1e0 an imported one); every read refused such a row as
+    damaged, and with it each summary and query of its workload.  A row damaged otherwise (not
+    JSON, not numbers) is left to be refused as before."""
+    if cur.execute("SELECT 1 FROM meta WHERE key = ?", (TIMES_CHECKED,)).fetchone():
+        return  # another process did it while this one waited for the write lock
     bad = []
     for rid, text in cur.execute("SELECT id, run_secs FROM records WHERE status = 'ok'"
                                  ).fetchall():  # fmt: skip
@@ -141,10 +149,11 @@ def fail_unreadable_times(cur: Cursor) -> None:
             continue
         numbers = isinstance(secs, list) and all(type(x) in (int, float) for x in secs)
         if numbers and secs and not positive_seconds(secs):
-            bad.append((f"the timer returned {secs!r:.80} (made a failed run by records schema "
-                        "v5)", rid))  # fmt: skip
+            bad.append((f"the timer returned {secs!r:.80} (kept by an older tensortune as a "
+                        "successful run)", rid))  # fmt: skip
     cur.executemany("UPDATE records SET status = 'run_error', run_secs = '[]', cost = NULL, "
                     "error = ? WHERE id = ?", bad)  # fmt: skip
+    cur.execute("INSERT INTO meta VALUES (?, '1')", (TIMES_CHECKED,))
 
 
 def _target_text(text: object, where: str) -> str:
@@ -208,8 +217,8 @@ class SQLStore(RecordStore):
         for statement in statements(ddl):
             cur.execute(statement)
         cur.execute(
-            "INSERT INTO meta VALUES ('app', 'tensortune'), ('schema_version', ?)",
-            (str(SCHEMA_VERSION),),
+            "INSERT INTO meta VALUES ('app', 'tensortune'), ('schema_version', ?), (?, '1')",
+            (str(SCHEMA_VERSION), TIMES_CHECKED),
         )
 
     def _lock_workloads(self, cur: Cursor) -> None:

@@ -22,16 +22,17 @@ from tensortune.errors import NoStoreError, RecordsError
 from tensortune.records.schema import SCHEMA_VERSION, trace_hash
 from tensortune.records.sql import (
     TABLES,
+    TIMES_CHECKED,
     Cursor,
     SQLStore,
     T,
-    fail_unreadable_times,
+    check_run_times,
     statements,
 )
 
 _DDL = TABLES.format(serial="INTEGER PRIMARY KEY", real="REAL")
 
-# Statements (or functions of a cursor) that bring a store of version N-1 to version N.
+# Statements that bring a store of version N-1 to version N.
 _MIGRATIONS = {
     2: [s for s in statements(_DDL) if "task_sources" in s],
     3: [
@@ -42,7 +43,6 @@ _MIGRATIONS = {
           or "TABLE IF NOT EXISTS claims" in s],
     ],
     4: ["ALTER TABLE records ADD COLUMN origin TEXT NOT NULL DEFAULT ''"],
-    5: [fail_unreadable_times],
 }  # fmt: skip
 
 
@@ -102,16 +102,22 @@ class SQLiteStore(SQLStore):
         if not tables and not create:  # an empty file: reading it must not write a schema
             # as a database without the tables is on PostgreSQL: no store there yet
             raise NoStoreError(f"{self.path} is empty, not a tensortune records store")
-        if tables:
-            version = self._schema_version(dict(db.execute("SELECT key, value FROM meta")))
-            if version < SCHEMA_VERSION:
-                self._migrate()
+        meta = dict(db.execute("SELECT key, value FROM meta")) if tables else {}
+        if tables and self._schema_version(meta) < SCHEMA_VERSION:
+            self._migrate()
         if not memory:
             self._use_wal()
             db.execute("PRAGMA synchronous=FULL")
         db.execute("PRAGMA foreign_keys=ON")
         if not tables:
             self._write(self._create_unless_present)
+        elif TIMES_CHECKED not in meta:
+            try:
+                self._write(check_run_times)
+            except RecordsError as e:
+                # a file this process may only read is read as it is (SQLITE_READONLY)
+                if create or "readonly" not in str(e):
+                    raise
 
     def _use_wal(self, timeout: float = 30.0) -> None:
         # Switching the journal mode wants the file to itself, and SQLite answers "locked" at
@@ -139,7 +145,7 @@ class SQLiteStore(SQLStore):
             now = self._schema_version(dict(db.execute("SELECT key, value FROM meta")))
             for v in range(now + 1, SCHEMA_VERSION + 1):
                 for statement in _MIGRATIONS[v]:
-                    statement(db) if callable(statement) else db.execute(statement)
+                    db.execute(statement)
             db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'",
                        (str(SCHEMA_VERSION),))  # fmt: skip
 
