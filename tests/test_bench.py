@@ -212,6 +212,33 @@ def test_a_program_that_no_longer_replays_or_a_store_that_is_not_the_runs_is_lef
     assert not again.retimed and "retimed" not in json.loads((work / "results.json").read_text())
 
 
+def test_a_run_whose_best_program_no_longer_runs_gets_no_retimed_verdict(bench, monkeypatch):
+    # Its curve would end on a slower program: the default's made every goal easier.
+    from conftest import TARGET
+
+    from tensortune.compare.retime import record_breakers
+    from tensortune.records import convert
+
+    work, _ = bench
+    *_, (_, _, best) = record_breakers(work / "default" / "records.db")
+    replay = convert.candidate_from_trace
+
+    def fails_on_best(mod, trace):
+        if trace == best:
+            raise ValueError("this trace does not fit")
+        return replay(mod, trace)
+
+    monkeypatch.setattr(convert, "candidate_from_trace", fails_on_best)
+    saved = json.loads((work / "results.json").read_text())
+    for run in saved["methods"].values():
+        run["retimed"] = []
+    (work / "results.json").write_text(json.dumps(saved))
+    with pytest.warns(UserWarning, match="default.s best program of .* no longer builds"):
+        again = bench_tune([SPEC], trials_per_task=8, work_dir=work, target=TARGET,
+                           methods=["default", "draft"], retime=1)  # fmt: skip
+    assert not again.runs["default"].retimed and not again.retimed
+
+
 def test_a_rerun_keeps_finished_methods_and_the_cli_prints_json(bench, tmp_path):
     from conftest import TARGET
 
@@ -275,12 +302,29 @@ def test_a_rerun_with_other_draft_options_runs_only_draft_then_verify_again(benc
 def test_a_rerun_with_another_seed_measures_again(bench):
     from conftest import TARGET
 
+    import tensortune.errors as errors
+
     work, result = bench
     before = (work / "results.json").read_text()
     stores = {m: (work / m / "records.db").read_bytes() for m in ("default", "draft")}
-    with pytest.warns(UserWarning, match="default, draft do not match .*replaced-1"):
+
+    def killed(*_) -> None:
+        errors._interrupted.set()  # as the first Ctrl-C does
+
+    try:
+        with pytest.warns(UserWarning, match="default, draft do not match .*replaced-1"), \
+                pytest.raises(KeyboardInterrupt):  # fmt: skip
+            bench_tune([SPEC], trials_per_task=8, work_dir=work, target=TARGET,
+                       methods=["default"], seed=1, retime=0, progress=killed)  # fmt: skip
+    finally:
+        errors._interrupted.clear()
+    # killed in its first batch: the file lists nothing that is not here (seed 0's runs are
+    # in replaced-1 with their stores, and a seed 0 rerun must not take them for its own)
+    assert json.loads((work / "results.json").read_text())["methods"] == {}
+    with pytest.warns(UserWarning, match=r"default did not finish.*replaced-2"):
         again = bench_tune([SPEC], trials_per_task=8, work_dir=work, target=TARGET,
                            methods=["default"], seed=1, retime=0)  # fmt: skip
+    assert (work / "replaced-2" / "default" / "records.db").is_file()  # the killed run's batch
     assert again.seed == 1 and set(again.runs) == {"default"}  # seed 0's runs were not reused
     assert again.runs["default"].curve != result.runs["default"].curve
     saved = json.loads((work / "results.json").read_text())
@@ -290,11 +334,23 @@ def test_a_rerun_with_another_seed_measures_again(bench):
     assert (aside / "results.json").read_text() == before
     assert {m: (aside / m / "records.db").read_bytes() for m in stores} == stores
     assert not (work / "draft").exists()
-    with pytest.warns(UserWarning, match="replaced-2"):  # the next one never overwrites it
+    with pytest.warns(UserWarning, match="replaced-3"):  # the next one never overwrites them
         bench_tune([SPEC], trials_per_task=8, work_dir=work, target=TARGET, methods=["default"],
                    seed=2, retime=0)  # fmt: skip
     assert (aside / "results.json").read_text() == before
-    assert json.loads((work / "replaced-2" / "results.json").read_text())["seed"] == 1
+    assert json.loads((work / "replaced-3" / "results.json").read_text())["seed"] == 1
+
+
+def test_a_folder_with_a_methods_name_is_moved_aside_not_deleted(tmp_path):
+    from conftest import TARGET
+
+    (tmp_path / "default").mkdir()
+    (tmp_path / "default" / "notes.txt").write_text("mine")
+    with pytest.warns(UserWarning, match="default did not finish"):
+        bench_tune([SPEC], trials_per_task=4, work_dir=tmp_path, target=TARGET,
+                   methods=["default"], retime=0)  # fmt: skip
+    assert (tmp_path / "replaced-1" / "default" / "notes.txt").read_text() == "mine"
+    assert (tmp_path / "default" / "records.db").is_file()
 
 
 def test_runs_saved_with_the_other_fast_math_setting_are_measured_again(bench, tmp_path):

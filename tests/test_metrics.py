@@ -112,6 +112,8 @@ def test_recall():
     assert top_k_recall(pred, label, 2) == 0.5
     assert top_k_recall(pred, label, 3) == 1.0
     assert top_k_recall(pred, label, 10) == 1.0  # k capped at n = 4
+    # a task whose programs all failed has no top-k to find: no figure, not a perfect one
+    assert math.isnan(top_k_recall(pred, [0.0] * 4, 2))
 
 
 def test_recall_ties_fill_only_their_places():

@@ -1,4 +1,5 @@
-"""Files written whole or not at all, and JSON any parser reads.
+"""Files written whole or not at all, JSON any parser reads, and earlier results moved aside
+rather than deleted.
 
 A results file that a rerun resumes from (``bench tune``'s ``results.json``) was written in
 place: a kill or a full disk while writing it left half a file, which the rerun refuses, and
@@ -11,7 +12,10 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import threading
+import warnings
+from collections.abc import Sequence
 from pathlib import Path
 
 
@@ -47,3 +51,20 @@ def _finite(value: object) -> object:
     if isinstance(value, list | tuple):
         return [_finite(v) for v in value]
     return value
+
+
+def move_aside(directory: Path, paths: Sequence[Path], why: str) -> Path:
+    """Move ``paths`` (files or folders of ``directory`` that a benchmark is about to measure
+    anew) into a new ``directory/replaced-N``, and say so in a warning that starts with
+    ``why``: a rerun with other settings, or after a kill, never deletes a measurement."""
+    n = 1
+    while (directory / f"replaced-{n}").exists():
+        n += 1
+    aside = directory / f"replaced-{n}"
+    aside.mkdir()
+    for path in paths:
+        if path.exists():
+            shutil.move(path, aside / path.name)
+    warnings.warn(f"tensortune: {why}: measured again, the earlier ones moved to {aside}",
+                  stacklevel=3)  # fmt: skip
+    return aside

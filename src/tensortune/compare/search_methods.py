@@ -28,15 +28,14 @@ differ.  Finished methods are kept in
 ``results.json`` in the work directory: a rerun skips them unless it asks for other
 draft-then-verify options or verifier, or they were saved with other tasks, budget, target,
 seed or fast-math setting or by another version of this benchmark; the runs it measures again
-are first moved, with a copy of the file, into a new ``replaced-N`` directory (an interrupted
-method restarts).
+(an interrupted method restarts) are first moved, with a copy of the file, into a new
+``replaced-N`` directory.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -44,7 +43,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from tensortune.errors import TensortuneError, about, check_count, check_flags, last_line
-from tensortune.files import write_atomically
+from tensortune.files import move_aside, write_atomically
 from tensortune.hardware import Platform, resolve_platform
 from tensortune.workloads.resolve import resolve_tasks
 from tensortune.workloads.task import Task
@@ -250,19 +249,29 @@ def bench_tune(
     saved = work / "results.json"
     result = BenchResult([t.name for t in tasks], trials_per_task, platform.target, seed=seed,
                          fast_math=fast_math)  # fmt: skip
+    listed: list[str] = []
     if saved.is_file():
         old = _read_results(saved)
+        listed = list(old["methods"])
         result.runs = _saved_runs(old, result)
-        # what this call measures again (another configuration: every saved run) is moved
-        # aside first, with the file that lists it: a rerun never loses a measurement
-        replaced = [name for name in old["methods"] if name not in result.runs] + [
-            name for name, done in result.runs.items()
-            if name in methods and not _reusable(name, done, options, given.get(name))
-        ]  # fmt: skip
-        if replaced:
-            _set_aside(work, replaced)
-            for name in replaced:
-                result.runs.pop(name, None)
+    # What this call measures again is moved aside first, with the file that lists it: saved
+    # runs of another configuration (all of them) or with other options, and the directories
+    # of runs that did not finish.  A rerun deletes nothing.
+    stale = [name for name in listed if name not in result.runs] + [
+        name for name, done in result.runs.items()
+        if name in methods and not _reusable(name, done, options, given.get(name))
+    ]  # fmt: skip
+    for name in stale:
+        result.runs.pop(name, None)
+    unfinished = [m for m in methods if m not in result.runs and m not in stale
+                  and (work / m).exists()]  # fmt: skip
+    if stale or unfinished:
+        said = [f"the saved run(s) of {', '.join(stale)} do not match this call's"] * bool(stale)
+        said += [f"{', '.join(unfinished)} did not finish"] * bool(unfinished)
+        # (a name a hand-edited file gave is no directory of ours)
+        move_aside(work, [saved, *(work / m for m in [*stale, *unfinished] if m in METHODS)],
+                   "; ".join(said))  # fmt: skip
+        write_atomically(saved, json.dumps(result.to_dict(), indent=1))  # lists what is here
     ran = False
     for name in run_order(methods, seed):
         done = result.runs.get(name)
@@ -307,24 +316,6 @@ def _reusable(name: str, done: MethodRun, options: dict[str, float],
               verifier: str | None) -> bool:  # fmt: skip
     """Whether a saved run stands for this call's run of method ``name``."""
     return name == "default" or (done.draft_options == options and done.verifier == verifier)
-
-
-def _set_aside(work: Path, names: Sequence[str]) -> Path:
-    """Saved runs about to be measured again, moved into a new ``replaced-N`` directory of the
-    work directory with a copy of the ``results.json`` that lists them; a warning says where."""
-    n = 1
-    while (work / f"replaced-{n}").exists():
-        n += 1
-    aside = work / f"replaced-{n}"
-    aside.mkdir()
-    shutil.copy2(work / "results.json", aside / "results.json")
-    for name in names:
-        if name in METHODS and (work / name).exists():  # a hand-edited file names anything
-            shutil.move(work / name, aside / name)
-    warnings.warn(f"tensortune: the saved run(s) of {', '.join(names)} do not match this "
-                  f"call's and are measured again; the earlier ones are in {aside}",
-                  stacklevel=3)  # fmt: skip
-    return aside
 
 
 def _read_results(path: Path) -> dict:
@@ -400,8 +391,7 @@ def _run_method(name: str, tasks: list[Task], trials_per_task: int, work: Path,
     from tensortune.tuning.tune import tune
 
     method_dir = work / name
-    shutil.rmtree(method_dir, ignore_errors=True)  # a half-done method starts over
-    method_dir.mkdir(parents=True)
+    method_dir.mkdir(parents=True)  # a half-done method's was moved aside (``_set_aside``)
     timings: dict[str, float] = {}
     strategy, model = _method(name, platform, verifier, options, timings)
     timed = TimedCostModel(model)
@@ -448,8 +438,10 @@ def _run_method(name: str, tasks: list[Task], trials_per_task: int, work: Path,
 def _retime(result: BenchResult, tasks: list[Task], work: Path, platform: Platform,
             rounds: int) -> None:  # fmt: skip
     """Every run's curve re-timed on one clock (``compare.retime``), but a run whose store
-    (in its method's directory) is gone or holds other measurements than the run counted:
-    that one is named in a warning, and the seed has no re-timed verdict."""
+    (in its method's directory) is gone or holds other measurements than the run counted, or
+    whose final best program of a task does not replay, build or run now (its curve would end
+    on a slower one, the default's making every goal easier): that one is named in a
+    warning, and the seed has no re-timed verdict."""
     from tensortune.compare.retime import records_in, retime_methods, retimed_curve
 
     stores = {}
@@ -468,6 +460,12 @@ def _retime(result: BenchResult, tasks: list[Task], work: Path, platform: Platfo
     timed = retime_methods(stores, tasks, platform, rounds, log_dir=work / "retime")
     weights = {t.name: t.weight for t in tasks}
     for name, rows in timed.items():
+        last = {task: seconds for _, task, seconds in rows}  # rows run in measured order
+        lost = sorted(task for task, seconds in last.items() if seconds is None)
+        if lost:
+            warnings.warn(f"tensortune: {name}'s best program of {lost[0]} no longer builds or "
+                          "runs: its curve is not re-timed", stacklevel=3)  # fmt: skip
+            continue
         run = result.runs[name]
         run.retimed = retimed_curve(run.curve, rows, weights)
 

@@ -26,15 +26,20 @@ Metrics (``../shared/research/algorithms.md`` §1.6 and §1.7):
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from tensortune.errors import TensortuneError, about
-from tensortune.files import strict_json, write_atomically
+from tensortune.files import move_aside, strict_json, write_atomically
 from tensortune.hardware import Platform, resolve_platform
 from tensortune.records import open_records
 from tensortune.records.schema import origin_kind
+
+# Kept in each finished pair's JSON with the settings: a rerun reuses a pair saved with the same
+# ones.  Bump when the protocol changes what a pair's figures mean.
+PAIR_VERSION = 1
 
 # (target, source): the pairs of the issue, one per kind of transfer.
 DEFAULT_PAIRS = (
@@ -108,8 +113,10 @@ def bench_transfer(
     progress: object = None,
 ) -> list[PairResult]:
     """Run the protocol above for each (target, source) network pair, tuning budgets given
-    per task of each network; stores and a JSON of each finished pair stay in ``work_dir``
-    (a rerun reuses the source stores)."""
+    per task of each network; stores and a JSON of each finished pair stay in ``work_dir``.
+    A rerun reuses the source stores and the pairs finished with the same settings; a pair
+    it measures again (other settings, or interrupted) has its earlier JSON and stores moved
+    into ``work_dir/replaced-N`` first."""
     from tensortune.transfer.run import transfer
     from tensortune.tuning.tune import tune
     from tensortune.workloads.models import load_model
@@ -131,8 +138,23 @@ def bench_transfer(
     work = Path(work_dir)
     work.mkdir(parents=True, exist_ok=True)
     say = progress or (lambda text: None)
+    setup = {"version": PAIR_VERSION, "target": platform.key, "trials_per_task": trials_per_task,
+             "source_trials_per_task": source_trials_per_task, "per_kernel": per_kernel,
+             "rounds": rounds}  # fmt: skip
     out = []
     for tgt, src in pairs or DEFAULT_PAIRS:
+        saved = work / f"{tgt}-from-{src}.json"
+        stores = {k: work / f"{tgt}-from-{src}-{k}.db" for k in ("transfer", "full", "warm")}
+        done = _finished_pair(saved, setup)
+        if done is not None:
+            say(f"{tgt} <- {src}: measured before ({saved})")
+            out.append(done)
+            continue
+        # each arm starts cold (this is a measurement): an earlier try's stores move aside
+        earlier = [Path(f"{path}{suffix}") for path in [saved, *stores.values()]
+                   for suffix in ("", "-wal", "-shm")]  # fmt: skip
+        if any(path.exists() for path in earlier):
+            move_aside(work, earlier, f"{tgt} <- {src} was not finished with these settings")
         src_url = f"sqlite:///{work / f'source-{src}.db'}"
         source = load_model(src, target=platform.tvm_target)
         source_trials = source_trials_per_task * len(source.tasks)
@@ -141,10 +163,6 @@ def bench_transfer(
              work_dir=work / "work")  # fmt: skip
         model = load_model(tgt, target=platform.tvm_target)
         trials = trials_per_task * len(model.tasks)
-        stores = {k: work / f"{tgt}-from-{src}-{k}.db" for k in ("transfer", "full", "warm")}
-        for path in stores.values():  # each arm starts cold: this is a measurement
-            for suffix in ("", "-wal", "-shm"):
-                Path(f"{path}{suffix}").unlink(missing_ok=True)
         say(f"{tgt} <- {src}: transfer")
         moved = transfer(src_url, model=model, records=f"sqlite:///{stores['transfer']}",
                          target=platform, per_kernel=per_kernel, rounds=rounds,
@@ -169,9 +187,24 @@ def bench_transfer(
             sum(k.took_transferred for k in moved.tasks),
             {"full": full_curve, "warm": warm_curve},
         )  # fmt: skip
-        write_atomically(work / f"{tgt}-from-{src}.json", strict_json(result.to_dict()))
+        write_atomically(saved, strict_json({**result.to_dict(), "setup": setup}))
         out.append(result)
     return out
+
+
+def _finished_pair(path: Path, setup: dict) -> PairResult | None:
+    """The pair a rerun can reuse: its JSON, saved with the same ``setup``; None if there is
+    none, or it is of other settings or unreadable (then it is measured again)."""
+    try:
+        data = json.loads(path.read_text())
+        if not isinstance(data, dict) or data.get("setup") != setup:
+            return None
+        known = {k: v for k, v in data.items() if k in PairResult.__dataclass_fields__}
+        known["curves"] = {arm: [tuple(point) for point in curve]
+                           for arm, curve in known.get("curves", {}).items()}  # fmt: skip
+        return PairResult(**known)
+    except (OSError, ValueError, TypeError, AttributeError, RecursionError):
+        return None
 
 
 def _timed_tune(tune, model, store: Path, platform: Platform, trials: int, work: Path,

@@ -123,9 +123,12 @@ def top_k_recall(pred: ArrayLike, label: ArrayLike, k: int) -> float:
     When labels tie at the k-th place the true top-k set is ambiguous (failures all tie at
     0); a pick then counts if it could belong to it: every pick above the k-th label counts,
     and picks equal to it count up to the number of top-k places that label fills.
+    Every label 0 (all programs failed): NaN, as for ``a_peak_at_k`` (any pick would count).
     """
     _check_k(k)
     p, y = _pair(pred, label)
+    if y.max() <= 0:
+        return math.nan
     k = min(k, len(y))
     chosen = y[_picks(p, y)[:k]]
     kth = np.sort(y)[::-1][k - 1]
