@@ -174,6 +174,34 @@ def test_an_interrupted_tuning_does_not_pass_for_an_earlier_finished_one(tmp_pat
     assert not summary.exists()  # the next run resumes the tuning
 
 
+def test_a_network_tuned_for_another_target_is_tuned_again_and_the_old_kept(tmp_path, monkeypatch):
+    # Taken for "tuned before", its records (keyed by the other target) applied to nothing:
+    # the untuned build was timed under the tuned build's name.
+    import json
+
+    import tensortune.tuning.tune as tuning
+    import tensortune.workloads.models as models
+
+    other = resolve_platform({"kind": "llvm", "num-cores": 1}).key
+    summary = tmp_path / "resnet18-tune.json"
+    summary.write_text(json.dumps({"trials": 400, "seconds": 1200.0, "target": other}))
+    (tmp_path / "resnet18.db").write_bytes(b"the other target's records")
+
+    def tuning_anew(**_: object) -> None:
+        raise KeyboardInterrupt  # where the new tuning starts
+
+    monkeypatch.setattr(e2e, "peak_gflops", lambda *_: (1.0, "pytorch, 64³"))
+    monkeypatch.setattr(models, "load_model", lambda *_, **__: None)
+    monkeypatch.setattr(tuning, "tune", tuning_anew)
+    monkeypatch.delenv("TVM_NUM_THREADS", raising=False)  # bench_e2e sets it: put back after
+    with pytest.warns(UserWarning, match="resnet18 was tuned for another target"), \
+            pytest.raises(KeyboardInterrupt):  # fmt: skip
+        e2e.bench_e2e(["resnet18"], work_dir=tmp_path, anchors=(), target={"kind": "llvm",
+                      "num-cores": 2})  # fmt: skip
+    assert (tmp_path / "replaced-1" / "resnet18.db").read_bytes() == b"the other target's records"
+    assert json.loads((tmp_path / "replaced-1" / summary.name).read_text())["target"] == other
+
+
 def test_the_peak_is_the_best_matrix_product_of_the_runtimes_at_hand(tmp_path, no_openvino):
     libraries = ("pytorch", "onnxruntime", "openvino")
     peak, where = e2e.peak_gflops(1, tmp_path, libraries, sizes=(64, 128), repeat=1)

@@ -40,7 +40,7 @@ import numpy as np
 from tensortune.compare.own_process import OwnProcess
 from tensortune.deploy.compile import build_tuned, output_difference
 from tensortune.errors import TensortuneError, about, last_line
-from tensortune.files import strict_json, write_atomically
+from tensortune.files import move_aside, strict_json, write_atomically
 from tensortune.hardware import Platform, resolve_platform
 from tensortune.hardware.fingerprint import affinity_kept
 from tensortune.measure.executable import seconds_per_call
@@ -213,6 +213,13 @@ def bench_e2e(
         store = work / f"{net}.db"
         tuned_info = work / f"{net}-tune.json"
         info = _tuned_before(tuned_info) if store.exists() else None
+        if info is not None and info.get("target", platform.key) != platform.key:
+            # tuned for another target: its records would not apply, and the "tuned" build
+            # would be the untuned one under the tuned name
+            move_aside(work, [Path(f"{store}{x}") for x in ("", "-wal", "-shm")]
+                       + [tuned_info, work / f"{net}-e2e.json"],
+                       f"{net} was tuned for another target")  # fmt: skip
+            info = None
         if info is not None:
             say(f"{net}: tuned before ({info['trials']} trials in {info['seconds']:.0f} s)")
         else:
@@ -226,7 +233,8 @@ def bench_e2e(
                 + (" more (resuming an interrupted tuning)" if resumed else ""))  # fmt: skip
             r = tune(model=model, max_seconds=max_seconds, records=f"sqlite:///{store}",
                      target=platform, work_dir=work / "work")  # fmt: skip
-            info = {"trials": r.trials_total, "seconds": r.seconds, "resumed": resumed}
+            info = {"trials": r.trials_total, "seconds": r.seconds, "resumed": resumed,
+                    "target": platform.key}  # fmt: skip
             write_atomically(tuned_info, json.dumps(info))
         systems = _set_up(model, store, platform, anchors, work, say)
         say(f"{net}: timing {', '.join(n for n, s in systems.items() if not s[1].missing)} "
