@@ -169,6 +169,14 @@ def test_retimed_runs_are_kept_and_compared_on_their_own_curves(bench, monkeypat
         bench_tune([SPEC], trials_per_task=8, work_dir=work, target=TARGET, retime=-1)
 
 
+def _forget_retiming(work: Path) -> None:
+    """The saved runs as if never re-timed: a rerun re-times them."""
+    saved = json.loads((work / "results.json").read_text())
+    for run in saved["methods"].values():
+        run["retimed"] = []
+    (work / "results.json").write_text(json.dumps(saved))
+
+
 def test_a_program_that_no_longer_replays_or_a_store_that_is_not_the_runs_is_left_out(
         bench, monkeypatch):  # fmt: skip
     from conftest import TARGET
@@ -201,10 +209,7 @@ def test_a_program_that_no_longer_replays_or_a_store_that_is_not_the_runs_is_lef
         assert (seconds is None) == (trace == calls[0]) and (seconds is None or seconds > 0)
     # A method's store gone: the others are re-timed, the seed gets no re-timed verdict.
     (work / "draft" / "records.db").unlink()
-    saved = json.loads((work / "results.json").read_text())
-    for run in saved["methods"].values():
-        run["retimed"] = []
-    (work / "results.json").write_text(json.dumps(saved))
+    _forget_retiming(work)
     with pytest.warns(UserWarning, match="draft's saved run: its curve is not re-timed"):
         again = bench_tune([SPEC], trials_per_task=8, work_dir=work, target=TARGET,
                            methods=["default", "draft"], retime=1)  # fmt: skip
@@ -229,10 +234,7 @@ def test_a_run_whose_best_program_no_longer_runs_gets_no_retimed_verdict(bench, 
         return replay(mod, trace)
 
     monkeypatch.setattr(convert, "candidate_from_trace", fails_on_best)
-    saved = json.loads((work / "results.json").read_text())
-    for run in saved["methods"].values():
-        run["retimed"] = []
-    (work / "results.json").write_text(json.dumps(saved))
+    _forget_retiming(work)
     with pytest.warns(UserWarning, match="default.s best program of .* no longer builds"):
         again = bench_tune([SPEC], trials_per_task=8, work_dir=work, target=TARGET,
                            methods=["default", "draft"], retime=1)  # fmt: skip
