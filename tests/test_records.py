@@ -66,7 +66,7 @@ def test_open_creates_store(tmp_path: Path) -> None:
         meta = dict(db.execute("SELECT key, value FROM meta"))
     # the mark that its rows need no check of their run times (made since they are checked)
     assert meta == {"app": "tensortune", "schema_version": str(SCHEMA_VERSION),
-                    "run_times_checked": "1"}  # fmt: skip
+                    "run_times_checked": "0"}  # fmt: skip
 
 
 def test_connections_opening_a_new_file_at_once_all_get_the_store(tmp_path: Path) -> None:
@@ -752,37 +752,65 @@ def _raw(url: str, sql: str, *params: object) -> None:
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
 def test_zero_run_times_older_versions_wrote_become_failed_runs(
-    backend: str, request: pytest.FixtureRequest, tmp_path: Path
+    backend: str, request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     url = (_url(tmp_path / "r.db") if backend == "sqlite"
            else request.getfixturevalue("postgres_url"))  # fmt: skip
     with open_records(url) as s:
         *_, fine = fill(s, MM, [1e-3, 2e-3, 3e-3])
         ids, uids = zip(*((r.id, r.uid) for r in s.query()), strict=True)
+    zero = "UPDATE records SET run_secs = '[0.0]', cost = 0.0 WHERE id = ?"
     # As versions before 880b850 kept a timer's 0, in a store they made (no mark of the
     # check): every read of the store refused the rows as damaged.
-    _raw(url, "UPDATE records SET run_secs = '[0.0]', cost = 0.0 WHERE id = ?", ids[0])
+    _raw(url, zero, ids[0])
     _raw(url, "UPDATE records SET run_secs = '[0.0, 0.002, 0.003]', cost = 0.002 WHERE id = ?",
          ids[1])  # fmt: skip
     _raw(url, "DELETE FROM meta WHERE key = 'run_times_checked'")
-    if backend == "postgresql":  # a role that may only read: the rows are read as they are
-        read_only = url + "?options=-c%20default_transaction_read_only%3Don"
-        with open_records(read_only, create=False) as s:
-            assert s.count() == 3
-            with pytest.raises(RecordsError, match="damaged"):
-                list(s.query())
+
+    def read_only() -> str:  # a process that may only read: it reads the rows as they are
+        if backend == "postgresql":
+            return url + "?options=-c%20default_transaction_read_only%3Don"
+        connect = sqlite3.connect
+
+        def query_only(*args, **kwargs):  # as root, a file's mode would not stop the write
+            db = connect(*args, **kwargs)
+            db.execute("PRAGMA query_only = 1")
+            return db
+
+        monkeypatch.setattr(sqlite3, "connect", query_only)
+        return url
+
+    with open_records(read_only(), create=False) as s:
+        assert s.count() == 3
+        with pytest.raises(RecordsError, match="damaged"):
+            list(s.query())
+    monkeypatch.undo()
+
+    def as_checked() -> None:
+        records = list(s.query())
+        assert [(r.status, r.run_secs, r.cost) for r in records] == [
+            ("run_error", (), float("inf")), ("run_error", (), float("inf")),
+            ("ok", fine.run_secs, 3e-3),
+        ]  # fmt: skip
+        assert records[0].error.startswith("the timer returned [0.0] ")
+        assert records[1].error.startswith("the timer returned [0.0, 0.002, 0.003] ")
+        assert tuple(r.uid for r in records) == uids
+        ((*_, count, ok, best),) = s.summary()
+        assert (count, ok, best) == (3, 1, 3e-3)
+
     for _ in range(2):  # checked once: the second open finds the mark
         with open_records(url, create=False) as s:
-            records = list(s.query())
-            assert [(r.status, r.run_secs, r.cost) for r in records] == [
-                ("run_error", (), float("inf")), ("run_error", (), float("inf")),
-                ("ok", fine.run_secs, 3e-3),
-            ]  # fmt: skip
-            assert records[0].error.startswith("the timer returned [0.0] ")
-            assert records[1].error.startswith("the timer returned [0.0, 0.002, 0.003] ")
-            assert tuple(r.uid for r in records) == uids
-            ((*_, count, ok, best),) = s.summary()
-            assert (count, ok, best) == (3, 1, 3e-3)
+            as_checked()
+    # An older tensortune sharing the store adds such a row after the check: a reader leaves
+    # it (a read writes nothing to a checked store), the next process that writes checks it.
+    with open_records(url) as s:
+        fill(s, MM, [4e-3], seed=3)
+        (new_id,) = [r.id for r in s.query() if r.id not in ids]
+    _raw(url, zero, new_id)
+    with open_records(url, create=False) as s, pytest.raises(RecordsError, match="damaged"):
+        list(s.query())
+    with open_records(url) as s:
+        assert [r.status for r in s.query()] == ["run_error", "run_error", "ok", "run_error"]
 
 
 # ---- leases: several workers on one store ------------------------------------------------------

@@ -22,12 +22,12 @@ from tensortune.errors import NoStoreError, RecordsError
 from tensortune.records.schema import SCHEMA_VERSION, trace_hash
 from tensortune.records.sql import (
     TABLES,
-    TIMES_CHECKED,
     Cursor,
     SQLStore,
     T,
     check_run_times,
     statements,
+    times_unchecked,
 )
 
 _DDL = TABLES.format(serial="INTEGER PRIMARY KEY", real="REAL")
@@ -44,6 +44,11 @@ _MIGRATIONS = {
     ],
     4: ["ALTER TABLE records ADD COLUMN origin TEXT NOT NULL DEFAULT ''"],
 }  # fmt: skip
+
+
+class _ReadOnly(RecordsError):
+    """A write this process may not make: the file, its directory or the mount is read-only
+    to it."""
 
 
 def check_file(path: str) -> None:
@@ -111,13 +116,13 @@ class SQLiteStore(SQLStore):
         db.execute("PRAGMA foreign_keys=ON")
         if not tables:
             self._write(self._create_unless_present)
-        elif TIMES_CHECKED not in meta:
+        elif times_unchecked(db, meta, writer=create):
             try:
                 self._write(check_run_times)
-            except RecordsError as e:
-                # a file this process may only read is read as it is (SQLITE_READONLY)
-                if create or "readonly" not in str(e):
+            except _ReadOnly:
+                if create:
                     raise
+                # a file this process may only read is read as it is
 
     def _use_wal(self, timeout: float = 30.0) -> None:
         # Switching the journal mode wants the file to itself, and SQLite answers "locked" at
@@ -171,7 +176,8 @@ class SQLiteStore(SQLStore):
                 raise
             return out
         except sqlite3.OperationalError as e:
-            raise RecordsError(f"records store {self.path}: {self._why(e)}") from None
+            kind = _ReadOnly if "readonly database" in str(e) else RecordsError  # SQLITE_READONLY
+            raise kind(f"records store {self.path}: {self._why(e)}") from None
         except sqlite3.IntegrityError as e:
             raise RecordsError(f"records store {self.path}: invalid record ({e})") from None
         except sqlite3.DatabaseError as e:
