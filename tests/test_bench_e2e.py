@@ -200,6 +200,18 @@ def test_a_network_tuned_for_another_target_is_tuned_again_and_the_old_kept(tmp_
                       "num-cores": 2})  # fmt: skip
     assert (tmp_path / "replaced-1" / "resnet18.db").read_bytes() == b"the other target's records"
     assert json.loads((tmp_path / "replaced-1" / summary.name).read_text())["target"] == other
+    # A summary written before summaries named the target: the store's records say.
+    from conftest import fill
+
+    from tensortune.records import open_records
+
+    with open_records(f"sqlite:///{tmp_path / 'resnet18.db'}") as store:
+        fill(store, "matmul:16,16,16", [1e-3], target={"kind": "llvm", "num-cores": 1})
+    summary.write_text(json.dumps({"trials": 400, "seconds": 1200.0}))
+    with pytest.warns(UserWarning, match="resnet18 was tuned for another target.*replaced-2"), \
+            pytest.raises(KeyboardInterrupt):  # fmt: skip
+        e2e.bench_e2e(["resnet18"], work_dir=tmp_path, anchors=(), target={"kind": "llvm",
+                      "num-cores": 2})  # fmt: skip
 
 
 def test_the_peak_is_the_best_matrix_product_of_the_runtimes_at_hand(tmp_path, no_openvino):

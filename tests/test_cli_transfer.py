@@ -223,8 +223,11 @@ def test_the_table_says_where_each_kernel_comes_from(capfd: pytest.CaptureFixtur
     assert result.weighted_seconds() == pytest.approx((11.01e-3, 3.11e-3))
     assert result.to_dict()["weighted_chosen_seconds"] == pytest.approx(3.11e-3)
     assert [k.taken_from for k in kernels] == ["resnet50_conv_x", "untuned", "untuned", "fallback"]
+    # a kernel with no time, and one with a transferred time but no untuned one: the partial
+    # sums leave both out, so that they compare
     unknown = TransferResult("sqlite:///r18.db", TARGET, "hw", 8, 1.0,
-                             [*kernels, KernelTransfer("new", 1, "c")])  # fmt: skip
+                             [*kernels, KernelTransfer("new", 1, "c"),
+                              KernelTransfer("half", 1, "c", best_seconds=1.0)])  # fmt: skip
     assert unknown.weighted_seconds() == (None, None)
     assert unknown.weighted_seconds(partial=True) == pytest.approx((11.01e-3, 3.11e-3))
     lines = summary_lines(result)
@@ -282,3 +285,32 @@ def test_bench_transfer_reuses_a_finished_pair_and_moves_an_unfinished_one_aside
     assert not saved.exists() and not store.exists()
     assert json.loads((tmp_path / "replaced-1" / saved.name).read_text())["setup"] == setup
     assert (tmp_path / "replaced-1" / store.name).read_bytes() == b"the full tuning's records"
+
+
+def test_bench_transfer_tunes_a_source_anew_that_holds_more_than_its_budget(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    # A rerun with a smaller source budget found the store "done" and transferred from the
+    # larger source, while its settings said the smaller one.
+    from types import SimpleNamespace
+
+    import tensortune.tuning.tune as tuning
+    import tensortune.workloads.models as models
+    from tensortune.compare.transfer import bench_transfer
+
+    calls = []
+
+    def tune(**kwargs):
+        calls.append(kwargs["trials"])
+        if len(calls) == 2:
+            raise KeyboardInterrupt  # where the source is tuned anew
+        return SimpleNamespace(trials_before=999)
+
+    monkeypatch.setattr(models, "load_model", lambda *_, **__: SimpleNamespace(tasks=[1, 2]))
+    monkeypatch.setattr(tuning, "tune", tune)
+    (tmp_path / "source-resnet50.db").write_bytes(b"999 trials")
+    with pytest.warns(UserWarning, match="source resnet50 holds 999 trials, more than 48"), \
+            pytest.raises(KeyboardInterrupt):  # fmt: skip
+        bench_transfer([("resnet18", "resnet50")], work_dir=tmp_path, target=TARGET)
+    assert calls == [48, 48]
+    assert (tmp_path / "replaced-1" / "source-resnet50.db").read_bytes() == b"999 trials"

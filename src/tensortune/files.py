@@ -58,10 +58,13 @@ def move_aside(directory: Path, paths: Sequence[Path], why: str) -> Path:
     anew) into a new ``directory/replaced-N``, and say so in a warning that starts with
     ``why``: a rerun with other settings, or after a kill, never deletes a measurement."""
     n = 1
-    while (directory / f"replaced-{n}").exists():
-        n += 1
-    aside = directory / f"replaced-{n}"
-    aside.mkdir()
+    while True:  # made, not looked for: two processes moving things aside get one each
+        aside = directory / f"replaced-{n}"
+        try:
+            aside.mkdir()
+            break
+        except FileExistsError:
+            n += 1
     for path in paths:
         if path.exists():
             shutil.move(path, aside / path.name)

@@ -10,7 +10,7 @@ import typer
 
 from tensortune.cli.display import console, fmt_gflops, fmt_seconds, print_json, print_table, table
 from tensortune.cli.options import JsonOpt, RecordsOpt, TargetOpt, rename_options
-from tensortune.errors import TensortuneError, about
+from tensortune.errors import TargetError, TensortuneError, about, last_line
 from tensortune.records import DEFAULT_URL, RecordStore, names_a_url, open_records, redact
 
 app = typer.Typer(help="Inspect, import and export measurement records.", no_args_is_help=True)
@@ -37,9 +37,9 @@ def _checked_target(target: str | None) -> str | None:
             target_key(target_dict(target))
         except TensortuneError:
             raise
-        except Exception:  # TVM's own words span lines: resolve_platform says why in one
+        except Exception as e:  # TVM's own words span lines: resolve_platform says why in one
             resolve_platform(target, measurable=False)
-            raise
+            raise TargetError(f"TVM rejects target {target}: {last_line(e)}") from None
     return target
 
 

@@ -158,10 +158,10 @@ def result_table(result: TransferResult) -> Table:
                   fmt_seconds(k.untuned_seconds), fmt_seconds(k.chosen_seconds),
                   _speedup(k.speedup))  # fmt: skip
     if len(result.tasks) > 1:
-        untuned, chosen = result.weighted_seconds()
-        ratio = untuned / chosen if untuned is not None and chosen else None
-        partial = "" if None not in (untuned, chosen) else " (partial)"
+        whole = result.weighted_seconds() != (None, None)
         untuned, chosen = result.weighted_seconds(partial=True)
+        ratio = untuned / chosen if whole and untuned is not None and chosen else None
+        partial = "" if whole else " (partial)"
         t.add_section()
         t.add_row("weighted total", "", "", "", "", fmt_seconds(untuned) + partial,
                   fmt_seconds(chosen) + partial, _speedup(ratio))  # fmt: skip

@@ -213,7 +213,7 @@ def bench_e2e(
         store = work / f"{net}.db"
         tuned_info = work / f"{net}-tune.json"
         info = _tuned_before(tuned_info) if store.exists() else None
-        if info is not None and info.get("target", platform.key) != platform.key:
+        if info is not None and not _tuned_for(info, store, platform):
             # tuned for another target: its records would not apply, and the "tuned" build
             # would be the untuned one under the tuned name
             move_aside(work, [Path(f"{store}{x}") for x in ("", "-wal", "-shm")]
@@ -256,6 +256,21 @@ def bench_e2e(
         write_atomically(work / f"{net}-e2e.json", strict_json(result.to_dict()))
         out.append(result)
     return out
+
+
+def _tuned_for(info: dict, store: Path, platform: Platform) -> bool:
+    """Whether a finished tuning (its summary ``info``, its ``store``) was for ``platform``'s
+    target: as the summary says, or (one written before summaries said) as the store's
+    records do."""
+    from tensortune.records import open_records
+
+    if "target" in info:
+        return info["target"] == platform.key
+    try:
+        with open_records(f"sqlite:///{store}", create=False) as records:
+            return records.count(target=platform.key) > 0
+    except TensortuneError:  # not a store, or a damaged one: tuned anew, the file kept
+        return False
 
 
 def _tuned_before(path: Path) -> dict | None:

@@ -391,7 +391,7 @@ def _run_method(name: str, tasks: list[Task], trials_per_task: int, work: Path,
     from tensortune.tuning.tune import tune
 
     method_dir = work / name
-    method_dir.mkdir(parents=True)  # a half-done method's was moved aside (``_set_aside``)
+    method_dir.mkdir(parents=True)  # a half-done method's was moved aside (``move_aside``)
     timings: dict[str, float] = {}
     strategy, model = _method(name, platform, verifier, options, timings)
     timed = TimedCostModel(model)
@@ -444,6 +444,8 @@ def _retime(result: BenchResult, tasks: list[Task], work: Path, platform: Platfo
     warning, and the seed has no re-timed verdict."""
     from tensortune.compare.retime import records_in, retime_methods, retimed_curve
 
+    for run in result.runs.values():  # a curve of an earlier session is on another clock
+        run.retimed = []
     stores = {}
     for name, run in result.runs.items():
         path = work / name / "records.db"

@@ -159,8 +159,14 @@ def bench_transfer(
         source = load_model(src, target=platform.tvm_target)
         source_trials = source_trials_per_task * len(source.tasks)
         say(f"{src}: tuning the source ({source_trials} trials)")
-        tune(model=source, trials=source_trials, records=src_url, target=platform,
-             work_dir=work / "work")  # fmt: skip
+        tuned = tune(model=source, trials=source_trials, records=src_url, target=platform,
+                     work_dir=work / "work")  # fmt: skip
+        if tuned.trials_before > source_trials:  # tuned further by an earlier run: not this one
+            move_aside(work, [work / f"source-{src}.db{x}" for x in ("", "-wal", "-shm")],
+                       f"the source {src} holds {tuned.trials_before} trials, more than "
+                       f"{source_trials}")  # fmt: skip
+            tune(model=source, trials=source_trials, records=src_url, target=platform,
+                 work_dir=work / "work")  # fmt: skip
         model = load_model(tgt, target=platform.tvm_target)
         trials = trials_per_task * len(model.tasks)
         say(f"{tgt} <- {src}: transfer")

@@ -138,15 +138,17 @@ class TransferResult:
 
     def weighted_seconds(self, *, partial: bool = False) -> tuple[float | None, float | None]:
         """Σ weight x latency over the kernels, untuned and as ``compile`` builds them
-        (``chosen_seconds``): standalone kernels' estimate of the model's latency.  None where
-        a kernel lacks the time, unless ``partial`` (the sum over the kernels that have it)."""
-        sums = []
-        for attr in ("untuned_seconds", "chosen_seconds"):
-            times = [(k.weight, getattr(k, attr)) for k in self.tasks]
-            whole = all(t is not None for _, t in times)
-            sums.append(sum(w * t for w, t in times if t is not None) if whole or partial
-                        else None)  # fmt: skip
-        return sums[0], sums[1]
+        (``chosen_seconds``): standalone kernels' estimate of the model's latency.  None while
+        a kernel lacks either time, unless ``partial``: then both sums run over the kernels
+        that have both, so that they compare."""
+        both = [k for k in self.tasks
+                if k.untuned_seconds is not None and k.chosen_seconds is not None]  # fmt: skip
+        if len(both) < len(self.tasks) and not partial:
+            return None, None
+        return (
+            sum(k.weight * k.untuned_seconds for k in both),  # type: ignore[operator]
+            sum(k.weight * k.chosen_seconds for k in both),
+        )  # type: ignore[operator]
 
     def outcomes(self) -> dict[str, int]:
         """Replays by outcome, and how many came from a shorter-epilogue class."""
