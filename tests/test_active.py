@@ -242,6 +242,37 @@ def test_the_study_scores_every_selector_and_the_whole_pool_on_held_out_networks
     assert summary[("random", 0.03)]["measured"] == round(0.03 * s["pool_programs"])
 
 
+def test_a_study_run_again_with_its_checkpoint_measures_only_what_it_had_not(tmp_path, monkeypatch):
+    import tensortune.compare.active_learning as al
+    from tensortune.compare.active_learning import load_study_data
+
+    data = load_study_data("default", ["gpt2-block"], hardware=HW)
+    path = tmp_path / "al.json"
+    args = {"held_out": ["gpt2-block"], "hardware": HW, "fractions": [0.01, 1],
+            "models": ["xgb"], "params": {"xgb": FAST_XGB}, "data": data}  # fmt: skip
+    grown, real = [], al.grow
+
+    def counted(name, *a, **k):
+        grown.append(name)
+        if name == "balto":  # killed while this selector grows
+            raise KeyboardInterrupt
+        return real(name, *a, **k)
+
+    monkeypatch.setattr(al, "grow", counted)
+    with pytest.raises(KeyboardInterrupt):
+        study("default", selectors=["random", "balto"], seeds=[0], checkpoint=path, **args)
+    monkeypatch.setattr(al, "grow", lambda name, *a, **k: grown.append(name) or real(name, *a, **k))
+    grown.clear()
+    resumed = study("default", selectors=["random", "balto"], seeds=[0], checkpoint=path,
+                    **args)  # fmt: skip
+    assert grown == ["balto"]  # random's seed and the whole pool were finished before
+    whole = study("default", selectors=["random", "balto"], seeds=[0], **args)
+    assert resumed.rows == whole.rows
+    grown.clear()  # a seed more: only its units run
+    study("default", selectors=["random", "balto"], seeds=[0, 1], checkpoint=path, **args)
+    assert grown == ["random", "balto"]
+
+
 def test_a_prior_brings_other_cpus_rows_and_nothing_of_the_pools_cpu_or_held_out_tasks():
     from tensortune.compare.active_learning import load_study_data, prior_rows
     from tensortune.train.trainer import dataset_columns

@@ -103,6 +103,11 @@ BAD = {
     "unknown network": (["tune", "-m", "nosuchnet", "--target", TJ], "--model", "nosuchnet"),
     "unknown option": ([*TUNE, "--nosuch"], "No such option: --nosuch"),
     "unknown command": (["nosuch"], "No such command 'nosuch'"),
+    "study checkpoint in no directory": (
+        ["bench", "splits", "--checkpoint", "/nonexistent/splits.json"],
+        "--checkpoint",
+        "no directory",
+    ),
     "show unknown target": (
         ["records", "show", "--target", '{"kind": "nosuchkind"}'],
         "--target",

@@ -152,3 +152,37 @@ def test_seeds_that_gave_the_same_figures_count_once_in_the_spread():
     net, _ = mean_and_sd(rows, ("split",), ("pca",))
     assert (net["runs"], net["distinct"]) == (6, 6)
     assert net["pca"] == pytest.approx((0.75 + 0.7 * 2 + 0.9 * 3) / 6)
+
+
+def test_a_study_killed_midway_resumes_from_its_checkpoint(tmp_path, monkeypatch) -> None:
+    import tensortune.compare.splits as splits
+
+    path = tmp_path / "splits.json"
+    fast = {"xgb": {"n_rounds": 2}}
+    make, fits = splits.new_model, []
+
+    def killed_at_the_third_fit(*args, **kwargs):
+        fits.append(args)
+        if len(fits) == 3:
+            raise KeyboardInterrupt
+        return make(*args, **kwargs)
+
+    monkeypatch.setattr(splits, "new_model", killed_at_the_third_fit)
+    with pytest.raises(KeyboardInterrupt):
+        split_study("ttset-cpu-v2", splits=["by-network"], models=["xgb"], seeds=[0],
+                    params=fast, checkpoint=path)  # fmt: skip
+    fits.clear()
+    monkeypatch.setattr(splits, "new_model", lambda *a, **k: fits.append(a) or make(*a, **k))
+    resumed = split_study("ttset-cpu-v2", splits=["by-network"], models=["xgb"], seeds=[0],
+                          params=fast, checkpoint=path)  # fmt: skip
+    folds = len(resumed.rows)
+    assert folds >= 3 and len(fits) == folds - 2  # the two finished folds were not fitted again
+    whole = split_study("ttset-cpu-v2", splits=["by-network"], models=["xgb"], seeds=[0],
+                        params=fast)  # fmt: skip
+    assert resumed.rows == whole.rows  # a resumed study is the study
+    # Other settings: the file is another study's, kept aside, not read.
+    fits.clear()
+    with pytest.warns(UserWarning, match="splits.json holds another study's rows"):
+        split_study("ttset-cpu-v2", splits=["by-network"], models=["xgb"], seeds=[0],
+                    params={"xgb": {"n_rounds": 3}}, checkpoint=path)  # fmt: skip
+    assert len(fits) == folds and (tmp_path / "replaced-1" / "splits.json").is_file()

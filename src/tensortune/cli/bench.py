@@ -32,6 +32,16 @@ from tensortune.cli.options import (
 from tensortune.cli.progress import Reporter
 from tensortune.errors import check_writable
 
+CheckpointOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--checkpoint",
+        metavar="FILE",
+        help="Keep each finished unit here; run again with the same settings, the study "
+        "does only what FILE does not hold (a file of other settings is moved aside).",
+    ),
+]
+
 # compare/summary.mean_and_sd's rule, said under every study's table
 SAME_ONCE = "a fold counted once where every seed gave it the same figures"
 
@@ -489,6 +499,7 @@ def active_learning(
         Path | None,
         typer.Option("--plot", metavar="PNG", help="Accuracy against measurements, all selectors."),
     ] = None,
+    checkpoint: CheckpointOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Active learning offline: each selector picks programs from a measured pool, a model is
@@ -511,7 +522,8 @@ def active_learning(
         result = study(dataset, held_out=held, selectors=selector or SELECTOR_NAMES,
                        fractions=fracs, models=[m for m in models.split(",") if m],
                        seeds=range(seeds), test_dataset=test_dataset, hardware=hardware,
-                       params=settings, progress=reporter.line, prior=prior)  # fmt: skip
+                       params=settings, progress=reporter.line, prior=prior,
+                       checkpoint=checkpoint)  # fmt: skip
     if plot is not None:
         plot_study(result, plot)
     _print_study(result, as_json, plot, picked="selector", counted="measured")
@@ -668,6 +680,7 @@ def splits(
     ] = "xgb",
     seeds: Annotated[int, typer.Option(metavar="N", help="Seeds 0..N-1 of every fold.")] = 3,
     param: ModelParamOpt = None,
+    checkpoint: CheckpointOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """The same models under each way of splitting a dataset (within tasks, by task, by
@@ -684,7 +697,8 @@ def splits(
     with Reporter(console, quiet=as_json) as reporter:
         result = split_study(dataset, splits=split or SPLIT_KINDS,
                              models=[m for m in models.split(",") if m], seeds=range(seeds),
-                             params=model_params(param), progress=reporter.line)  # fmt: skip
+                             params=model_params(param), progress=reporter.line,
+                             checkpoint=checkpoint)  # fmt: skip
     if as_json:
         _print_json(result)
         return

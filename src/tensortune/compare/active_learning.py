@@ -22,6 +22,7 @@ half (label below the task's median) or that failed, averaged over tasks.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -224,11 +225,16 @@ def study(
     progress: Progress | None = None,
     data: StudyData | None = None,
     prior: str | Path | None = None,
+    checkpoint: str | os.PathLike | None = None,
 ) -> StudyResult:
     """Each selector's picks at each fraction of the pool, each model fitted on them (and on
     ``prior``'s rows of other CPUs, when given) and scored on the held-out networks, for each
     seed (see the module docstring).  ``params`` maps a model kind to its settings (the
-    acquisition model's too)."""
+    acquisition model's too).  ``checkpoint``: a file that keeps each selector's finished
+    seeds; a rerun with the same settings runs only the ones it does not hold
+    (``compare.checkpoint``)."""
+    from tensortune.compare.checkpoint import Checkpoint
+
     tell = progress or (lambda _: None)
     seeds, selectors, models = study_args(seeds, selectors=selectors, models=models)
     with about("selectors"):
@@ -264,16 +270,48 @@ def study(
 
     partial = [f for f in fracs if f < 1]
     sizes = study_sizes(fracs, len(pool))
+    # What a unit's rows depend on besides its selector and seed: the settings, and the pool,
+    # test rows and prior as their rows, tasks and labels or costs say.
+    saved = Checkpoint(checkpoint, {
+        "study": "al", "params": params,
+        "setup": {k: v for k, v in result.setup.items() if k != "seeds"},  # a unit's key
+        "pool": _digest(data.pool_rows, pool.task, pool.labels),
+        "test": _digest(data.test_rows["task_id"], data.test_rows["cost"]),
+        "prior_rows": None if data.prior is None else _digest(data.prior.groups,
+                                                              data.prior.labels),
+    })  # fmt: skip
+
+    def unit(name: str, seed: int, run: Callable[[], None]) -> None:
+        rows = saved.rows(name, seed)
+        if rows is not None:
+            result.rows += rows
+            tell(f"{name} seed {seed}: finished before")
+            return
+        first = len(result.rows)
+        run()
+        saved.save(result.rows[first:], name, seed)
+
     for seed in seeds:
         if data.prior is not None:
-            score("prior", seed, np.zeros(0, dtype=int), 0.0)
+            unit("prior", seed, lambda seed=seed: score("prior", seed, np.zeros(0, dtype=int),
+                                                        0.0))  # fmt: skip
         if fracs[-1] == 1:
-            score("all", seed, np.arange(len(pool)), 1.0)
+            unit("all", seed, lambda seed=seed: score("all", seed, np.arange(len(pool)), 1.0))
         for name in selectors:
-            grow(name, pool, sizes, seed=seed, acquisition=lambda s=seed: make(acquisition, s),
-                 on_size=lambda i, lab, name=name, seed=seed: score(
-                     name, seed, lab, partial[i]))  # fmt: skip
+            unit(name, seed, lambda name=name, seed=seed: grow(
+                name, pool, sizes, seed=seed, acquisition=lambda: make(acquisition, seed),
+                on_size=lambda i, lab: score(name, seed, lab, partial[i])))  # fmt: skip
     return result
+
+
+def _digest(*arrays: object) -> str:
+    """A checksum of arrays' values: what a checkpoint's rows were computed from."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for a in arrays:
+        h.update(np.ascontiguousarray(np.asarray(a, dtype=np.float64)).tobytes())
+    return h.hexdigest()[:32]
 
 
 def plot_study(result: StudyResult, out: str | Path, *, counted: str = "measured") -> None:

@@ -17,6 +17,7 @@ at best be credited with, given how much a program's timing repeats disagree.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -104,8 +105,12 @@ def split_study(
     seeds: Sequence[int] = (0, 1, 2),
     params: dict[str, dict] | None = None,
     progress: Progress | None = None,
+    checkpoint: str | os.PathLike | None = None,
 ) -> SplitStudy:
-    """Each model under each split kind's folds, for each seed (module docstring)."""
+    """Each model under each split kind's folds, for each seed (module docstring).
+    ``checkpoint``: a file that keeps each finished fold; a rerun with the same dataset and
+    ``params`` fits only the folds it does not hold (``compare.checkpoint``)."""
+    from tensortune.compare.checkpoint import Checkpoint
     from tensortune.errors import TensortuneError
     from tensortune.train.trainer import (
         dataset_columns,
@@ -145,13 +150,21 @@ def split_study(
         raise TensortuneError(f"this dataset makes none of these splits: {skipped}",
                               param="splits")  # fmt: skip
     result.setup["skipped"] = skipped
+    saved = Checkpoint(checkpoint, {"study": "splits", "dataset": card.get("files"),
+                                    "params": params or {}})  # fmt: skip
     for kind in models:
         for split, seed, fold, spec, (train, test) in folds:
-            model = new_model(kind, seed, (params or {}).get(kind, {}))
-            model.fit(ProgramSet.from_columns(columns, train))
-            scores, _ = score_model(model, columns, test, card, held_out=split_networks(spec))
-            result.rows.append({"model": kind, "split": split, "fold": fold, "seed": seed,
-                                **{m: scores[m] for m in METRICS}})  # fmt: skip
-            tell(f"{kind} {split} {fold} seed {seed}: PCA {scores['pca']:.3f} "
-                 f"top-1 {scores['top1_score']:.3f}")  # fmt: skip
+            rows = saved.rows(kind, split, seed, fold)
+            before = " (finished before)" if rows is not None else ""
+            if rows is None:
+                model = new_model(kind, seed, (params or {}).get(kind, {}))
+                model.fit(ProgramSet.from_columns(columns, train))
+                scores, _ = score_model(model, columns, test, card,
+                                        held_out=split_networks(spec))  # fmt: skip
+                rows = [{"model": kind, "split": split, "fold": fold, "seed": seed,
+                         **{m: scores[m] for m in METRICS}}]  # fmt: skip
+                saved.save(rows, kind, split, seed, fold)
+            result.rows += rows
+            tell(f"{kind} {split} {fold} seed {seed}: PCA {rows[0]['pca']:.3f} "
+                 f"top-1 {rows[0]['top1_score']:.3f}{before}")  # fmt: skip
     return result

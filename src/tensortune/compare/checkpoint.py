@@ -1,0 +1,63 @@
+"""Studies that resume (``bench splits``, ``bench al``): each finished unit's rows (a model's
+fold, a selector's seed) saved the moment it ends, in one JSON file, so that a study killed
+after an hour and run again with the same settings redoes only what it had not finished.
+
+Opt-in, as Optuna's storage is: a file saved with other settings (another dataset, other
+model parameters, another version of the study) is moved aside (``files.move_aside``), never
+read; one saved with the same settings is trusted, so a change to a model's code between two
+runs needs a new file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from tensortune.errors import check_writable
+from tensortune.files import move_aside, write_atomically
+
+# Bump when a study's rows mean something else for the same settings.
+STUDY_VERSION = 1
+
+
+class Checkpoint:
+    """The finished units of one study; ``path`` None keeps nothing (a study run once)."""
+
+    def __init__(self, path: str | os.PathLike | None, setup: dict) -> None:
+        check_writable(path, "checkpoint")  # before the first unit's minutes, not after
+        self.path = None if path is None else Path(path)
+        # as JSON gives it back (tuples become lists), so that a saved setup compares equal
+        self.setup = json.loads(json.dumps({"version": STUDY_VERSION, **setup}))
+        self.done: dict[str, list[dict]] = {}
+        if self.path is None or not self.path.exists():
+            return
+        try:
+            saved = json.loads(self.path.read_text())
+            done = saved["done"] if saved["setup"] == self.setup else None
+            usable = isinstance(done, dict) and all(
+                isinstance(rows, list) and all(isinstance(r, dict) for r in rows)
+                for rows in done.values()
+            )
+        except (OSError, ValueError, RecursionError, TypeError, KeyError):
+            usable = False
+        if usable:
+            self.done = done
+        else:
+            move_aside(self.path.parent, [self.path],
+                       f"{self.path.name} holds another study's rows")  # fmt: skip
+
+    def rows(self, *key: object) -> list[dict] | None:
+        """The rows saved for ``key``, or None: not finished."""
+        return self.done.get(_key(key))
+
+    def save(self, rows: list[dict], *key: object) -> None:
+        """``rows`` of the unit ``key``, written at once (NaN metrics as JSON's NaN: only this
+        module reads the file)."""
+        self.done[_key(key)] = rows
+        if self.path is not None:
+            write_atomically(self.path, json.dumps({"setup": self.setup, "done": self.done}))
+
+
+def _key(parts: tuple) -> str:
+    return json.dumps([str(p) for p in parts])
