@@ -195,7 +195,7 @@ def test_finetune_writes_a_model_that_remembers_its_sample(tmp_path, cli):
     assert not (tmp_path / "f.ttm").exists()
 
 
-def test_the_hardware_study_runs_every_arm_on_unseen_hardware_and_networks(monkeypatch):
+def test_the_hardware_study_runs_every_arm_on_unseen_hardware_and_networks(monkeypatch, tmp_path):
     from tensortune.compare import hardware
     from tensortune.compare.hardware import hardware_study
     from tensortune.costmodel.moa import MomentumAdapted
@@ -230,6 +230,13 @@ def test_the_hardware_study_runs_every_arm_on_unseen_hardware_and_networks(monke
     assert len(np.unique(moa.seen_.groups)) == len(tasks)
     with pytest.raises(TensortuneError, match="no row of the dataset was measured on 'sve'"):
         hardware_study("default", hardware="sve", folds=[["gpt2-block"]])
+    # Run again with a checkpoint, twice: the second fits nothing and gives the same rows.
+    path = tmp_path / "hardware.json"
+    args = {"hardware": "avx512-1c", "folds": [["gpt2-block"]], "models": ["hwattn"], "ks": [16],
+            "seeds": [0], "params": {"hwattn": tiny}, "checkpoint": path}  # fmt: skip
+    first = hardware_study("default", **args)
+    monkeypatch.setattr(hardware._Run, "arms", lambda *_: pytest.fail("fitted again"))
+    assert hardware_study("default", **args).rows == first.rows
 
 
 def test_finetune_reads_a_metaschedule_database_as_this_machines(tmp_path):

@@ -148,6 +148,21 @@ def test_the_pruning_study_scores_each_method_and_the_whole_pool():
     assert abs(summary[("random", 0.35)]["measured"] - 0.35 * n) < 0.02 * n
     with pytest.raises(TensortuneError, match="unknown pruning method"):
         prune_study("default", held_out=["gpt2-block"], hardware=HW, methods=["nosuch"])
+
+
+def test_the_pruning_study_resumes_from_its_checkpoint(tmp_path, monkeypatch):
+    import tensortune.compare.pruning as study
+
+    args = {"held_out": ["gpt2-block"], "hardware": HW, "methods": ["random"], "keeps": [0.35],
+            "seeds": [0], "params": {"xgb": FAST_XGB}}  # fmt: skip
+    first = prune_study("default", checkpoint=tmp_path / "prune.json", **args)
+
+    def never(*_, **__):
+        raise AssertionError("pruned again")
+
+    monkeypatch.setattr(study, "prune", never)
+    again = prune_study("default", checkpoint=tmp_path / "prune.json", **args)
+    assert again.rows == first.rows and len(first.rows) == 1
     with pytest.raises(TensortuneError, match="shares kept"):
         prune_study("default", held_out=["gpt2-block"], hardware=HW, keeps=[0])
 

@@ -32,6 +32,7 @@ from tensortune.cli.options import (
 from tensortune.cli.progress import Reporter
 from tensortune.errors import check_writable
 
+# bench splits, al, prune and hardware (``compare.checkpoint``)
 CheckpointOpt = Annotated[
     Path | None,
     typer.Option(
@@ -564,6 +565,7 @@ def pruning(
         Path | None,
         typer.Option("--plot", metavar="PNG", help="Accuracy against programs kept, all methods."),
     ] = None,
+    checkpoint: CheckpointOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Dataset pruning: each method keeps a share of a dataset's programs, a model is trained
@@ -587,7 +589,7 @@ def pruning(
                              keeps=_shares(keep, "keeps"),
                              models=[m for m in models.split(",") if m], seeds=range(seeds),
                              hardware=hardware, params=model_params(param),
-                             progress=reporter.line)  # fmt: skip
+                             progress=reporter.line, checkpoint=checkpoint)  # fmt: skip
     if plot is not None:
         plot_study(result, plot, counted="kept")
     _print_study(result, as_json, plot, picked="method", counted="kept")
@@ -624,6 +626,7 @@ def hardware(
     ] = "16,64,256",
     seeds: Annotated[int, typer.Option(metavar="N", help="Seeds 0..N-1 of every arm.")] = 3,
     param: ModelParamOpt = None,
+    checkpoint: CheckpointOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Held-out hardware: a model trained on the other machines (zero-shot), fine-tuned on k of
@@ -649,7 +652,7 @@ def hardware(
                                 folds=[f.split("+") for f in folds.split(",") if f],
                                 models=[m for m in models.split(",") if m], ks=ks,
                                 seeds=range(seeds), params=model_params(param),
-                                progress=reporter.line)  # fmt: skip
+                                progress=reporter.line, checkpoint=checkpoint)  # fmt: skip
     if as_json:
         _print_json(result)
         return

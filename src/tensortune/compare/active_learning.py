@@ -270,26 +270,11 @@ def study(
 
     partial = [f for f in fracs if f < 1]
     sizes = study_sizes(fracs, len(pool))
-    # What a unit's rows depend on besides its selector and seed: the settings, and the pool,
-    # test rows and prior as their rows, tasks and labels or costs say.
-    saved = Checkpoint(checkpoint, {
-        "study": "al", "params": params,
-        "setup": {k: v for k, v in result.setup.items() if k != "seeds"},  # a unit's key
-        "pool": _digest(data.pool_rows, pool.task, pool.labels),
-        "test": _digest(data.test_rows["task_id"], data.test_rows["cost"]),
-        "prior_rows": None if data.prior is None else _digest(data.prior.groups,
-                                                              data.prior.labels),
-    })  # fmt: skip
+    saved = Checkpoint(checkpoint, study_setup("al", result, data, params))
 
     def unit(name: str, seed: int, run: Callable[[], None]) -> None:
-        rows = saved.rows(name, seed)
-        if rows is not None:
-            result.rows += rows
+        if saved.unit(result.rows, (name, seed), run):
             tell(f"{name} seed {seed}: finished before")
-            return
-        first = len(result.rows)
-        run()
-        saved.save(result.rows[first:], name, seed)
 
     for seed in seeds:
         if data.prior is not None:
@@ -302,6 +287,20 @@ def study(
                 name, pool, sizes, seed=seed, acquisition=lambda: make(acquisition, seed),
                 on_size=lambda i, lab: score(name, seed, lab, partial[i])))  # fmt: skip
     return result
+
+
+def study_setup(study: str, result: StudyResult, data: StudyData, params: dict) -> dict:
+    """What a study's units depend on besides their own key (seed, selector or method): its
+    settings, and the pool, test rows and prior as their rows, tasks and labels or costs
+    say (``compare.checkpoint``)."""
+    return {
+        "study": study, "params": params,
+        "setup": {k: v for k, v in result.setup.items() if k != "seeds"},
+        "pool": _digest(data.pool_rows, data.pool.task, data.pool.labels),
+        "test": _digest(data.test_rows["task_id"], data.test_rows["cost"]),
+        "prior_rows": None if data.prior is None else _digest(data.prior.groups,
+                                                              data.prior.labels),
+    }  # fmt: skip
 
 
 def _digest(*arrays: object) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from tensortune.errors import check_writable
@@ -46,6 +47,18 @@ class Checkpoint:
         else:
             move_aside(self.path.parent, [self.path],
                        f"{self.path.name} holds another study's rows")  # fmt: skip
+
+    def unit(self, rows: list[dict], key: tuple, work: Callable[[], None]) -> bool:
+        """Run the unit ``key``, whose ``work`` appends its rows to ``rows``, and save them;
+        a unit saved before adds its saved rows instead.  Returns whether it was."""
+        saved = self.rows(*key)
+        if saved is not None:
+            rows += saved
+            return True
+        first = len(rows)
+        work()
+        self.save(rows[first:], *key)
+        return False
 
     def rows(self, *key: object) -> list[dict] | None:
         """The rows saved for ``key``, or None: not finished."""

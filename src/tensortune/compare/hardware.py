@@ -24,6 +24,8 @@ deviation over folds and seeds.
 from __future__ import annotations
 
 import copy
+import functools
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -86,9 +88,12 @@ def hardware_study(
     seeds: Sequence[int] = (0, 1, 2),
     params: dict[str, dict] | None = None,
     progress: Progress | None = None,
+    checkpoint: str | os.PathLike | None = None,
 ) -> HardwareStudy:
     """Every arm of the module docstring for each fold (a list of held-out networks), model
-    and seed."""
+    and seed.  ``checkpoint``: a file that keeps each finished fold, model and seed
+    (``compare.checkpoint``)."""
+    from tensortune.compare.checkpoint import Checkpoint
     from tensortune.train.trainer import dataset_columns
 
     tell = progress or (lambda _: None)
@@ -107,6 +112,9 @@ def hardware_study(
     result = HardwareStudy(setup={"dataset": card.get("name"), "hardware": hardware,
                                   "folds": [list(f) for f in folds], "models": list(models),
                                   "ks": list(ks), "seeds": list(seeds)})  # fmt: skip
+    saved = Checkpoint(checkpoint, {"study": "hardware", "dataset": card.get("files"),
+                                    "hardware": hardware, "ks": list(ks),
+                                    "params": params or {}})  # fmt: skip
     for fold in folds:
         unknown = [n for n in fold if n not in card["networks"]]
         if unknown or not fold:
@@ -124,7 +132,10 @@ def hardware_study(
             for seed in seeds:
                 run = _Run(columns, card, test, "+".join(fold), kind, seed, result, tell,
                            list(fold))  # fmt: skip
-                run.arms(target_train, other_train, ks, (params or {}).get(kind, {}))
+                settings = (params or {}).get(kind, {})
+                arms = functools.partial(run.arms, target_train, other_train, ks, settings)
+                if saved.unit(result.rows, ("+".join(fold), kind, seed), arms):
+                    tell(f"{run.fold} {kind} seed {seed}: finished before")
     return result
 
 

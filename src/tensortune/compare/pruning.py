@@ -13,6 +13,7 @@ as good as the whole when its PCA is within 0.5 points.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from tensortune.compare.active_learning import (
     StudyResult,
     load_study_data,
     score_selection,
+    study_setup,
 )
 from tensortune.compare.summary import study_args
 from tensortune.costmodel.registry import model_class
@@ -44,9 +46,13 @@ def prune_study(
     hardware: str | None = None,
     params: dict[str, dict] | None = None,
     progress: Progress | None = None,
+    checkpoint: str | os.PathLike | None = None,
 ) -> StudyResult:
     """Each method's pruned pool at each share kept, each model fitted on it and scored on the
-    held-out networks, for each seed (module docstring)."""
+    held-out networks, for each seed (module docstring).  ``checkpoint``: a file that keeps
+    each finished method, share and seed (``compare.checkpoint``)."""
+    from tensortune.compare.checkpoint import Checkpoint
+
     tell = progress or (lambda _: None)
     seeds, models = study_args(seeds, models=models)
     with about("methods"):
@@ -70,11 +76,18 @@ def prune_study(
         "overestimation_k": OVERESTIMATION_K, "models": list(models), "seeds": list(seeds),
         "keeps": shares,
     })  # fmt: skip
+    saved = Checkpoint(checkpoint, study_setup("prune", result, data, params or {}))
     for seed in seeds:
         for share in shares:
             for name in names if share < 1 else ["all"]:
-                kept = (np.arange(len(pool)) if name == "all" else
-                        prune(pool, name, share, seed=seed, families=families))  # fmt: skip
-                score_selection(data, kept, result, selector=name, fraction=share, seed=seed,
-                                models=models, params=params or {}, tell=tell)  # fmt: skip
+
+                def work(name: str = name, share: float = share, seed: int = seed) -> None:
+                    kept = (np.arange(len(pool)) if name == "all" else
+                            prune(pool, name, share, seed=seed, families=families))  # fmt: skip
+                    score_selection(data, kept, result, selector=name, fraction=share,
+                                    seed=seed, models=models, params=params or {},
+                                    tell=tell)  # fmt: skip
+
+                if saved.unit(result.rows, (name, share, seed), work):
+                    tell(f"{name} {share:g} seed {seed}: finished before")
     return result
