@@ -25,11 +25,11 @@ from tensortune.records.schema import SCHEMA_VERSION
 from tensortune.records.sql import (
     TABLE_NAMES,
     TABLES,
+    TIMES_CHECKED,
     Cursor,
     SQLStore,
     T,
     check_run_times,
-    times_unchecked,
 )
 
 # Runs of a transaction the server aborted for its conflict with another (SQLSTATE 40001,
@@ -248,7 +248,7 @@ class PostgresStore(SQLStore):
                     cur.execute(statement)
             cur.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'",
                         (str(SCHEMA_VERSION),))  # fmt: skip
-        if times_unchecked(cur, meta, writer=create):
+        if TIMES_CHECKED not in meta:
             errors = self._psycopg.errors
             try:
                 with self._conn.transaction():  # a savepoint: a refusal leaves the rest be

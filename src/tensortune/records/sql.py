@@ -126,45 +126,25 @@ def _run_secs(text: object, rid: object) -> tuple[float, ...]:
     return tuple(float(x) for x in secs)
 
 
-# A key of ``meta``: the last record id ``check_run_times`` has checked.  A store created since
-# starts at 0; an older one is checked whole the first time it is opened by a process that
-# may write it, and the rows added since on each open of a process that writes (a tensortune
-# from before 880b850 sharing the store may still add such rows).
+# A key of ``meta``: the store's rows were checked by ``check_run_times``.  Stores created since
+# hold it; an older one is checked the first time it is opened by a process that may write it.
 TIMES_CHECKED = "run_times_checked"
 
 
-def times_unchecked(cur: Cursor, meta: dict[str, str], *, writer: bool) -> bool:
-    """Whether opening the store should run ``check_run_times``: never checked, or (for a
-    process that writes) records added since the last check."""
-    mark = meta.get(TIMES_CHECKED)
-    if mark is None:
-        return True
-    if not writer:
-        return False
-    (top,) = cur.execute("SELECT max(id) FROM records").fetchone()
-    return top is not None and str(top) != mark
-
-
 def check_run_times(cur: Cursor) -> None:
-    """Each successful row added since the last check whose run times are numbers but not
-    all positive seconds (``positive_seconds``) made the run error the measuring code writes
-    since, its times kept in the error text; ``TIMES_CHECKED`` moves to the last row.
-    Versions before 880b850 kept a timer's 0 (and imports before 167c1e0 an imported one);
-    every read refused such a row as damaged, and with it each summary and query of its
-    workload.  A row damaged otherwise (not JSON, not numbers) is left to be refused as
-    before.  The mark is written first: a process that may not write fails here, before it
-    reads the table."""
-    row = cur.execute("SELECT value FROM meta WHERE key = ?", (TIMES_CHECKED,)).fetchone()
-    since = int(row[0]) if row and str(row[0]).isdigit() else 0  # read under the write lock
-    (top,) = cur.execute("SELECT max(id) FROM records").fetchone()
-    top = int(top or 0)
-    if row:
-        cur.execute("UPDATE meta SET value = ? WHERE key = ?", (str(top), TIMES_CHECKED))
-    else:
-        cur.execute("INSERT INTO meta VALUES (?, ?)", (TIMES_CHECKED, str(top)))
+    """Each successful row whose run times are numbers but not all positive seconds
+    (``positive_seconds``) made the run error the measuring code writes since, its times
+    kept in the error text; ``TIMES_CHECKED`` is set first, so that a process that may not
+    write fails before it reads the table.  Versions before 880b850 kept a timer's 0 (and
+    imports before 167c1e0 an imported one); every read refused such a row as damaged, and
+    with it each summary and query of its workload.  A row damaged otherwise (not JSON, not
+    numbers) is left to be refused as before."""
+    if cur.execute("SELECT 1 FROM meta WHERE key = ?", (TIMES_CHECKED,)).fetchone():
+        return  # another process did it while this one waited for the write lock
+    cur.execute("INSERT INTO meta VALUES (?, '1')", (TIMES_CHECKED,))
     bad = []
-    for rid, text in cur.execute("SELECT id, run_secs FROM records WHERE status = 'ok' "
-                                 "AND id > ? AND id <= ?", (since, top)).fetchall():  # fmt: skip
+    for rid, text in cur.execute("SELECT id, run_secs FROM records WHERE status = 'ok'"
+                                 ).fetchall():  # fmt: skip
         try:
             secs = json.loads(text)
         except (TypeError, ValueError, RecursionError):
@@ -238,7 +218,7 @@ class SQLStore(RecordStore):
         for statement in statements(ddl):
             cur.execute(statement)
         cur.execute(
-            "INSERT INTO meta VALUES ('app', 'tensortune'), ('schema_version', ?), (?, '0')",
+            "INSERT INTO meta VALUES ('app', 'tensortune'), ('schema_version', ?), (?, '1')",
             (str(SCHEMA_VERSION), TIMES_CHECKED),
         )
 

@@ -22,12 +22,12 @@ from tensortune.errors import NoStoreError, RecordsError
 from tensortune.records.schema import SCHEMA_VERSION, trace_hash
 from tensortune.records.sql import (
     TABLES,
+    TIMES_CHECKED,
     Cursor,
     SQLStore,
     T,
     check_run_times,
     statements,
-    times_unchecked,
 )
 
 _DDL = TABLES.format(serial="INTEGER PRIMARY KEY", real="REAL")
@@ -116,7 +116,7 @@ class SQLiteStore(SQLStore):
         db.execute("PRAGMA foreign_keys=ON")
         if not tables:
             self._write(self._create_unless_present)
-        elif times_unchecked(db, meta, writer=create):
+        elif TIMES_CHECKED not in meta:
             try:
                 self._write(check_run_times)
             except _ReadOnly:
