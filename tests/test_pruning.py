@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -165,6 +166,29 @@ def test_the_pruning_study_resumes_from_its_checkpoint(tmp_path, monkeypatch):
     assert again.rows == first.rows and len(first.rows) == 1
     with pytest.raises(TensortuneError, match="shares kept"):
         prune_study("default", held_out=["gpt2-block"], hardware=HW, keeps=[0])
+
+
+def test_a_subset_killed_before_its_card_is_whole_when_run_again(tmp_path, monkeypatch):
+    # Its lowered-loop features were copied after the card was in place: a kill between left
+    # a dataset without them, which a plain rerun refused to replace.
+    from tensortune.datasets.build import load_table
+    from tensortune.datasets.lowered import read_lowered
+
+    replace = Path.replace
+
+    def killed_at_the_card(self, target):
+        if Path(target).name == "card.json":
+            raise KeyboardInterrupt
+        return replace(self, target)
+
+    monkeypatch.setattr(Path, "replace", killed_at_the_card)
+    with pytest.raises(KeyboardInterrupt):
+        prune_dataset("default", "random", 0.1, tmp_path / "p", seed=0)
+    monkeypatch.undo()
+    assert (tmp_path / "p" / "lowered.parquet").is_file()  # in place before the card
+    prune_dataset("default", "random", 0.1, tmp_path / "p", seed=0)  # a plain rerun
+    ids = load_table(tmp_path / "p", ["program_id"]).to_pydict()["program_id"]
+    np.testing.assert_array_equal(read_lowered(tmp_path / "p", ids), read_lowered("default", ids))
 
 
 def test_a_pruned_dataset_is_one_that_train_reads(tmp_path, cli):

@@ -10,6 +10,7 @@ import hashlib
 import json
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -200,9 +201,13 @@ def check_out_dir(out: str | Path, *, overwrite: bool = False) -> None:
 
 def write_dataset(out_dir: str | Path, columns: dict, modules: dict, *, description: str,
                   task_weights: dict, hardware: dict, extra: dict | None = None,
-                  overwrite: bool = False) -> Card:  # fmt: skip
+                  overwrite: bool = False,
+                  lowered: Callable[[Path, str], bool] | None = None) -> Card:  # fmt: skip
     """Write the table, the workloads and the card (``extra`` merged into it); a dataset
-    already in ``out_dir`` is replaced only with ``overwrite``."""
+    already in ``out_dir`` is replaced only with ``overwrite``.  ``lowered(path, table)``
+    writes the programs' lowered-loop features for the table of checksum ``table`` to
+    ``path`` (or writes nothing and says False): staged with the rest, they are in place
+    before the card, which says the dataset is whole."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -242,13 +247,16 @@ def write_dataset(out_dir: str | Path, columns: dict, modules: dict, *, descript
         }  # fmt: skip
         staged[CARD].write_text(json.dumps(card, indent=1))
         staged["README.md"].write_text(card_markdown(card, columns))
+        staged[LOWERED] = out / f".{LOWERED}.partial"
+        if lowered is None or not lowered(staged[LOWERED], card["files"][TABLE]):
+            del staged[LOWERED]
     except BaseException:
         for path in staged.values():
             path.unlink(missing_ok=True)
         raise
     # Features of the programs that were here before would be read as the new programs'.
     (out / LOWERED).unlink(missing_ok=True)
-    for name, path in staged.items():
+    for name, path in sorted(staged.items(), key=lambda item: item[0] == CARD):  # card last
         path.replace(out / name)
     return Card(card)
 

@@ -73,17 +73,21 @@ def lowered_state(dataset: str | Path) -> str:
     return f"{len(rows)} programs ({LOWERED_FILE})"
 
 
-def copy_lowered(dataset: str | Path, out_dir: str | Path, program_ids: list[int]) -> int:
-    """Give a dataset written from some of ``dataset``'s programs (``datasets.subset``) their
-    lowered-loop features, when ``dataset`` has current ones; returns how many got them."""
-    rows, complete = _read_current(Path(dataset_path(dataset)))
-    if rows is None or not complete:
-        return 0
-    kept = {int(p): rows[int(p)] for p in program_ids if int(p) in rows}
-    if kept:
-        _write(Path(out_dir) / LOWERED_FILE, kept, table=_table_sha(Path(out_dir)),
-               complete=True)  # fmt: skip
-    return len(kept)
+def lowered_of(dataset: str | Path, program_ids: list[int]) -> Callable[[Path, str], bool]:
+    """For ``write_dataset(lowered=)``: a dataset written from some of ``dataset``'s programs
+    (``datasets.subset``) gets their lowered-loop features, when ``dataset`` has current ones
+    (False: it has none to give)."""
+
+    def write(path: Path, table: str) -> bool:
+        rows, complete = _read_current(Path(dataset_path(dataset)))
+        if rows is None or not complete:
+            return False
+        kept = {int(p): rows[int(p)] for p in program_ids if int(p) in rows}
+        if kept:
+            _write(path, kept, table=table, complete=True)
+        return bool(kept)
+
+    return write
 
 
 def _table_sha(directory: Path) -> str | None:

@@ -17,7 +17,7 @@ from tensortune.datasets.build import (
     read_card,
     write_dataset,
 )
-from tensortune.datasets.lowered import copy_lowered
+from tensortune.datasets.lowered import lowered_of
 
 # Columns a subset copies without reading them: features and traces.
 _COPIED_AS_IS = ("trace", *FEATURE_WIDTHS)
@@ -63,9 +63,8 @@ def write_subset(dataset: str | Path, rows: np.ndarray, out_dir: str | Path, *,
     # The networks a dataset is scored on stay named: a study or selection of the subset
     # must keep away from them as it would from the source's.
     carried = ({"held_out": card["held_out"]} if card.get("held_out") else {}) | (extra or {})
-    written = write_dataset(out_dir, kept, modules, description=description,
-                            task_weights=card.get("task_weights") or {},
-                            hardware=card["hardware"], extra=carried or None,
-                            overwrite=overwrite)  # fmt: skip
-    copy_lowered(directory, out_dir, kept["program_id"])
-    return written
+    return write_dataset(out_dir, kept, modules, description=description,
+                         task_weights=card.get("task_weights") or {},
+                         hardware=card["hardware"], extra=carried or None,
+                         overwrite=overwrite,
+                         lowered=lowered_of(directory, kept["program_id"]))  # fmt: skip
