@@ -154,16 +154,26 @@ def test_the_pruning_study_scores_each_method_and_the_whole_pool():
 def test_the_pruning_study_resumes_from_its_checkpoint(tmp_path, monkeypatch):
     import tensortune.compare.pruning as study
 
-    args = {"held_out": ["gpt2-block"], "hardware": HW, "methods": ["random"], "keeps": [0.35],
-            "seeds": [0], "params": {"xgb": FAST_XGB}}  # fmt: skip
-    first = prune_study("default", checkpoint=tmp_path / "prune.json", **args)
+    args = {
+        "held_out": ["gpt2-block"],
+        "hardware": HW,
+        "keeps": [0.35],
+        "seeds": np.arange(1),
+        "params": {"xgb": FAST_XGB},
+    }  # numpy's seeds are saved too
+    first = prune_study("default", methods=["random"], checkpoint=tmp_path / "prune.json",
+                        **args)  # fmt: skip
+    pruned, prune = [], study.prune
 
-    def never(*_, **__):
-        raise AssertionError("pruned again")
+    def counted(pool, name, *a, **k):
+        pruned.append(name)
+        return prune(pool, name, *a, **k)
 
-    monkeypatch.setattr(study, "prune", never)
-    again = prune_study("default", checkpoint=tmp_path / "prune.json", **args)
-    assert again.rows == first.rows and len(first.rows) == 1
+    monkeypatch.setattr(study, "prune", counted)
+    # a method more: only its units run, the file's are read
+    again = prune_study("default", methods=["random", "low-perf"],
+                        checkpoint=tmp_path / "prune.json", **args)  # fmt: skip
+    assert pruned == ["low-perf"] and again.rows[0] == first.rows[0] and len(again.rows) == 2
     with pytest.raises(TensortuneError, match="shares kept"):
         prune_study("default", held_out=["gpt2-block"], hardware=HW, keeps=[0])
 
@@ -189,6 +199,15 @@ def test_a_subset_killed_before_its_card_is_whole_when_run_again(tmp_path, monke
     prune_dataset("default", "random", 0.1, tmp_path / "p", seed=0)  # a plain rerun
     ids = load_table(tmp_path / "p", ["program_id"]).to_pydict()["program_id"]
     np.testing.assert_array_equal(read_lowered(tmp_path / "p", ids), read_lowered("default", ids))
+    # Replacing it, killed the same way: the old card is gone with the old files, not left to
+    # vouch for the new ones, and a plain rerun goes on.
+    monkeypatch.setattr(Path, "replace", killed_at_the_card)
+    with pytest.raises(KeyboardInterrupt):
+        prune_dataset("default", "random", 0.2, tmp_path / "p", seed=0, overwrite=True)
+    monkeypatch.undo()
+    assert not (tmp_path / "p" / "card.json").exists()
+    card = prune_dataset("default", "random", 0.2, tmp_path / "p", seed=0)
+    assert card["pruning"]["keep"] == 0.2
 
 
 def test_a_pruned_dataset_is_one_that_train_reads(tmp_path, cli):

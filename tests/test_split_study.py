@@ -186,3 +186,24 @@ def test_a_study_killed_midway_resumes_from_its_checkpoint(tmp_path, monkeypatch
         split_study("ttset-cpu-v2", splits=["by-network"], models=["xgb"], seeds=[0],
                     params={"xgb": {"n_rounds": 3}}, checkpoint=path)  # fmt: skip
     assert len(fits) == folds and (tmp_path / "replaced-1" / "splits.json").is_file()
+
+
+def test_a_checkpoint_of_other_features_is_set_aside(tmp_path) -> None:
+    # Features computed anew (``dataset lower`` after its version changed) with the same
+    # table: rows fitted on the old ones must not be read as the new ones'.
+    import shutil
+
+    from tensortune.datasets.shipped import dataset_path
+
+    data = tmp_path / "ds"
+    shutil.copytree(dataset_path("ttset-cpu-v2"), data)
+    args = {"splits": ["by-task"], "models": ["xgb"], "seeds": [0],
+            "params": {"xgb": {"n_rounds": 2}}, "checkpoint": tmp_path / "c.json"}  # fmt: skip
+    split_study(data, **args)
+    split_study(data, **args)  # the same: read, nothing set aside
+    assert not (tmp_path / "replaced-1").exists()
+    # (another dataset's file stands in for features computed anew: any change of the file
+    # sets the checkpoint aside, whether or not the models read it)
+    shutil.copy(dataset_path("ttset-cpu-v6") / "lowered.parquet", data / "lowered.parquet")
+    with pytest.warns(UserWarning, match="c.json holds another study's rows"):
+        split_study(data, **args)

@@ -270,7 +270,10 @@ def study(
 
     partial = [f for f in fracs if f < 1]
     sizes = study_sizes(fracs, len(pool))
-    saved = Checkpoint(checkpoint, study_setup("al", result, data, params))
+    saved = Checkpoint(
+        checkpoint,
+        study_setup("al", result, data, params, [dataset, test_dataset, prior], ["seeds"]),
+    )
 
     def unit(name: str, seed: int, run: Callable[[], None]) -> None:
         if saved.unit(result.rows, (name, seed), run):
@@ -289,13 +292,18 @@ def study(
     return result
 
 
-def study_setup(study: str, result: StudyResult, data: StudyData, params: dict) -> dict:
-    """What a study's units depend on besides their own key (seed, selector or method): its
-    settings, and the pool, test rows and prior as their rows, tasks and labels or costs
-    say (``compare.checkpoint``)."""
+def study_setup(study: str, result: StudyResult, data: StudyData, params: dict,
+                datasets: Sequence[str | Path | None], keys: Sequence[str]) -> dict:  # fmt: skip
+    """What a study's units depend on besides their own key (``keys`` of ``result.setup``
+    are parts of it): its settings, the ``datasets`` it read (``dataset_identity``), and the
+    pool, test rows and prior as their rows, tasks and labels or costs say
+    (``compare.checkpoint``)."""
+    from tensortune.compare.checkpoint import dataset_identity
+
     return {
         "study": study, "params": params,
-        "setup": {k: v for k, v in result.setup.items() if k != "seeds"},
+        "datasets": [dataset_identity(d) for d in datasets],
+        "setup": {k: v for k, v in result.setup.items() if k not in keys},
         "pool": _digest(data.pool_rows, data.pool.task, data.pool.labels),
         "test": _digest(data.test_rows["task_id"], data.test_rows["cost"]),
         "prior_rows": None if data.prior is None else _digest(data.prior.groups,

@@ -28,10 +28,12 @@ class Checkpoint:
     def __init__(self, path: str | os.PathLike | None, setup: dict) -> None:
         check_writable(path, "checkpoint")  # before the first unit's minutes, not after
         self.path = None if path is None else Path(path)
-        # as JSON gives it back (tuples become lists), so that a saved setup compares equal
-        self.setup = json.loads(json.dumps({"version": STUDY_VERSION, **setup}))
         self.done: dict[str, list[dict]] = {}
-        if self.path is None or not self.path.exists():
+        if self.path is None:
+            return
+        # as JSON gives it back (tuples become lists), so that a saved setup compares equal
+        self.setup = json.loads(_json({"version": STUDY_VERSION, **setup}))
+        if not self.path.exists():
             return
         try:
             saved = json.loads(self.path.read_text())
@@ -69,7 +71,30 @@ class Checkpoint:
         module reads the file)."""
         self.done[_key(key)] = rows
         if self.path is not None:
-            write_atomically(self.path, json.dumps({"setup": self.setup, "done": self.done}))
+            write_atomically(self.path, _json({"setup": self.setup, "done": self.done}))
+
+
+def dataset_identity(dataset: str | os.PathLike | None) -> dict | None:
+    """What a study's rows read of ``dataset`` (a directory or a shipped name): its files'
+    checksums from its card, and its lowered-loop features' file and version, which the card
+    does not name (``dataset lower`` rewrites it)."""
+    from tensortune.datasets.build import LOWERED, file_sha256, read_card
+    from tensortune.datasets.shipped import dataset_path
+    from tensortune.features.lowered import LOWERED_VERSION
+
+    if dataset is None:
+        return None
+    directory = Path(dataset_path(dataset))
+    lowered = directory / LOWERED
+    return {"files": read_card(directory).data.get("files"),
+            "lowered": file_sha256(lowered) if lowered.is_file() else None,
+            "lowered_version": LOWERED_VERSION}  # fmt: skip
+
+
+def _json(value: object) -> str:
+    """JSON of rows and settings: numpy's numbers as Python's (seeds from ``np.arange``,
+    parameters from an array), anything else JSON cannot hold as its text."""
+    return json.dumps(value, default=lambda o: o.item() if hasattr(o, "item") else str(o))
 
 
 def _key(parts: tuple) -> str:

@@ -218,7 +218,8 @@ def bench_e2e(
             # would be the untuned one under the tuned name
             move_aside(work, [Path(f"{store}{x}") for x in ("", "-wal", "-shm")]
                        + [tuned_info, work / f"{net}-e2e.json"],
-                       f"{net} was tuned for another target")  # fmt: skip
+                       f"{net} was tuned for another target (or its store cannot be "
+                       "read)")  # fmt: skip
             info = None
         if info is not None:
             say(f"{net}: tuned before ({info['trials']} trials in {info['seconds']:.0f} s)")

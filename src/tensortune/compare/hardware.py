@@ -93,7 +93,7 @@ def hardware_study(
     """Every arm of the module docstring for each fold (a list of held-out networks), model
     and seed.  ``checkpoint``: a file that keeps each finished fold, model and seed
     (``compare.checkpoint``)."""
-    from tensortune.compare.checkpoint import Checkpoint
+    from tensortune.compare.checkpoint import Checkpoint, dataset_identity
     from tensortune.train.trainer import dataset_columns
 
     tell = progress or (lambda _: None)
@@ -112,7 +112,7 @@ def hardware_study(
     result = HardwareStudy(setup={"dataset": card.get("name"), "hardware": hardware,
                                   "folds": [list(f) for f in folds], "models": list(models),
                                   "ks": list(ks), "seeds": list(seeds)})  # fmt: skip
-    saved = Checkpoint(checkpoint, {"study": "hardware", "dataset": card.get("files"),
+    saved = Checkpoint(checkpoint, {"study": "hardware", "dataset": dataset_identity(dataset),
                                     "hardware": hardware, "ks": list(ks),
                                     "params": params or {}})  # fmt: skip
     for fold in folds:

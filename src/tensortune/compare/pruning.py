@@ -76,7 +76,10 @@ def prune_study(
         "overestimation_k": OVERESTIMATION_K, "models": list(models), "seeds": list(seeds),
         "keeps": shares,
     })  # fmt: skip
-    saved = Checkpoint(checkpoint, study_setup("prune", result, data, params or {}))
+    saved = Checkpoint(
+        checkpoint,
+        study_setup("prune", result, data, params or {}, [dataset], ["seeds", "methods", "keeps"]),
+    )
     for seed in seeds:
         for share in shares:
             for name in names if share < 1 else ["all"]:

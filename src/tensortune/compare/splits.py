@@ -110,7 +110,7 @@ def split_study(
     """Each model under each split kind's folds, for each seed (module docstring).
     ``checkpoint``: a file that keeps each finished fold; a rerun with the same dataset and
     ``params`` fits only the folds it does not hold (``compare.checkpoint``)."""
-    from tensortune.compare.checkpoint import Checkpoint
+    from tensortune.compare.checkpoint import Checkpoint, dataset_identity
     from tensortune.errors import TensortuneError
     from tensortune.train.trainer import (
         dataset_columns,
@@ -150,7 +150,7 @@ def split_study(
         raise TensortuneError(f"this dataset makes none of these splits: {skipped}",
                               param="splits")  # fmt: skip
     result.setup["skipped"] = skipped
-    saved = Checkpoint(checkpoint, {"study": "splits", "dataset": card.get("files"),
+    saved = Checkpoint(checkpoint, {"study": "splits", "dataset": dataset_identity(dataset),
                                     "params": params or {}})  # fmt: skip
     for kind in models:
         for split, seed, fold, spec, (train, test) in folds:

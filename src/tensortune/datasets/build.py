@@ -254,8 +254,11 @@ def write_dataset(out_dir: str | Path, columns: dict, modules: dict, *, descript
         for path in staged.values():
             path.unlink(missing_ok=True)
         raise
-    # Features of the programs that were here before would be read as the new programs'.
+    # Features of the programs that were here before would be read as the new programs';
+    # the card of a dataset replaced would say the new files are whole before they are (the
+    # staged card marks the directory as a dataset being written: a rerun goes on).
     (out / LOWERED).unlink(missing_ok=True)
+    (out / CARD).unlink(missing_ok=True)
     for name, path in sorted(staged.items(), key=lambda item: item[0] == CARD):  # card last
         path.replace(out / name)
     return Card(card)
