@@ -285,9 +285,10 @@ def test_a_rerun_with_other_draft_options_runs_only_draft_then_verify_again(benc
     from conftest import TARGET
 
     work, result = bench
-    again = bench_tune([SPEC], trials_per_task=8, work_dir=work, target=TARGET,
-                       methods=["default", "draft"], retime=0,
-                       draft_options={"per_round": "4", "build_cost_weight": 0})  # fmt: skip
+    with pytest.warns(UserWarning, match="saved run.s. of draft do not match"):
+        again = bench_tune([SPEC], trials_per_task=8, work_dir=work, target=TARGET,
+                           methods=["default", "draft"], retime=0,
+                           draft_options={"per_round": "4", "build_cost_weight": 0})  # fmt: skip
     assert again.runs["default"].curve == result.runs["default"].curve  # kept, not re-measured
     draft = again.runs["draft"]
     assert draft.draft_options == {"per_round": 4}  # a default's value is no option
@@ -367,8 +368,9 @@ def test_runs_saved_with_the_other_fast_math_setting_are_measured_again(bench, t
 
     work, _ = bench
     shutil.copy(work / "results.json", tmp_path / "results.json")
-    again = bench_tune([SPEC], trials_per_task=8, work_dir=tmp_path, target=TARGET,
-                       methods=["default"], retime=0, fast_math=False)  # fmt: skip
+    with pytest.warns(UserWarning, match="default, draft do not match"):
+        again = bench_tune([SPEC], trials_per_task=8, work_dir=tmp_path, target=TARGET,
+                           methods=["default"], retime=0, fast_math=False)  # fmt: skip
     assert set(again.runs) == {"default"}  # the saved draft run was dropped, not kept
     assert json.loads((tmp_path / "results.json").read_text())["fast_math"] is False
 
@@ -380,9 +382,9 @@ def test_runs_saved_by_another_version_of_the_benchmark_are_measured_again(bench
     saved = json.loads((work / "results.json").read_text())
     del saved["version"]  # as written before the clock started after the one-off costs
     (tmp_path / "results.json").write_text(json.dumps(saved))
-    again = bench_tune(
-        [SPEC], trials_per_task=8, work_dir=tmp_path, target=TARGET, methods=["default"], retime=0
-    )
+    with pytest.warns(UserWarning, match="default, draft do not match"):
+        again = bench_tune([SPEC], trials_per_task=8, work_dir=tmp_path, target=TARGET,
+                           methods=["default"], retime=0)  # fmt: skip
     assert set(again.runs) == {"default"}  # the saved draft run was dropped, not kept
     assert again.runs["default"].curve != result.runs["default"].curve
 
