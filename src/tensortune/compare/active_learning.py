@@ -272,7 +272,7 @@ def study(
     sizes = study_sizes(fracs, len(pool))
     saved = Checkpoint(
         checkpoint,
-        study_setup("al", result, data, params, [dataset, test_dataset, prior], ["seeds"]),
+        lambda: study_setup("al", result, data, params, [dataset, test_dataset, prior], ["seeds"]),
     )
 
     def unit(name: str, seed: int, run: Callable[[], None]) -> None:

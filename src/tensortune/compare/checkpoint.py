@@ -23,16 +23,18 @@ STUDY_VERSION = 1
 
 
 class Checkpoint:
-    """The finished units of one study; ``path`` None keeps nothing (a study run once)."""
+    """The finished units of one study; ``path`` None keeps nothing (a study run once).
+    ``setup()`` says the settings the rows depend on; called only with a file (it may read and
+    hash whole datasets)."""
 
-    def __init__(self, path: str | os.PathLike | None, setup: dict) -> None:
+    def __init__(self, path: str | os.PathLike | None, setup: Callable[[], dict]) -> None:
         check_writable(path, "checkpoint")  # before the first unit's minutes, not after
         self.path = None if path is None else Path(path)
         self.done: dict[str, list[dict]] = {}
         if self.path is None:
             return
         # as JSON gives it back (tuples become lists), so that a saved setup compares equal
-        self.setup = json.loads(_json({"version": STUDY_VERSION, **setup}))
+        self.setup = json.loads(_json({"version": STUDY_VERSION, **setup()}))
         if not self.path.exists():
             return
         try:

@@ -44,6 +44,7 @@ from tensortune.files import move_aside, strict_json, write_atomically
 from tensortune.hardware import Platform, resolve_platform
 from tensortune.hardware.fingerprint import affinity_kept
 from tensortune.measure.executable import seconds_per_call
+from tensortune.records.sqlite import store_files
 
 DEFAULT_NETWORKS = ("resnet18", "resnet50", "mobilenetv2", "bert-layer", "gpt2-block")
 ANCHORS = ("pytorch", "torch.compile", "onnxruntime", "openvino")
@@ -216,8 +217,7 @@ def bench_e2e(
         if info is not None and not _tuned_for(info, store, platform):
             # tuned for another target: its records would not apply, and the "tuned" build
             # would be the untuned one under the tuned name
-            move_aside(work, [Path(f"{store}{x}") for x in ("", "-wal", "-shm")]
-                       + [tuned_info, work / f"{net}-e2e.json"],
+            move_aside(work, [*store_files(store), tuned_info, work / f"{net}-e2e.json"],
                        f"{net} was tuned for another target (or its store cannot be "
                        "read)")  # fmt: skip
             info = None

@@ -112,9 +112,9 @@ def hardware_study(
     result = HardwareStudy(setup={"dataset": card.get("name"), "hardware": hardware,
                                   "folds": [list(f) for f in folds], "models": list(models),
                                   "ks": list(ks), "seeds": list(seeds)})  # fmt: skip
-    saved = Checkpoint(checkpoint, {"study": "hardware", "dataset": dataset_identity(dataset),
-                                    "hardware": hardware, "ks": list(ks),
-                                    "params": params or {}})  # fmt: skip
+    saved = Checkpoint(checkpoint, lambda: {
+        "study": "hardware", "dataset": dataset_identity(dataset), "hardware": hardware,
+        "ks": list(ks), "params": params or {}})  # fmt: skip
     for fold in folds:
         unknown = [n for n in fold if n not in card["networks"]]
         if unknown or not fold:

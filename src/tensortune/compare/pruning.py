@@ -78,7 +78,9 @@ def prune_study(
     })  # fmt: skip
     saved = Checkpoint(
         checkpoint,
-        study_setup("prune", result, data, params or {}, [dataset], ["seeds", "methods", "keeps"]),
+        lambda: study_setup(
+            "prune", result, data, params or {}, [dataset], ["seeds", "methods", "keeps"]
+        ),
     )
     for seed in seeds:
         for share in shares:

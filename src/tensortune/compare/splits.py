@@ -150,21 +150,25 @@ def split_study(
         raise TensortuneError(f"this dataset makes none of these splits: {skipped}",
                               param="splits")  # fmt: skip
     result.setup["skipped"] = skipped
-    saved = Checkpoint(checkpoint, {"study": "splits", "dataset": dataset_identity(dataset),
-                                    "params": params or {}})  # fmt: skip
+    saved = Checkpoint(checkpoint, lambda: {"study": "splits", "params": params or {},
+                                            "dataset": dataset_identity(dataset)})  # fmt: skip
     for kind in models:
         for split, seed, fold, spec, (train, test) in folds:
-            rows = saved.rows(kind, split, seed, fold)
-            before = " (finished before)" if rows is not None else ""
-            if rows is None:
+
+            def fit(kind: str = kind, split: str = split, seed: int = seed, fold: str = fold,
+                    spec: str = spec, train: np.ndarray = train,
+                    test: np.ndarray = test) -> None:  # fmt: skip
                 model = new_model(kind, seed, (params or {}).get(kind, {}))
                 model.fit(ProgramSet.from_columns(columns, train))
                 scores, _ = score_model(model, columns, test, card,
                                         held_out=split_networks(spec))  # fmt: skip
-                rows = [{"model": kind, "split": split, "fold": fold, "seed": seed,
-                         **{m: scores[m] for m in METRICS}}]  # fmt: skip
-                saved.save(rows, kind, split, seed, fold)
-            result.rows += rows
-            tell(f"{kind} {split} {fold} seed {seed}: PCA {rows[0]['pca']:.3f} "
-                 f"top-1 {rows[0]['top1_score']:.3f}{before}")  # fmt: skip
+                result.rows.append({"model": kind, "split": split, "fold": fold, "seed": seed,
+                                    **{m: scores[m] for m in METRICS}})  # fmt: skip
+
+            before = saved.unit(result.rows, (kind, split, seed, fold), fit)
+            row = result.rows[-1]
+            tell(
+                f"{kind} {split} {fold} seed {seed}: PCA {row['pca']:.3f} "
+                f"top-1 {row['top1_score']:.3f}{' (finished before)' if before else ''}"
+            )
     return result

@@ -36,6 +36,7 @@ from tensortune.files import move_aside, strict_json, write_atomically
 from tensortune.hardware import Platform, resolve_platform
 from tensortune.records import open_records
 from tensortune.records.schema import origin_kind
+from tensortune.records.sqlite import store_files
 
 # Kept in each finished pair's JSON with the settings: a rerun reuses a pair saved with the same
 # ones.  Bump when the protocol changes what a pair's figures mean.
@@ -151,8 +152,7 @@ def bench_transfer(
             out.append(done)
             continue
         # each arm starts cold (this is a measurement): an earlier try's stores move aside
-        earlier = [Path(f"{path}{suffix}") for path in [saved, *stores.values()]
-                   for suffix in ("", "-wal", "-shm")]  # fmt: skip
+        earlier = [saved, *(f for path in stores.values() for f in store_files(path))]
         if any(path.exists() for path in earlier):
             move_aside(work, earlier, f"{tgt} <- {src} was not finished with these settings")
         src_url = f"sqlite:///{work / f'source-{src}.db'}"
@@ -162,7 +162,7 @@ def bench_transfer(
         tuned = tune(model=source, trials=source_trials, records=src_url, target=platform,
                      work_dir=work / "work")  # fmt: skip
         if tuned.trials_before > source_trials:  # tuned further by an earlier run: not this one
-            move_aside(work, [work / f"source-{src}.db{x}" for x in ("", "-wal", "-shm")],
+            move_aside(work, store_files(work / f"source-{src}.db"),
                        f"the source {src} holds {tuned.trials_before} trials, more than "
                        f"{source_trials}")  # fmt: skip
             tune(model=source, trials=source_trials, records=src_url, target=platform,

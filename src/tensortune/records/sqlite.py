@@ -51,6 +51,12 @@ class _ReadOnly(RecordsError):
     to it."""
 
 
+def store_files(path: str | Path) -> list[Path]:
+    """The files of the SQLite store at ``path``: the database, and the write-ahead log and
+    shared-memory files WAL mode keeps beside it (moved or removed with it)."""
+    return [Path(f"{path}{suffix}") for suffix in ("", "-wal", "-shm")]
+
+
 def check_file(path: str) -> None:
     """The ``RecordsError`` opening a store at ``path`` would raise for its place and its
     first bytes: a directory that does not exist, a file that is not SQLite's (an empty one is
