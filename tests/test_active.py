@@ -242,6 +242,36 @@ def test_the_study_scores_every_selector_and_the_whole_pool_on_held_out_networks
     assert summary[("random", 0.03)]["measured"] == round(0.03 * s["pool_programs"])
 
 
+def test_a_selection_of_which_nothing_ran_is_counted_not_dropped(monkeypatch, capsys):
+    # Its seed vanished from the mean, which then spoke for fewer seeds than the table said.
+    import tensortune.compare.active_learning as al
+    from tensortune.cli.bench import _print_study
+
+    data = al.load_study_data("default", ["gpt2-block"], hardware=HW)
+    failed = np.arange(round(0.01 * len(data.pool)))
+    data.pool.labels[failed] = 0.0  # as a pool's failed builds and runs are labelled
+    real = al.grow
+
+    def only_failures_for_seed_0(name, pool, sizes, *, seed, on_size, **kwargs):
+        if seed != 0:
+            return real(name, pool, sizes, seed=seed, on_size=on_size, **kwargs)
+        for i, size in enumerate(sizes):
+            on_size(i, failed[:size])
+
+    monkeypatch.setattr(al, "grow", only_failures_for_seed_0)
+    result = study("default", held_out=["gpt2-block"], hardware=HW, selectors=["random"],
+                   fractions=[0.01], models=["xgb"], seeds=[0, 1], params={"xgb": FAST_XGB},
+                   data=data)  # fmt: skip
+    (e,) = result.summary()
+    scored = [r for r in result.rows if not r.get("unscored")]
+    assert (e["seeds"], e["unscored"]) == (1, 1) and [r["seed"] for r in scored] == [1]
+    assert e["pca"] == scored[0]["pca"]
+    unscored = next(r for r in result.rows if r.get("unscored"))
+    assert np.isnan(unscored["pca"]) and "ran" in unscored["unscored"]
+    _print_study(result, False, None, picked="selector", counted="measured")
+    assert "Not scored: xgb on random's picks at 1%, 1 of 2 seeds" in capsys.readouterr().out
+
+
 def test_a_study_run_again_with_its_checkpoint_measures_only_what_it_had_not(tmp_path, monkeypatch):
     import tensortune.compare.active_learning as al
     from tensortune.compare.active_learning import load_study_data

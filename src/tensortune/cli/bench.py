@@ -763,10 +763,17 @@ def _print_study(result, as_json: bool, plot: Path | None, *, picked: str, count
               {"model": "left", picked: "left", counted: "right", "PCA": "right",
                "top-1 score": "right", "top-5 score": "right",
                "top-5 in slow half": "right"})  # fmt: skip
-    for e in result.summary():
+    summary = result.summary()
+    for e in summary:
         t.add_row(e["model"], e["selector"], f"{e['measured']} ({e['fraction']:.0%})",
                   *(_mean_sd(e, k)
                     for k in ("pca", "top1_score", "top5_score", "overestimation")))  # fmt: skip
     print_table(t)
+    for e in summary:
+        if e["unscored"]:
+            console.print(f"Not scored: {e['model']} on {e['selector']}'s picks at "
+                          f"{e['fraction']:.0%}, {e['unscored']} of "
+                          f"{e['unscored'] + e['seeds']} seeds (none of their programs ran); "
+                          "its figures are of the other seeds")  # fmt: skip
     if plot is not None:
         console.print(f"plot: {plot}")

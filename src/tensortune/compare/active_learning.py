@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,6 +50,7 @@ from tensortune.train.selection import pool_mask
 
 SELECTOR_NAMES = ("random", "diversity", "balto", "balto-weighted", "uncertainty", "alt")
 OVERESTIMATION_K = 5
+_SCORES = ("pca", "top1_score", "top5_score", "overestimation")
 Progress = Callable[[str], None]
 
 
@@ -75,13 +77,12 @@ class StudyResult:
 
     def summary(self) -> list[dict]:
         """Mean and standard deviation over seeds per selector, model and fraction."""
-        out = mean_and_sd(
-            self.rows,
-            ("selector", "model", "fraction"),
-            ("pca", "top1_score", "top5_score", "overestimation", "measured"),
-        )
+        out = mean_and_sd(self.rows, ("selector", "model", "fraction"), (*_SCORES, "measured"))
+        unscored = Counter((r["selector"], r["model"], r["fraction"]) for r in self.rows
+                           if r.get("unscored"))  # fmt: skip
         for e in out:
-            e["seeds"] = e.pop("runs")
+            e["unscored"] = unscored[e["selector"], e["model"], e["fraction"]]
+            e["seeds"] = e.pop("runs") - e["unscored"]  # those the metrics average over
             e["measured"] = int(e["measured"])
             del e["measured_std"]
         return sorted(out, key=lambda e: (e["model"], e["selector"], e["fraction"]))
@@ -187,11 +188,23 @@ def score_selection(data: StudyData, labelled: np.ndarray, result: StudyResult, 
                     selector: str, fraction: float, seed: int, models: Sequence[str],
                     params: dict[str, dict], tell: Progress) -> None:  # fmt: skip
     """Fit each of ``models`` on the pool programs at ``labelled`` (labels against the best
-    of each task among them), score it on the held-out rows and add a row to ``result``."""
+    of each task among them), score it on the held-out rows and add a row to ``result``.
+
+    A selection of which no program ran teaches nothing to fit: its rows carry NaN metrics
+    and the reason (``unscored``), so the summary says how many seeds it averages over
+    instead of averaging over fewer without a word."""
     train = data.pool.labelled(labelled)
     if data.prior is not None:
         train = concat_programs([data.prior, train])
     if not np.any(train.labels > 0):
+        why = f"none of the {len(labelled)} programs picked ran"
+        for kind in models:
+            result.rows.append({
+                "selector": selector, "model": kind, "fraction": fraction, "seed": seed,
+                "measured": len(labelled), **dict.fromkeys(_SCORES, float("nan")),
+                "unscored": why,
+            })  # fmt: skip
+        tell(f"{selector} seed {seed} {fraction:g}: not scored, {why}")
         return
     for kind in models:
         model = new_model(kind, seed, params.get(kind)).fit(train)
