@@ -327,6 +327,21 @@ def test_a_task_with_one_test_program_does_not_count_in_pca():
     assert math.isnan(score_predictions(alone, [0.3])["pca"])  # no pair: undefined
 
 
+def test_a_task_whose_programs_all_failed_does_not_count_in_pca():
+    # Its pairs all tie at 0, and TenSet's rule credits a tie by row order: the same model
+    # scored 0.667 or 0.167 as the failed task's predictions came in one order or the other.
+    rows = {
+        "task_id": np.array([1, 1, 1, 2, 2, 2]),
+        "label": np.array([0.5, 1.0, 0.2, 0.0, 0.0, 0.0]),
+        "cost": np.array([2.0, 1.0, 5.0, math.inf, math.inf, math.inf]),
+    }
+    scores = [score_predictions(rows, [1, 2, 3, *failed])["pca"]
+              for failed in ([1, 2, 3], [3, 2, 1])]  # fmt: skip
+    assert scores == [approx(1 / 3)] * 2  # task 1 alone: one pair of three right
+    failed_only = {key: values[3:] for key, values in rows.items()}
+    assert math.isnan(score_predictions(failed_only, [1, 2, 3])["pca"])
+
+
 def test_evaluate_errors():
     empty = {"task_id": np.array([], int), "label": np.array([]), "cost": np.array([])}
     with pytest.raises(ValueError, match="empty test set"):

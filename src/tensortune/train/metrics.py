@@ -289,8 +289,9 @@ def score_predictions(
 
     Keys (``METRIC_KEYS``): task-level metrics (``pca``, ``a_peak@k``, ``topk_recall``,
     ``r2``, ``rmse``) are weighted by test-set size per task (§1.5), PCA over the tasks with
-    two test programs or more (NaN when none has: no pair to compare); ``topk_score`` is
-    TenSet's score@k (§1.2) per network, averaged over networks.  ``networks`` maps a
+    two test programs or more, one of which ran (NaN when none has: no order to compare);
+    ``topk_score`` is TenSet's score@k (§1.2) per network, averaged over networks.
+    ``networks`` maps a
     network to ``{task_id: weight}``; only its tasks present in the test rows count, and with
     a ``hardware`` column each (network, hardware) pair is scored on its own.  Networks
     with no such task, or none with a successful program, are left out of the average.
@@ -340,7 +341,10 @@ def score_predictions(
         p, y = pred[idx], label[idx]
         # A task with one test program has no pair: its 0.5 is no measure of the model, and
         # a within-task split leaves hundreds of them (TenSet keeps no task under 48 programs).
-        per_task["pca"][key] = pairwise_accuracy(p, y) if len(idx) > 1 else math.nan
+        # One whose programs all failed has no order: its pairs all tie, which TenSet's rule
+        # credits by row order.
+        ranked = len(idx) > 1 and y.max() > 0
+        per_task["pca"][key] = pairwise_accuracy(p, y) if ranked else math.nan
         for k in (1, 5):
             per_task[f"a_peak@{k}"][key] = average_peak_score(p, y, k)
             per_task[f"top{k}_recall"][key] = top_k_recall(p, y, k)
