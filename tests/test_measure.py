@@ -265,6 +265,30 @@ def test_the_runner_worker_uses_the_requested_thread_count(builder):
         runner.close()
 
 
+def test_a_batch_for_another_device_is_refused_not_timed_on_the_cpu(builder):
+    # Every RunnerInput said "cpu" and the runner never read it: a GPU target's batch, once
+    # allowed, would have been timed as CPU code.
+    from tensortune.errors import TensortuneError
+    from tensortune.hardware import Platform
+
+    mod = parse_spec("matmul:16,16,16").to_module()
+    (built,) = _build(builder, [mod])
+    args = ArgInfo.from_prim_func(mod["main"])
+    assert platform().device_type == "cpu"
+    gpu = Platform({"kind": "cuda", "arch": "sm_90"}, platform().hardware)  # not measurable
+    assert gpu.device_type == "cuda"
+    runner = PersistentRunner(TimingConfig(repeat=1, min_repeat_ms=1), num_threads=1)
+    try:
+        cpu, llvm = (RunnerInput(built.artifact_path, d, args) for d in ("cpu", "llvm"))
+        # (through TVM's object system, which hands the error back as a RuntimeError)
+        with pytest.raises((TensortuneError, RuntimeError), match="not on device 'cuda'"):
+            runner.run([cpu, RunnerInput(built.artifact_path, "cuda", args)])
+        # MetaSchedule's task scheduler names the device by the target's kind
+        assert all(f.result().error_msg is None for f in runner.run([cpu, llvm]))
+    finally:
+        runner.close()
+
+
 def _thread_cores(pid: int) -> dict[int, set[int]]:
     tasks = Path(f"/proc/{pid}/task")
     return {int(t.name): os.sched_getaffinity(int(t.name)) for t in tasks.iterdir()}

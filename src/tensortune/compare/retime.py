@@ -107,7 +107,9 @@ def retime_methods(stores: dict[str, Path], tasks: Sequence[Task], platform: Pla
         rng = random.Random(0)
         for _ in range(rounds):
             order = rng.sample(sorted(artifacts), len(artifacts))
-            inputs = [RunnerInput(artifacts[i], "cpu", cands[i].args_info) for i in order]
+            inputs = [
+                RunnerInput(artifacts[i], platform.device_type, cands[i].args_info) for i in order
+            ]
             for i, future in zip(order, session.runner.run(inputs), strict=True):
                 result = future.result()
                 # a failed round, or one whose timer read 0, is skipped

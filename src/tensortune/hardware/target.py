@@ -314,6 +314,12 @@ class Platform:
     def simd_bits(self) -> int:
         return simd_bits(self.tvm_target)
 
+    @property
+    def device_type(self) -> str:
+        """The device its programs run on, as a ``RunnerInput`` names it: "cpu" for LLVM's
+        targets, the kind itself ("cuda", "rocm", ...) for the others."""
+        return "cpu" if self.kind == "llvm" else self.kind
+
     def check_measurable(self) -> None:
         """Refuse targets whose programs cannot be timed on this machine."""
         _check_measurable(self.target)

@@ -19,7 +19,7 @@ def measure_batch(builder, runner, candidates: list, platform: Platform) -> tupl
     """
     built = builder.build([BuilderInput(c.sch.mod, platform.tvm_target) for c in candidates])
     to_run = [(b, c) for b, c in zip(built, candidates, strict=True) if b.error_msg is None]
-    futures = iter(runner.run([RunnerInput(b.artifact_path, "cpu", c.args_info)
+    futures = iter(runner.run([RunnerInput(b.artifact_path, platform.device_type, c.args_info)
                                for b, c in to_run]))  # fmt: skip
     ran = []
     for b in built:

@@ -32,6 +32,11 @@ _log = logging.getLogger("tensortune.measure")
 RETRY_SHARE = 0.5
 
 
+# What a ``RunnerInput``'s ``device_type`` says of this machine's CPU: MetaSchedule's task
+# scheduler passes the target's kind ("llvm"), tensortune's own flows "cpu".
+CPU_DEVICES = ("cpu", "llvm")
+
+
 def signature_of(args_info: list) -> Signature:
     return [(str(a.dtype), [int(d) for d in a.shape]) for a in args_info]
 
@@ -44,6 +49,10 @@ class PersistentRunner(PyRunner):
     The worker's TVM thread pool is sized by ``num_threads`` (``TVM_NUM_THREADS``), which must
     match the target's ``num-cores``.  With ``check_correctness``, each candidate's output is
     compared with a reference build of its workload registered by :meth:`add_reference`.
+
+    It times on this machine's CPU only: a batch for another device (a GPU target's
+    ``device_type``) is refused whole, not timed on the CPU; such targets take a runner of
+    their device (MetaSchedule's ``RPCRunner`` plugs in the same way).
     """
 
     def __init__(
@@ -83,6 +92,11 @@ class PersistentRunner(PyRunner):
 
     def run(self, runner_inputs: list[RunnerInput]) -> list[RunnerFuture]:
         t = self.timing
+        other = {str(ri.device_type) for ri in runner_inputs} - set(CPU_DEVICES)
+        if other:
+            raise TensortuneError(f"PersistentRunner times on this machine's CPU, not on "
+                                  f"device {sorted(other)[0]!r}: give the target's device a "
+                                  "runner of its own")  # fmt: skip
         jobs = []
         for ri in runner_inputs:
             sig = signature_of(ri.args_info)
