@@ -206,18 +206,23 @@ def _build_and_time(m, store: RecordStore, platform: Platform, repeat: int, roun
 
 
 # How far a shipped build's output may stray from the untuned build's, relative to that
-# output's largest value (at least 1): tuned kernels reorder float32 sums (1e-6 to 7e-5 seen
-# on the zoo's networks, benchmarks/RESULTS.md), a wrong program is off by the output's size.
+# output's largest value: tuned kernels reorder float32 sums (1e-6 to 7e-5 seen on the zoo's
+# networks, benchmarks/RESULTS.md), a wrong program is off by the output's size.
 OUTPUT_TOLERANCE = 1e-3
+# Plus this much, absolute: an output of zeros (a dead ReLU) must agree to float32's noise.
+# The floor was 1 (1e-3 absolute), under which every value of a 50,257-way softmax
+# (each near 2e-5) could be wrong, a uniform 1/V included.
+OUTPUT_FLOOR = 1e-6
 
 
 def _stray(tuned: list, untuned: list) -> tuple[float, float]:
     """How far the tuned build's floating-point outputs stray from the untuned build's, and
     how far they may: of the output that strays most for its size, its largest difference and
-    ``OUTPUT_TOLERANCE`` of its largest finite value (at least 1).  Each output against its
-    own size: one tolerance over all let logits near 5,000 hide wrong probabilities.  Equal
-    infinities agree (log-probabilities, masked scores); a NaN on one side only strays
-    without bound.  Integer outputs (an argmax, say) may flip on a near tie: not judged."""
+    ``OUTPUT_TOLERANCE`` of its largest finite magnitude plus ``OUTPUT_FLOOR``.  Each output
+    against its own size: one tolerance over all let logits near 5,000 hide wrong
+    probabilities.  Equal infinities agree (log-probabilities, masked scores); a NaN on one
+    side only strays without bound.  Integer outputs (an argmax, say) may flip on a near tie:
+    not judged."""
     worst: tuple[float, float] | None = None  # ties: the first output judged
     for a, b in zip(tuned, untuned, strict=True):
         # bfloat16 and the float8s (ml_dtypes) are kind "V" to NumPy, floats all the same.
@@ -227,10 +232,11 @@ def _stray(tuned: list, untuned: list) -> tuple[float, float]:
         stray = output_difference(a, b)
         b = np.asarray(b, np.float64)
         finite = np.abs(b[np.isfinite(b)])
-        allowed = OUTPUT_TOLERANCE * max(1.0, float(finite.max()) if finite.size else 0.0)
+        largest = float(finite.max()) if finite.size else 0.0
+        allowed = OUTPUT_TOLERANCE * largest + OUTPUT_FLOOR
         if worst is None or stray / allowed > worst[0] / worst[1]:
             worst = (stray, allowed)
-    return worst or (0.0, OUTPUT_TOLERANCE)
+    return worst or (0.0, OUTPUT_FLOOR)
 
 
 def output_difference(got: np.ndarray, want: np.ndarray) -> float:
