@@ -430,3 +430,16 @@ def test_settings_are_checked_before_anything_is_measured(tmp_path, name, value)
         transfer(f"sqlite:///{tmp_path / 'none.db'}", ["matmul:32,32,32"],
                  records=f"sqlite:///{out}", target=TARGET, **{name: value})  # fmt: skip
     assert not out.exists()
+
+
+def test_a_kernel_nothing_timed_leaves_the_transfer_s_estimate_unknown_not_lower():
+    # It counted 0 s: the estimate fell below anything full tuning could reach, and "full
+    # tuning's time to match the transfer" read as never (the table's "> full's time").
+    from tensortune.compare.transfer import transfer_estimate
+    from tensortune.transfer.run import KernelTransfer
+
+    timed = KernelTransfer("conv", 2, "c", untuned_seconds=3e-3, best_seconds=1e-3)
+    other = KernelTransfer("dense", 1, "d", fallback_seconds=4e-3)
+    assert transfer_estimate([timed, other]) == pytest.approx(2 * 1e-3 + 4e-3)
+    nothing = KernelTransfer("softmax", 1, "s")  # its untuned program timed out
+    assert transfer_estimate([timed, other, nothing]) is None

@@ -317,7 +317,7 @@ def transfer(
             f"{r.target} <- {r.source}", fmt_seconds(r.untuned_e2e), fmt_seconds(r.transfer_e2e),
             fmt_seconds(r.full_e2e), _pct(r.fraction_of_max), fmt_seconds(r.transfer_search_s),
             fmt_seconds(r.full_time_to_transfer) if r.full_time_to_transfer is not None
-            else f"> {fmt_seconds(r.full_search_s)}",
+            else "-" if r.transfer_estimate is None else f"> {fmt_seconds(r.full_search_s)}",
             fmt_ratio(r.search_time_ratio), fmt_seconds(r.warm_time_to_full)
             if r.warm_time_to_full is not None else "never", _pct(r.warm_time_share),
         )  # fmt: skip

@@ -67,7 +67,7 @@ class PairResult:
     transfer_search_s: float
     full_search_s: float
     warm_search_s: float
-    transfer_estimate: float  # Σ weight × chosen standalone latency
+    transfer_estimate: float | None  # Σ weight × chosen latency (None: a kernel had none)
     full_final_estimate: float
     full_time_to_transfer: float | None  # None: full tuning never reached it
     warm_time_to_full: float | None  # None: warm start never reached full's final estimate
@@ -182,13 +182,14 @@ def bench_transfer(
                                          untuned, warm_start=src_url)  # fmt: skip
         say(f"{tgt}: timing the fully tuned build")
         full = _compile(model, stores["full"], platform, rounds)
-        estimate = sum(k.weight * (k.chosen_seconds or 0.0) for k in moved.tasks)
+        estimate = transfer_estimate(moved.tasks)
         full_final = full_curve[-1][1] if full_curve else float("inf")
+        matched = None if estimate is None else _first_below(full_curve, estimate)
         result = PairResult(
             tgt, src, len(model.tasks), trials, per_kernel, moved.untuned_e2e or 0.0,
             moved.transferred_e2e or 0.0, full.tuned_seconds, moved.e2e_speedup or 0.0,
             full.speedup_over_untuned, moved.search_seconds, full_s, warm_s, estimate,
-            full_final, _first_below(full_curve, estimate), _first_below(warm_curve, full_final),
+            full_final, matched, _first_below(warm_curve, full_final),
             moved.outcomes(), moved.invalid_reasons,
             sum(k.took_transferred for k in moved.tasks),
             {"full": full_curve, "warm": warm_curve},
@@ -196,6 +197,18 @@ def bench_transfer(
         write_atomically(saved, strict_json({**result.to_dict(), "setup": setup}))
         out.append(result)
     return out
+
+
+def transfer_estimate(kernels: list) -> float | None:
+    """Σ weight × the standalone latency of the program ``compile`` builds each kernel with;
+    None (unknown) when a kernel has none timed (its untuned program timed out and nothing
+    transferred ran): full tuning's curve counts such a kernel as infinite until it is
+    measured.  Counted as 0 s, it made the transfer look faster than anything full tuning
+    could match."""
+    chosen = [(k.weight, k.chosen_seconds) for k in kernels]
+    if any(s is None for _, s in chosen):
+        return None
+    return sum(w * s for w, s in chosen)
 
 
 def _finished_pair(path: Path, setup: dict) -> PairResult | None:
@@ -269,9 +282,10 @@ def plot_pairs(results: list[PairResult], out: str | Path) -> None:
             if curve:
                 ax.step([t for t, _ in curve], [v * 1e3 for _, v in curve], where="post",
                         label=f"{name} tuning")  # fmt: skip
-        ax.plot([r.transfer_search_s], [r.transfer_estimate * 1e3], "o", color="black",
-                label="transfer")  # fmt: skip
-        ax.axhline(r.transfer_estimate * 1e3, color="grey", lw=0.8, ls="--")
+        if r.transfer_estimate is not None:
+            ax.plot([r.transfer_search_s], [r.transfer_estimate * 1e3], "o", color="black",
+                    label="transfer")  # fmt: skip
+            ax.axhline(r.transfer_estimate * 1e3, color="grey", lw=0.8, ls="--")
         ax.set_yscale("log")
         ax.set_xlabel("search time (s)")
         ax.set_ylabel("Σ weight × best (ms)")
