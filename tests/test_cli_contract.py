@@ -458,7 +458,7 @@ def test_any_target_is_planned_or_refused_in_one_line(cli: Cli, store, text: str
 
 
 def test_a_target_whose_code_this_cpu_cannot_run_is_refused_before_any_work(
-    cli: Cli, store, monkeypatch
+    cli: Cli, store, monkeypatch, tmp_path
 ) -> None:
     # Every candidate would die of SIGILL and be recorded as a crash (``dataset collect``'s
     # default configuration is AVX-512 code; an AMD Zen 3 runs AVX2 only).
@@ -478,6 +478,13 @@ def test_a_target_whose_code_this_cpu_cannot_run_is_refused_before_any_work(
     unchanged()
     with pytest.raises(TensortuneError, match=r"avx512.*which this CPU lacks"):
         collect(["gpt2-block"], configs=["avx512-2c"], records=url)
+    unchanged()
+    # transfer found it only when it came to measure: the model loaded, its store created
+    from tensortune.transfer.run import transfer
+
+    with pytest.raises(TensortuneError, match=r"avx2.*which this CPU lacks") as e:
+        transfer(url, workloads=[MM], records=f"sqlite:///{tmp_path / 'new.db'}", target=haswell)
+    assert e.value.param == "target" and not (tmp_path / "new.db").exists()
     unchanged()
 
 

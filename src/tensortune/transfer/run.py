@@ -202,8 +202,9 @@ def transfer(
     check_flags(fast_math=fast_math, winograd=winograd, end_to_end=end_to_end)
     from tensortune.workloads.resolve import resolve_tasks
 
-    with about("target"):
+    with about("target"):  # a CPU that cannot run it: refused before the model loads
         platform = resolve_platform(target)
+        platform.check_runs_here()
     with about("sources"):  # before the model, which takes seconds to load
         by_class = source_schedules(sources, platform)
     loaded = model
