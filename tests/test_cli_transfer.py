@@ -246,6 +246,10 @@ def test_bench_transfer_refuses_a_pair_without_its_source(cli: Cli):
     code, out, err = cli("bench", "transfer", "--pair", "resnet18")
     assert code == 2 and out == ""
     assert err.strip() == "error: --pair: expected TARGET:SOURCE, got 'resnet18'"
+    # nor one of a network and itself: every kernel finds its own schedule
+    code, out, err = cli("bench", "transfer", "--pair", "resnet18:resnet18")
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert err.startswith("error: --pair: resnet18:resnet18 transfers a network's schedules")
 
 
 def test_bench_transfer_reuses_a_finished_pair_and_moves_an_unfinished_one_aside(
@@ -269,22 +273,28 @@ def test_bench_transfer_reuses_a_finished_pair_and_moves_an_unfinished_one_aside
     pair = PairResult("resnet18", "resnet50", 11, 220, 8, 9e-3, 5e-3, 4e-3, 1.8, 2.25, 30.0,
                       600.0, 500.0, 5e-3, 4e-3, 120.0, None, {"exact": 3}, {}, 2,
                       {"full": [(1.0, 6e-3), (2.0, 4e-3)], "warm": []})  # fmt: skip
-    setup = {"version": PAIR_VERSION, "target": resolve_platform(TARGET).key,
+    platform = resolve_platform(TARGET)
+    setup = {"version": PAIR_VERSION, "target": platform.key, "hardware": platform.hardware.id,
              "trials_per_task": 20, "source_trials_per_task": 24, "per_kernel": 8,
              "rounds": 3}  # fmt: skip
     saved = tmp_path / "resnet18-from-resnet50.json"
+    # timed on another machine with the same target text: measured again
+    elsewhere = {**setup, "hardware": "0123456789abcdef"}
+    saved.write_text(json.dumps({**pair.to_dict(), "setup": elsewhere}))
+    with pytest.warns(UserWarning, match="replaced-1"), pytest.raises(Measured):
+        bench_transfer([("resnet18", "resnet50")], work_dir=tmp_path, target=TARGET)
     saved.write_text(json.dumps({**pair.to_dict(), "setup": setup}))
     store = tmp_path / "resnet18-from-resnet50-full.db"
     store.write_bytes(b"the full tuning's records")
     (done,) = bench_transfer([("resnet18", "resnet50")], work_dir=tmp_path, target=TARGET)
     assert done == pair  # nothing loaded, tuned or timed
     # other settings: measured again, the earlier JSON and stores kept aside, not deleted
-    with pytest.warns(UserWarning, match="resnet18 <- resnet50 .*replaced-1"), \
+    with pytest.warns(UserWarning, match="resnet18 <- resnet50 .*replaced-2"), \
             pytest.raises(Measured):  # fmt: skip
         bench_transfer([("resnet18", "resnet50")], work_dir=tmp_path, target=TARGET, rounds=5)
     assert not saved.exists() and not store.exists()
-    assert json.loads((tmp_path / "replaced-1" / saved.name).read_text())["setup"] == setup
-    assert (tmp_path / "replaced-1" / store.name).read_bytes() == b"the full tuning's records"
+    assert json.loads((tmp_path / "replaced-2" / saved.name).read_text())["setup"] == setup
+    assert (tmp_path / "replaced-2" / store.name).read_bytes() == b"the full tuning's records"
 
 
 def test_bench_transfer_tunes_a_source_anew_that_holds_more_than_its_budget(

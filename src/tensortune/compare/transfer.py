@@ -135,13 +135,19 @@ def bench_transfer(
     with about("pair"):  # a typo found now, not after hours of tuning the source
         for name in dict.fromkeys(n for p in pairs or DEFAULT_PAIRS for n in p):
             check_source(name)
+        for tgt, src in pairs or DEFAULT_PAIRS:
+            if tgt == src:  # every kernel would find its own tuned schedule
+                raise TensortuneError(f"{tgt}:{src} transfers a network's schedules to "
+                                      "itself: name another network as the source")  # fmt: skip
     platform = resolve_platform(target)
     work = Path(work_dir)
     work.mkdir(parents=True, exist_ok=True)
     say = progress or (lambda text: None)
-    setup = {"version": PAIR_VERSION, "target": platform.key, "trials_per_task": trials_per_task,
-             "source_trials_per_task": source_trials_per_task, "per_kernel": per_kernel,
-             "rounds": rounds}  # fmt: skip
+    # the machine too: a work directory copied to another with the same target text would
+    # reuse timings made elsewhere
+    setup = {"version": PAIR_VERSION, "target": platform.key, "hardware": platform.hardware.id,
+             "trials_per_task": trials_per_task, "source_trials_per_task": source_trials_per_task,
+             "per_kernel": per_kernel, "rounds": rounds}  # fmt: skip
     out = []
     for tgt, src in pairs or DEFAULT_PAIRS:
         saved = work / f"{tgt}-from-{src}.json"
