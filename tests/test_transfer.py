@@ -387,6 +387,22 @@ def test_the_warm_start_keeps_the_task_limit_and_the_deadline(tmp_path, source_s
     deadline, called = deadlines[-1]
     assert 200 < deadline - called <= 300
 
+    # The heaviest kernels first, whatever the room: under a deadline it ends the warm start
+    # (they were taken in extraction order wherever the room held every task).
+    class Started(Exception):
+        pass
+
+    def order(store, tasks, *args, **kwargs):
+        asked.append([t.name for t in tasks])
+        raise Started
+
+    monkeypatch.setattr(transfer_run, "transfer_tasks", order)
+    light, heavy = "dense_bias_relu:16,64,64", "dense_bias_relu:96,64,64"
+    with pytest.raises(Started):
+        tune([light, heavy], trials=64, max_seconds=600, work_dir=tmp_path / "w",
+             records=f"sqlite:///{tmp_path}/o.db", warm_start=source_store, **FAST)  # fmt: skip
+    assert asked[-1] == [heavy, light]
+
 
 # -- the benchmark's arithmetic ------------------------------------------------------------------
 

@@ -508,18 +508,20 @@ def _warm_start(store: RecordStore, plan: TunePlan, session: Callable[[], Measur
     the budget and before the ``deadline``, so the search starts from them."""
     from tensortune.transfer.run import transfer_tasks
 
-    cold = [t for t, d in zip(plan.tasks, done, strict=True) if d == 0]
+    # The kernels that weigh most in the model first: the deadline, or the room, may end it.
+    cold = sorted((t for t, d in zip(plan.tasks, done, strict=True) if d == 0), key=_work,
+                  reverse=True)  # fmt: skip
     room = (trials - sum(done)) // 2
     if not cold or room < 1:
         return
-    if room < len(cold):  # not one schedule each: the kernels that weigh most in the model
+    if room < len(cold):  # not one schedule each
         import warnings
 
         warnings.warn(f"tensortune: the warm start times transferred schedules for {room} of "
                       f"the {len(cold)} tasks not tuned yet (half of the trials left), those "
                       "that weigh most; more trials would start them all",
                       stacklevel=2)  # fmt: skip
-        cold = sorted(cold, key=_work, reverse=True)[:room]
+        cold = cold[:room]
     per_kernel = min(plan.warm_per_kernel, room // len(cold), plan.max_trials_per_task or room)
     if deadline is not None:  # half of the time too: under --time alone, trials hold nothing
         deadline = time.monotonic() + max(0.0, deadline - time.monotonic()) / 2
