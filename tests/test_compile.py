@@ -357,6 +357,13 @@ def test_what_strays_is_judged_on_floating_outputs_with_equal_infinities_agreein
 
     far = [np.array([1e6], ml_dtypes.bfloat16)], [np.array([0.0], ml_dtypes.bfloat16)]
     assert _stray(*far)[0] > 1e5
+    # bfloat16 holds values near 0.5 in steps of 3.9e-3, float16 in steps of 4.9e-4: a step
+    # off is rounding, not a wrong program (1e-3 of 0.5 refused bfloat16's)
+    for dtype, step in ((ml_dtypes.bfloat16, 2**-8), (np.float16, 2**-11)):
+        half, off = np.array([0.5], dtype), np.array([0.5 + step], dtype)
+        stray, allowed = _stray([off], [half])
+        assert stray == step and stray <= allowed, dtype
+        assert _stray([np.array([0.25], dtype)], [half])[0] > allowed
     # each output against its own size: logits near 5,000 do not excuse wrong probabilities
     logits, probs = np.array([4999.0, 5000.0]), np.array([0.25, 0.75])
     stray, allowed = _stray([logits, probs[::-1]], [logits, probs])

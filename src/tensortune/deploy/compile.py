@@ -209,6 +209,9 @@ def _build_and_time(m, store: RecordStore, platform: Platform, repeat: int, roun
 # output's largest value: tuned kernels reorder float32 sums (1e-6 to 7e-5 seen on the zoo's
 # networks, benchmarks/RESULTS.md), a wrong program is off by the output's size.
 OUTPUT_TOLERANCE = 1e-3
+# At least this many of the output type's epsilons, relative: a float16 or bfloat16 output
+# rounds each value to 1e-3 or 8e-3 of itself, whatever order the sums ran in.
+OUTPUT_ULPS = 8
 # Plus this much, absolute: an output of zeros (a dead ReLU) must agree to float32's noise.
 # The floor was 1 (1e-3 absolute), under which every value of a 50,257-way softmax
 # (each near 2e-5) could be wrong, a uniform 1/V included.
@@ -218,7 +221,8 @@ OUTPUT_FLOOR = 1e-6
 def _stray(tuned: list, untuned: list) -> tuple[float, float]:
     """How far the tuned build's floating-point outputs stray from the untuned build's, and
     how far they may: of the output that strays most for its size, its largest difference and
-    ``OUTPUT_TOLERANCE`` of its largest finite magnitude plus ``OUTPUT_FLOOR``.  Each output
+    ``OUTPUT_TOLERANCE`` (or ``OUTPUT_ULPS`` epsilons of its type, if more) of its largest
+    finite magnitude, plus ``OUTPUT_FLOOR``.  Each output
     against its own size: one tolerance over all let logits near 5,000 hide wrong
     probabilities.  Equal infinities agree (log-probabilities, masked scores); a NaN on one
     side only strays without bound.  Integer outputs (an argmax, say) may flip on a near tie:
@@ -230,10 +234,11 @@ def _stray(tuned: list, untuned: list) -> tuple[float, float]:
         if not (floating and b.size):
             continue
         stray = output_difference(a, b)
+        relative = max(OUTPUT_TOLERANCE, OUTPUT_ULPS * float(np.finfo(b.dtype).eps))
         b = np.asarray(b, np.float64)
         finite = np.abs(b[np.isfinite(b)])
         largest = float(finite.max()) if finite.size else 0.0
-        allowed = OUTPUT_TOLERANCE * largest + OUTPUT_FLOOR
+        allowed = relative * largest + OUTPUT_FLOOR
         if worst is None or stray / allowed > worst[0] / worst[1]:
             worst = (stray, allowed)
     return worst or (0.0, OUTPUT_FLOOR)
