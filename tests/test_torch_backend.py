@@ -3,6 +3,7 @@ with the store's records, matches eager, and says what it could not build."""
 
 from __future__ import annotations
 
+import os
 import warnings
 
 import pytest
@@ -95,6 +96,29 @@ def test_without_a_store_kernels_get_unmeasured_programs_and_it_says_so(tmp_path
     with torch.no_grad():
         torch.testing.assert_close(got, module(x), rtol=1e-4, atol=1e-5)
     assert not (tmp_path / "none.db").exists()  # compiling writes no store
+
+
+def test_tensors_on_another_device_run_eagerly_and_threads_stay_within_the_cpus(monkeypatch):
+    # A CUDA model's graph was run on zeros made on the CPU (a device mismatch surfaced as
+    # Dynamo's traceback), and a graph of no weights built for the CPU, its outputs moved there.
+    from tensortune.hardware import usable_cores
+
+    gm = torch.fx.symbolic_trace(Block().eval())
+    before = torch_backend.stats.eager
+    with pytest.warns(UserWarning, match="on meta, and tensortune builds for the CPU"):
+        run = torch_backend.tensortune_backend(gm, [torch.empty(2, 3, 16, 16, device="meta")])
+    assert run == gm.forward and torch_backend.stats.eager == before + 1
+
+    # A target of more cores than the process may use: as many threads as it may
+    def not_built(*args):
+        raise RuntimeError("not built in this test")
+
+    monkeypatch.delenv("TVM_NUM_THREADS", raising=False)
+    monkeypatch.setattr(torch_backend, "_build", not_built)
+    wide, x = {**TARGET, "num-cores": usable_cores() + 30}, torch.randn(2, 3, 16, 16)
+    with pytest.raises(RuntimeError, match="not built"):
+        torch_backend.tensortune_backend(gm, [x], {"target": wide})(x)
+    assert os.environ["TVM_NUM_THREADS"] == str(usable_cores())
 
 
 @pytest.mark.parametrize("kept", [4, 1])

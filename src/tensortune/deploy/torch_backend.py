@@ -54,6 +54,9 @@ def tensortune_backend(gm: Any, example_inputs: list, options: dict | None = Non
     check_flags(fast_math=opts["fast_math"], winograd=opts["winograd"])
     if not all(isinstance(x, torch.Tensor) for x in example_inputs):
         return _eager(gm, "its inputs are not all tensors (dynamic shapes?)")
+    elsewhere = sorted({x.device.type for x in example_inputs} - {"cpu"})
+    if elsewhere:  # TVM's build runs on this CPU: it would mix devices, or move the work here
+        return _eager(gm, f"its tensors are on {elsewhere[0]}, and tensortune builds for the CPU")
     state = _state_inputs(gm, example_inputs)
     data = [i for i in range(len(example_inputs)) if i not in state]
     try:
@@ -72,12 +75,13 @@ def tensortune_backend(gm: Any, example_inputs: list, options: dict | None = Non
     if not leaves or not all(isinstance(x, torch.Tensor) for x in leaves):
         return _eager(gm, "its outputs are not all tensors")
 
-    from tensortune.hardware import check_runs_here, resolve_platform
+    from tensortune.hardware import check_runs_here, resolve_platform, usable_cores
 
     platform = resolve_platform(opts["target"])
     check_runs_here(platform.target)  # its code runs in this process: SIGILL would end it
-    # TVM sizes its thread pool once per process, when first used.
-    os.environ.setdefault("TVM_NUM_THREADS", str(platform.threads))
+    # TVM sizes its thread pool once per process, when first used; no more threads than this
+    # process may use, or they spin on each other (as tensortune.load caps them)
+    os.environ.setdefault("TVM_NUM_THREADS", str(min(platform.threads, usable_cores())))
 
     def build(module: Any) -> HostCall:
         vm, untuned, n_tasks = _build(module, shaped, platform, opts)
