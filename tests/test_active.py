@@ -5,6 +5,7 @@ disagrees), the offline study on the shipped dataset, and ``dataset select`` →
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 
@@ -270,6 +271,13 @@ def test_a_selection_of_which_nothing_ran_is_counted_not_dropped(monkeypatch, ca
     assert np.isnan(unscored["pca"]) and "ran" in unscored["unscored"]
     _print_study(result, False, None, picked="selector", counted="measured")
     assert "Not scored: xgb on random's picks at 1%, 1 of 2 seeds" in capsys.readouterr().out
+    # and where no seed's picks ran, the selection is still in the summary, with no figures
+    result.rows = [r for r in result.rows if r.get("unscored")]
+    (e,) = result.summary()
+    assert (e["seeds"], e["unscored"], e["distinct"]) == (0, 1, 0) and math.isnan(e["pca"])
+    _print_study(result, False, None, picked="selector", counted="measured")
+    assert "1 of 1 seeds (none of their programs ran); it has no figures" in " ".join(
+        capsys.readouterr().out.split())  # fmt: skip
 
 
 def test_a_study_run_again_with_its_checkpoint_measures_only_what_it_had_not(tmp_path, monkeypatch):

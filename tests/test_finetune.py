@@ -146,6 +146,20 @@ def test_the_validation_scores_each_length_as_if_trained_that_long_alone():
     assert np.array_equal(model.predict(probe), seen[0])  # the copies trained, not the model
 
 
+def test_the_validation_leaves_out_tasks_whose_programs_all_failed():
+    # Their pairs all tie at 0 and PCA's rule credits a tie by row order: a length could win
+    # on the order the failed programs came in.
+    import math
+
+    from tensortune.train.finetune import validate_lengths
+
+    model = model_class("mlp")(epochs=2, hidden=16).fit(_machine(60, 0, sign=0.0))
+    failed = _machine(60, 1, sign=1.0)
+    failed.labels[:] = 0.0
+    scores = validate_lengths(model, failed, steps=4)
+    assert scores and all(math.isnan(v) for v in scores.values()), scores
+
+
 def test_fine_tuning_that_does_not_carry_to_other_tasks_is_refused():
     settings = {"epochs": 40, "chunk": 20, "hidden": 64, "hardware_hidden": 16, "heads": 2}
     model = model_class("hwattn")(**settings).fit(_machine(400, 0, sign=0.0))

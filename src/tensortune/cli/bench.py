@@ -318,7 +318,8 @@ def transfer(
             fmt_seconds(r.full_e2e), _pct(r.fraction_of_max), fmt_seconds(r.transfer_search_s),
             fmt_seconds(r.full_time_to_transfer) if r.full_time_to_transfer is not None
             else "-" if r.transfer_estimate is None else f"> {fmt_seconds(r.full_search_s)}",
-            fmt_ratio(r.search_time_ratio), fmt_seconds(r.warm_time_to_full)
+            "-" if r.transfer_estimate is None else fmt_ratio(r.search_time_ratio),
+            fmt_seconds(r.warm_time_to_full)
             if r.warm_time_to_full is not None else "never", _pct(r.warm_time_share),
         )  # fmt: skip
     print_table(t)
@@ -774,6 +775,7 @@ def _print_study(result, as_json: bool, plot: Path | None, *, picked: str, count
             console.print(f"Not scored: {e['model']} on {e['selector']}'s picks at "
                           f"{e['fraction']:.0%}, {e['unscored']} of "
                           f"{e['unscored'] + e['seeds']} seeds (none of their programs ran); "
-                          "its figures are of the other seeds")  # fmt: skip
+                          + ("its figures are of the other seeds" if e["seeds"] else
+                             "it has no figures"))  # fmt: skip
     if plot is not None:
         console.print(f"plot: {plot}")

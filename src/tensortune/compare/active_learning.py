@@ -77,14 +77,23 @@ class StudyResult:
 
     def summary(self) -> list[dict]:
         """Mean and standard deviation over seeds per selector, model and fraction."""
-        out = mean_and_sd(self.rows, ("selector", "model", "fraction"), (*_SCORES, "measured"))
-        unscored = Counter((r["selector"], r["model"], r["fraction"]) for r in self.rows
-                           if r.get("unscored"))  # fmt: skip
+        by = ("selector", "model", "fraction")
+        # the means, spreads and run counts are of the scored rows; a selection of which
+        # nothing ran is counted beside them
+        scored = [r for r in self.rows if not r.get("unscored")]
+        out = mean_and_sd(scored, by, (*_SCORES, "measured"))
+        unscored = Counter(tuple(r[k] for k in by) for r in self.rows if r.get("unscored"))
+        seen = {tuple(e[k] for k in by) for e in out}
+        for key in unscored.keys() - seen:  # not one seed scored
+            r = next(r for r in self.rows if tuple(r[k] for k in by) == key)
+            out.append({**dict(zip(by, key, strict=True)), "runs": 0, "distinct": 0,
+                         "measured": r["measured"],
+                         **{f: math.nan for m in _SCORES for f in (m, f"{m}_std")}})  # fmt: skip
         for e in out:
-            e["unscored"] = unscored[e["selector"], e["model"], e["fraction"]]
-            e["seeds"] = e.pop("runs") - e["unscored"]  # those the metrics average over
+            e["unscored"] = unscored[tuple(e[k] for k in by)]
+            e["seeds"] = e.pop("runs")  # those the metrics average over
             e["measured"] = int(e["measured"])
-            del e["measured_std"]
+            e.pop("measured_std", None)
         return sorted(out, key=lambda e: (e["model"], e["selector"], e["fraction"]))
 
 

@@ -18,9 +18,10 @@ Metrics (``../shared/research/algorithms.md`` §1.6 and §1.7):
   the maximum being what full tuning reached at this budget (Gibson & Cano's Fig. 5 metric);
 - the time full tuning needs to match transfer: the first moment its estimated latency
   (Σ weight × each kernel's best standalone time so far, a kernel not yet measured counted at
-  its untuned time) is at most the transfer's estimate by the same sum.  The paper compiled the
-  network every minute instead; the sum is what MetaSchedule's scheduler itself optimizes, and
-  it costs nothing to evaluate at every record;
+  its untuned time) is at most the transfer's estimate by the same sum (unknown where a kernel
+  has no program timed, as full tuning's sum is infinite until it has one).  The paper
+  compiled the network every minute instead; the sum is what MetaSchedule's scheduler itself
+  optimizes, and it costs nothing to evaluate at every record;
 - warm start's time to reach full tuning's final estimate, against full tuning's own time.
 """
 
@@ -143,8 +144,9 @@ def bench_transfer(
     work = Path(work_dir)
     work.mkdir(parents=True, exist_ok=True)
     say = progress or (lambda text: None)
-    # the machine too: a work directory copied to another with the same target text would
-    # reuse timings made elsewhere
+    # the CPU too (its fingerprint: model, cores, instruction sets, caches): a work directory
+    # copied to a machine of another CPU with the same target text reused timings made
+    # elsewhere (pairs saved before this key are measured again)
     setup = {"version": PAIR_VERSION, "target": platform.key, "hardware": platform.hardware.id,
              "trials_per_task": trials_per_task, "source_trials_per_task": source_trials_per_task,
              "per_kernel": per_kernel, "rounds": rounds}  # fmt: skip

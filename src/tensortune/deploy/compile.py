@@ -23,6 +23,7 @@ from tensortune.errors import (
 from tensortune.hardware import Platform, check_runs_here, resolve_platform
 from tensortune.measure.executable import MIN_REPEAT_S, seconds_per_call, timing_repeats
 from tensortune.measure.pool import WorkerPool
+from tensortune.measure.worker import output_tolerance
 from tensortune.records import DEFAULT_URL, RecordStore, records_from
 from tensortune.records.schema import origin_kind
 
@@ -205,24 +206,21 @@ def _build_and_time(m, store: RecordStore, platform: Platform, repeat: int, roun
     return report
 
 
-# How far a shipped build's output may stray from the untuned build's, relative to that
-# output's largest value: tuned kernels reorder float32 sums (1e-6 to 7e-5 seen on the zoo's
-# networks, benchmarks/RESULTS.md), a wrong program is off by the output's size.
-OUTPUT_TOLERANCE = 1e-3
-# At least this many of the output type's epsilons, relative: a float16 or bfloat16 output
-# rounds each value to 1e-3 or 8e-3 of itself, whatever order the sums ran in.
-OUTPUT_ULPS = 8
-# Plus this much, absolute: an output of zeros (a dead ReLU) must agree to float32's noise.
-# The floor was 1 (1e-3 absolute), under which every value of a 50,257-way softmax
-# (each near 2e-5) could be wrong, a uniform 1/V included.
-OUTPUT_FLOOR = 1e-6
+# How far a shipped build's output may stray from the untuned build's: relative to that
+# output's largest value, as each candidate's output was checked (``output_tolerance``: 1e-3,
+# or 8 epsilons of a float16 or bfloat16 output), since tuned kernels reorder float32 sums
+# (1e-6 to 7e-5 seen on the zoo's networks, benchmarks/RESULTS.md) and a wrong program is off
+# by the output's size; plus ``OUTPUT_FLOOR`` absolute, the candidates' check's own, where
+# sums of large terms cancel into a small output.  The floor was 1e-3, under which every
+# value of a 50,257-way softmax (each near 2e-5) could be wrong, a uniform 1/V included.
+OUTPUT_FLOOR = 1e-4
 
 
 def _stray(tuned: list, untuned: list) -> tuple[float, float]:
     """How far the tuned build's floating-point outputs stray from the untuned build's, and
     how far they may: of the output that strays most for its size, its largest difference and
-    ``OUTPUT_TOLERANCE`` (or ``OUTPUT_ULPS`` epsilons of its type, if more) of its largest
-    finite magnitude, plus ``OUTPUT_FLOOR``.  Each output
+    ``output_tolerance`` of its type times its largest finite magnitude, plus
+    ``OUTPUT_FLOOR``.  Each output
     against its own size: one tolerance over all let logits near 5,000 hide wrong
     probabilities.  Equal infinities agree (log-probabilities, masked scores); a NaN on one
     side only strays without bound.  Integer outputs (an argmax, say) may flip on a near tie:
@@ -234,7 +232,7 @@ def _stray(tuned: list, untuned: list) -> tuple[float, float]:
         if not (floating and b.size):
             continue
         stray = output_difference(a, b)
-        relative = max(OUTPUT_TOLERANCE, OUTPUT_ULPS * float(np.finfo(b.dtype).eps))
+        relative = output_tolerance(b.dtype)
         b = np.asarray(b, np.float64)
         finite = np.abs(b[np.isfinite(b)])
         largest = float(finite.max()) if finite.size else 0.0

@@ -207,9 +207,10 @@ def _expected(reference: str, signature: Signature) -> list[tuple[int, Any]]:
     return _outputs[key]
 
 
-def _tolerance(dtype: Any) -> float:
+def output_tolerance(dtype: Any) -> float:
     """Relative tolerance of an output check: 1e-3, or 8 units in the last place of a coarser
-    float (float16, bfloat16: a sum taken in another order lands a few units away)."""
+    float (float16, bfloat16: a sum taken in another order lands a few units away).  The
+    candidate's check here and ``compile``'s check of a whole tuned build share it."""
     import ml_dtypes
 
     try:
@@ -224,7 +225,7 @@ def _mismatch(got: Any, want: Any) -> str | None:
 
     if got.shape != want.shape:
         return f"output shape {got.shape} differs from the reference's {want.shape}"
-    tol = _tolerance(want.dtype)
+    tol = output_tolerance(want.dtype)
     # as float64: a mask's bools cannot be subtracted, nor bfloat16 compared
     got, want = got.astype(np.float64), want.astype(np.float64)
     scale = float(np.abs(want).max()) if want.size else 0.0

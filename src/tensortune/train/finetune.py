@@ -185,8 +185,10 @@ def validate_lengths(model: CostModel, data: ProgramSet, steps: int = STEPS) -> 
     for held in _folds(data):
         rest = data.subset(np.setdiff1d(np.arange(len(data)), held))
         test = data.subset(held)
-        counts = {g: int((test.groups == g).sum()) for g in np.unique(test.groups)}
-        weight = {g: n * (n - 1) // 2 for g, n in counts.items()}  # pairs of each task
+        counts = {g: int((test.groups == g).sum()) for g in np.unique(test.groups)
+                  if test.labels[test.groups == g].max() > 0}  # fmt: skip
+        # pairs of each task; one whose programs all failed has no order (metrics' PCA rule)
+        weight = {g: n * (n - 1) // 2 for g, n in counts.items()}
         pairs += sum(weight.values())
         for length, tuned in _trained_to(model, rest, lengths):
             pred = tuned.predict(test)
