@@ -193,7 +193,10 @@ def test_a_network_tuned_for_another_target_is_tuned_again_and_the_old_kept(tmp_
     monkeypatch.setattr(e2e, "peak_gflops", lambda *_: (1.0, "pytorch, 64³"))
     monkeypatch.setattr(models, "load_model", lambda *_, **__: None)
     monkeypatch.setattr(tuning, "tune", tuning_anew)
-    monkeypatch.delenv("TVM_NUM_THREADS", raising=False)  # bench_e2e sets it: put back after
+    # bench_e2e sets it: set first, so that monkeypatch has a value to put back (a delenv of
+    # an unset variable records nothing, and the test's value stayed for the tests after)
+    monkeypatch.setenv("TVM_NUM_THREADS", "")
+    monkeypatch.delenv("TVM_NUM_THREADS")
     with pytest.warns(UserWarning, match="resnet18 was tuned for another target"), \
             pytest.raises(KeyboardInterrupt):  # fmt: skip
         e2e.bench_e2e(["resnet18"], work_dir=tmp_path, anchors=(), target={"kind": "llvm",

@@ -19,7 +19,9 @@ from tensortune.errors import check_writable
 from tensortune.files import move_aside, write_atomically
 
 # Bump when a study's rows mean something else for the same settings.
-STUDY_VERSION = 1
+# 2: a selection of which no program ran is a row (it was dropped); PCA leaves out tasks whose
+# programs all failed
+STUDY_VERSION = 2
 
 
 class Checkpoint:

@@ -184,7 +184,8 @@ class CompiledModel:
     """A loaded artifact: call it with NumPy arrays or PyTorch tensors, get the same back.
 
     TVM's thread pool is one per process and sized when first used: ``load`` sets
-    ``TVM_NUM_THREADS`` to the threads the model was tuned for unless it is set already.
+    ``TVM_NUM_THREADS`` to the threads the model was tuned for, capped at this machine's usable
+    cores, unless it is set already.
     Calls from several threads take turns (``HostCall``).
     """
 

@@ -207,12 +207,13 @@ def _build_and_time(m, store: RecordStore, platform: Platform, repeat: int, roun
 
 
 # How far a shipped build's output may stray from the untuned build's: relative to that
-# output's largest value, as each candidate's output was checked (``output_tolerance``: 1e-3,
+# output's largest value, with the candidates' relative tolerance (``output_tolerance``: 1e-3,
 # or 8 epsilons of a float16 or bfloat16 output), since tuned kernels reorder float32 sums
 # (1e-6 to 7e-5 seen on the zoo's networks, benchmarks/RESULTS.md) and a wrong program is off
-# by the output's size; plus ``OUTPUT_FLOOR`` absolute, the candidates' check's own, where
-# sums of large terms cancel into a small output.  The floor was 1e-3, under which every
-# value of a 50,257-way softmax (each near 2e-5) could be wrong, a uniform 1/V included.
+# by the output's size; plus ``OUTPUT_FLOOR`` absolute (the candidates' absolute tolerance
+# for a float32 output within ±1), where sums of large terms cancel into a small output.
+# The floor was 1e-3, under which every value of a 50,257-way softmax (each near 2e-5)
+# could be wrong, a uniform 1/V included.
 OUTPUT_FLOOR = 1e-4
 
 
