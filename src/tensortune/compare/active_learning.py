@@ -77,23 +77,24 @@ class StudyResult:
 
     def summary(self) -> list[dict]:
         """Mean and standard deviation over seeds per selector, model and fraction."""
-        by = ("selector", "model", "fraction")
+        by, metrics = ("selector", "model", "fraction"), (*_SCORES, "measured")
+
+        def key(row: dict) -> tuple:
+            return tuple(row[k] for k in by)
+
         # the means, spreads and run counts are of the scored rows; a selection of which
-        # nothing ran is counted beside them
+        # nothing ran is counted beside them, and one no seed scored keeps its NaN figures
         scored = [r for r in self.rows if not r.get("unscored")]
-        out = mean_and_sd(scored, by, (*_SCORES, "measured"))
-        unscored = Counter(tuple(r[k] for k in by) for r in self.rows if r.get("unscored"))
-        seen = {tuple(e[k] for k in by) for e in out}
-        for key in unscored.keys() - seen:  # not one seed scored
-            r = next(r for r in self.rows if tuple(r[k] for k in by) == key)
-            out.append({**dict(zip(by, key, strict=True)), "runs": 0, "distinct": 0,
-                         "measured": r["measured"],
-                         **{f: math.nan for m in _SCORES for f in (m, f"{m}_std")}})  # fmt: skip
+        out = mean_and_sd(scored, by, metrics)
+        unscored = Counter(key(r) for r in self.rows if r.get("unscored"))
+        seen = {key(e) for e in out}
+        alone = [r for r in self.rows if r.get("unscored") and key(r) not in seen]
+        out += [{**e, "runs": 0, "distinct": 0} for e in mean_and_sd(alone, by, metrics)]
         for e in out:
-            e["unscored"] = unscored[tuple(e[k] for k in by)]
+            e["unscored"] = unscored[key(e)]
             e["seeds"] = e.pop("runs")  # those the metrics average over
             e["measured"] = int(e["measured"])
-            e.pop("measured_std", None)
+            del e["measured_std"]
         return sorted(out, key=lambda e: (e["model"], e["selector"], e["fraction"]))
 
 

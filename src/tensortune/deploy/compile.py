@@ -221,11 +221,10 @@ def _stray(tuned: list, untuned: list) -> tuple[float, float]:
     """How far the tuned build's floating-point outputs stray from the untuned build's, and
     how far they may: of the output that strays most for its size, its largest difference and
     ``output_tolerance`` of its type times its largest finite magnitude, plus
-    ``OUTPUT_FLOOR``.  Each output
-    against its own size: one tolerance over all let logits near 5,000 hide wrong
-    probabilities.  Equal infinities agree (log-probabilities, masked scores); a NaN on one
-    side only strays without bound.  Integer outputs (an argmax, say) may flip on a near tie:
-    not judged."""
+    ``OUTPUT_FLOOR``.  Each output against its own size: one tolerance over all let logits
+    near 5,000 hide wrong probabilities.  Equal infinities agree (log-probabilities, masked
+    scores); a NaN on one side only strays without bound.  Integer outputs (an argmax, say)
+    may flip on a near tie: not judged."""
     worst: tuple[float, float] | None = None  # ties: the first output judged
     for a, b in zip(tuned, untuned, strict=True):
         # bfloat16 and the float8s (ml_dtypes) are kind "V" to NumPy, floats all the same.

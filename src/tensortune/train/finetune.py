@@ -176,7 +176,7 @@ def adapt(model: CostModel, data: ProgramSet, steps: int = STEPS, *,
 def validate_lengths(model: CostModel, data: ProgramSet, steps: int = STEPS) -> dict[int, float]:
     """Pairwise accuracy within tasks, on held-out parts of ``data``, of ``model`` fine-tuned
     on the rest of it for each length of ``LENGTHS`` (as shares of ``steps``)."""
-    from tensortune.train.metrics import pairwise_accuracy
+    from tensortune.train.metrics import pairwise_accuracy, ranks_anything
 
     shares = LENGTHS if isinstance(model, _RankModel) else (0.0, 1.0)  # a GBDT refines or not
     lengths = sorted({round(share * steps) for share in shares})
@@ -185,16 +185,14 @@ def validate_lengths(model: CostModel, data: ProgramSet, steps: int = STEPS) -> 
     for held in _folds(data):
         rest = data.subset(np.setdiff1d(np.arange(len(data)), held))
         test = data.subset(held)
-        counts = {g: int((test.groups == g).sum()) for g in np.unique(test.groups)
-                  if test.labels[test.groups == g].max() > 0}  # fmt: skip
-        # pairs of each task; one whose programs all failed has no order (metrics' PCA rule)
-        weight = {g: n * (n - 1) // 2 for g, n in counts.items()}
+        tasks = {g: test.groups == g for g in np.unique(test.groups)}
+        tasks = {g: mine for g, mine in tasks.items() if ranks_anything(test.labels[mine])}
+        weight = {g: int(mine.sum()) * (int(mine.sum()) - 1) // 2 for g, mine in tasks.items()}
         pairs += sum(weight.values())
         for length, tuned in _trained_to(model, rest, lengths):
             pred = tuned.predict(test)
-            for g, w in weight.items():
-                mine = test.groups == g
-                correct[length] += pairwise_accuracy(pred[mine], test.labels[mine]) * w
+            for g, mine in tasks.items():
+                correct[length] += pairwise_accuracy(pred[mine], test.labels[mine]) * weight[g]
     # No pair to compare (tasks of one program): NaN, and ``adapt`` keeps the model as it came.
     return {length: correct[length] / pairs if pairs else math.nan for length in lengths}
 

@@ -66,6 +66,14 @@ def _picks(pred: Array, worst_first: Array) -> NDArray[np.intp]:
     return np.lexsort((worst_first, -pred))
 
 
+def ranks_anything(label: ArrayLike) -> bool:
+    """Whether a task's PCA measures a model: two programs or more, one of which ran.  A task
+    of one program has no pair (its 0.5 says nothing), and one whose programs all failed has
+    no order (its pairs all tie at 0, which TenSet's rule credits by row order)."""
+    y = np.asarray(label)
+    return len(y) > 1 and float(y.max()) > 0
+
+
 def pairwise_accuracy(pred: ArrayLike, label: ArrayLike) -> float:
     """PCA (§1.4): share of pairs i < j with ``(p_i - p_j > 0) == (y_i - y_j > 0)``.
 
@@ -289,10 +297,10 @@ def score_predictions(
 
     Keys (``METRIC_KEYS``): task-level metrics (``pca``, ``a_peak@k``, ``topk_recall``,
     ``r2``, ``rmse``) are weighted by test-set size per task (§1.5), PCA over the tasks with
-    two test programs or more, one of which ran (NaN when none has: no order to compare);
+    two test programs or more, one of which ran (``ranks_anything``; NaN when none has);
     ``topk_score`` is TenSet's score@k (§1.2) per network, averaged over networks.
-    ``networks`` maps a
-    network to ``{task_id: weight}``; only its tasks present in the test rows count, and with
+    ``networks`` maps a network to ``{task_id: weight}``; only its tasks present in the test
+    rows count, and with
     a ``hardware`` column each (network, hardware) pair is scored on its own.  Networks
     with no such task, or none with a successful program, are left out of the average.
     ``networks=None`` makes every task its own network of weight 1.  ``tasks`` and
@@ -339,12 +347,9 @@ def score_predictions(
     sizes = {key: len(idx) for key, idx in groups.items()}
     for key, idx in groups.items():
         p, y = pred[idx], label[idx]
-        # A task with one test program has no pair: its 0.5 is no measure of the model, and
-        # a within-task split leaves hundreds of them (TenSet keeps no task under 48 programs).
-        # One whose programs all failed has no order: its pairs all tie, which TenSet's rule
-        # credits by row order.
-        ranked = len(idx) > 1 and y.max() > 0
-        per_task["pca"][key] = pairwise_accuracy(p, y) if ranked else math.nan
+        # a within-task split leaves hundreds of one-program tasks (TenSet keeps no task under
+        # 48 programs)
+        per_task["pca"][key] = pairwise_accuracy(p, y) if ranks_anything(y) else math.nan
         for k in (1, 5):
             per_task[f"a_peak@{k}"][key] = average_peak_score(p, y, k)
             per_task[f"top{k}_recall"][key] = top_k_recall(p, y, k)
