@@ -35,6 +35,49 @@ def _a_cache_of_the_suites_own(tmp_path_factory: pytest.TempPathFactory):
         os.environ["XDG_CACHE_HOME"] = before
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    _share_shipped_datasets()
+
+
+_SHIPPED_READS: dict = {}
+
+
+def _share_shipped_datasets() -> None:
+    """Tests read the shipped datasets (tens of thousands of programs, about 1.5 s a read)
+    some forty times: each is read, checked and decoded once for the session, and every
+    caller gets columns of its own.  The feature arrays they share are read-only, so a caller
+    that wrote into them fails here instead of changing what later tests read.  Datasets
+    elsewhere (the ones tests write and damage) are read every time."""
+    import copy
+
+    import numpy as np
+
+    from tensortune.datasets import shipped
+    from tensortune.train import trainer
+
+    read = trainer.dataset_columns
+    data = shipped._DATA.resolve()
+
+    def dataset_columns(dataset: str | Path, *, param: str = "dataset") -> tuple[dict, dict]:
+        directory = shipped.dataset_path(dataset).resolve()
+        if directory.parent != data:
+            return read(dataset, param=param)
+        if directory not in _SHIPPED_READS:
+            if len(_SHIPPED_READS) >= 2:  # a few hundred MB each
+                _SHIPPED_READS.pop(next(iter(_SHIPPED_READS)))
+            columns, card = read(dataset, param=param)
+            for value in columns.values():
+                for row in value if isinstance(value, list) else [value]:
+                    if isinstance(row, np.ndarray):
+                        row.flags.writeable = False
+            _SHIPPED_READS[directory] = columns, card
+        columns, card = _SHIPPED_READS[directory]
+        mine = {k: v.copy() if isinstance(v, np.ndarray) else list(v) for k, v in columns.items()}
+        return mine, copy.deepcopy(card)
+
+    trainer.dataset_columns = dataset_columns
+
+
 # ``cli(*args)`` runs a command line the way the ``tensortune`` script does, in this process:
 # (exit status, stdout, stderr).
 Cli = Callable[..., tuple[int, str, str]]

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -365,7 +363,7 @@ def test_the_study_refuses_what_it_cannot_do():
         study("default", held_out=["gpt2-block"], hardware=HW, fractions=[0, 2])
 
 
-def test_a_selection_is_a_dataset_that_train_reads(tmp_path):
+def test_a_selection_is_a_dataset_that_train_reads(tmp_path, cli):
     from tensortune.train.trainer import train
 
     card = select_dataset("default", "balto", 0.02, tmp_path / "picks", seed=4, hardware=HW,
@@ -385,14 +383,14 @@ def test_a_selection_is_a_dataset_that_train_reads(tmp_path):
     from tensortune.active import study_sizes
     from tensortune.compare.active_learning import load_study_data
     from tensortune.costmodel.registry import new_model
-    from tensortune.train.trainer import dataset_columns
+    from tensortune.datasets.shipped import dataset_path
 
     data = load_study_data("default", ["gpt2-block"], hardware=HW)
     at: dict[int, np.ndarray] = {}
-    grow("balto", data.pool, study_sizes([0.01, 0.02, 0.05], len(data.pool)), seed=4,
+    grow("balto", data.pool, study_sizes([0.01, 0.02], len(data.pool)), seed=4,
          acquisition=lambda: new_model("xgb", 4, None),
          on_size=lambda i, lab: at.setdefault(i, lab.copy()))  # fmt: skip
-    ids = np.asarray(dataset_columns("default")[0]["program_id"])
+    ids = np.asarray(load_table(dataset_path("default"), ["program_id"]).column(0).to_pylist())
     assert sorted(table["program_id"]) == sorted(ids[data.pool_rows[at[1]]].tolist())
     result = train(tmp_path / "picks", cost_model="xgb", params=FAST_XGB, split="by-task")
     assert 0 < result.metrics["pca"] <= 1
@@ -405,15 +403,24 @@ def test_a_selection_is_a_dataset_that_train_reads(tmp_path):
     named = select_dataset(tmp_path / "picks", "random", 0.5, tmp_path / "named",
                            held_out="gpt2-block")  # fmt: skip
     assert named["held_out"] == ["gpt2-block"]
-    cli = [sys.executable, "-m", "tensortune.cli.app"]
-    out = subprocess.run([*cli, "dataset", "info", str(tmp_path / "picks"), "--json"],
-                         capture_output=True, text=True, check=True)  # fmt: skip
-    assert json.loads(out.stdout)["programs"] == card["programs"]
-    bad = subprocess.run([*cli, "dataset", "select", "--dataset", "default", "--selector",
-                          "nosuch", "--fraction", "0.1", "--out", str(tmp_path / "x"),
-                          "--hardware", HW], capture_output=True, text=True)  # fmt: skip
-    assert bad.returncode != 0 and "unknown selector 'nosuch'" in bad.stderr
-    assert len(bad.stderr.strip().splitlines()) == 1
+    code, out, err = cli("dataset", "info", str(tmp_path / "picks"), "--json")
+    assert code == 0 and json.loads(out)["programs"] == card["programs"], err
+    code, _, err = cli(
+        "dataset",
+        "select",
+        "--dataset",
+        "default",
+        "--selector",
+        "nosuch",
+        "--fraction",
+        "0.1",
+        "--out",
+        str(tmp_path / "x"),
+        "--hardware",
+        HW,
+    )
+    assert code != 0 and "unknown selector 'nosuch'" in err
+    assert len(err.strip().splitlines()) == 1
 
 
 def test_selecting_from_an_empty_dataset_is_refused_in_one_line(tmp_path):
@@ -430,11 +437,10 @@ def test_bench_al_prints_json_and_draws_its_plot(tmp_path, cli):
     args = ["bench", "al", "--dataset", "default", "--held-out", "gpt2-block", "--hardware", HW,
             "--fractions", "0.01,1", "--models", "xgb", "--seeds", "1", "--param",
             "xgb.n_rounds=30"]  # fmt: skip
-    out = subprocess.run([sys.executable, "-m", "tensortune.cli.app", *args, "--selector",
-                          "random", "--selector", "diversity", "--json", "--plot",
-                          str(tmp_path / "al.png")], capture_output=True, text=True,
-                         check=True)  # fmt: skip
-    report = json.loads(out.stdout)
+    code, out, err = cli(*args, "--selector", "random", "--selector", "diversity", "--json",
+                         "--plot", str(tmp_path / "al.png"))  # fmt: skip
+    assert code == 0, err
+    report = json.loads(out)
     assert {e["selector"] for e in report["summary"]} == {"all", "random", "diversity"}
     assert report["setup"]["held_out"] == ["gpt2-block"]
     assert (tmp_path / "al.png").stat().st_size > 10_000
