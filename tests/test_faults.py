@@ -234,13 +234,19 @@ def test_a_worker_timing_a_hanging_kernel_dies_with_its_parent(seeded: str, tmp_
                    "--trials", "2", "--trials-per-round", "2")  # fmt: skip
     deadline = time.monotonic() + 120
     busy = None
-    while busy is None:  # the runner's worker (its output goes to its log), inside the kernel
+    # The runner's worker (its output goes to its log), inside the kernel: the kernel's library
+    # is loaded and it is busy.  Busy alone is no proof: a worker still importing TVM is busy
+    # too, and it would notice its parent's end at its first read.
+    while busy is None:
         assert time.monotonic() < deadline and tuner.poll() is None, "the runner never got busy"
-        time.sleep(0.5)
+        time.sleep(0.1)
         for child in psutil.Process(tuner.pid).children():
             with contextlib.suppress(psutil.Error, OSError):
-                if os.readlink(f"/proc/{child.pid}/fd/1").endswith("runner-worker.log") and \
-                        child.cpu_percent(interval=1) > 50:  # fmt: skip
+                if (
+                    os.readlink(f"/proc/{child.pid}/fd/1").endswith("runner-worker.log")
+                    and "/kernel.so" in Path(f"/proc/{child.pid}/maps").read_text()
+                    and child.cpu_percent(interval=0.5) > 50
+                ):
                     busy = child
                     break
     os.kill(tuner.pid, signal.SIGKILL)
