@@ -355,7 +355,9 @@ def _time_in_worker(
     """(outputs, median seconds, TVM threads) of each build, in the order of ``builds``, then of
     the last build again for each further round; ``between_rounds`` runs after each round.
     Each build is exported to its path in ``libraries`` and timed from there."""
-    with WorkerPool(1, {"TVM_NUM_THREADS": str(threads)}) as pool:
+    # An idle worker of this process with these threads (a tune's runner, an earlier compile)
+    # times the builds if there is one: a fresh one imports TVM first.
+    with WorkerPool(1, {"TVM_NUM_THREADS": str(threads)}, reuse=True) as pool:
         pool.start()  # its TVM import overlaps the exports
         jobs = []
         for name, executable in builds.items():
