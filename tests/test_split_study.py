@@ -207,3 +207,29 @@ def test_a_checkpoint_of_other_features_is_set_aside(tmp_path) -> None:
     shutil.copy(dataset_path("ttset-cpu-v6") / "lowered.parquet", data / "lowered.parquet")
     with pytest.warns(UserWarning, match="c.json holds another study's rows"):
         split_study(data, **args)
+
+
+@pytest.mark.parametrize("name", ["splits", "al", "prune", "hardware"])
+def test_every_study_refuses_a_checkpoint_it_cannot_write_before_reading_the_dataset(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tensortune.compare.active_learning import study
+    from tensortune.compare.hardware import hardware_study
+    from tensortune.compare.pruning import prune_study
+    from tensortune.train import trainer
+
+    def read(*_args, **_kwargs):
+        raise AssertionError("the dataset was read first")
+
+    monkeypatch.setattr(trainer, "dataset_columns", read)
+    run = {
+        "splits": lambda **kw: split_study("default", **kw),
+        "al": lambda **kw: study("default", held_out=["gpt2-block"], **kw),
+        "prune": lambda **kw: prune_study("default", held_out=["gpt2-block"], **kw),
+        "hardware": lambda **kw: hardware_study(
+            "default", hardware="avx2-1c", folds=[["gpt2-block"]], **kw
+        ),
+    }[name]
+    with pytest.raises(TensortuneError, match="no directory") as e:
+        run(checkpoint="/nonexistent/study.json")
+    assert e.value.param == "checkpoint"

@@ -44,7 +44,7 @@ from tensortune.costmodel.base import CostModel
 from tensortune.costmodel.data import ProgramSet, concat_programs
 from tensortune.costmodel.registry import model_class, new_model
 from tensortune.datasets.build import cpu_of
-from tensortune.errors import TensortuneError, about
+from tensortune.errors import TensortuneError, about, check_writable
 from tensortune.train import metrics
 from tensortune.train.selection import pool_mask
 
@@ -271,6 +271,7 @@ def study(
         if not fracs or not all(0 < f <= 1 for f in fracs):  # NaN fails too
             raise TensortuneError(f"fractions must lie in (0, 1], not {list(fractions)}")
     params = params or {}
+    check_writable(checkpoint, "checkpoint")  # before the dataset's seconds of reading
     data = data or load_study_data(dataset, held_out, test_dataset=test_dataset,
                                    hardware=hardware, prior=prior)  # fmt: skip
     pool = data.pool

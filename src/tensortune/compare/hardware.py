@@ -36,7 +36,7 @@ from tensortune.compare.summary import mean_and_sd, study_args
 from tensortune.costmodel.base import CostModel
 from tensortune.costmodel.data import ProgramSet
 from tensortune.costmodel.registry import model_class, new_model
-from tensortune.errors import TensortuneError, about
+from tensortune.errors import TensortuneError, about, check_writable
 from tensortune.train.finetune import (
     PER_TASK,
     adapt,
@@ -106,6 +106,7 @@ def hardware_study(
                               param="ks")  # fmt: skip
     if not folds:
         raise TensortuneError("name at least one fold of held-out networks", param="folds")
+    check_writable(checkpoint, "checkpoint")  # before the dataset's seconds of reading
     columns, card = dataset_columns(dataset)
     on_h, elsewhere = _held_out_rows(columns, hardware)
     task = np.asarray(columns["task"])

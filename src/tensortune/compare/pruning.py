@@ -29,7 +29,7 @@ from tensortune.compare.active_learning import (
 )
 from tensortune.compare.summary import study_args
 from tensortune.costmodel.registry import model_class
-from tensortune.errors import TensortuneError, about
+from tensortune.errors import TensortuneError, about, check_writable
 from tensortune.train.pruning import METHODS, prune, resolve_method, task_family
 
 KEEPS = (0.2, 0.35, 0.45, 0.6, 0.8, 1.0)
@@ -66,6 +66,7 @@ def prune_study(
             raise TensortuneError(f"shares kept must lie in (0, 1], not {list(keeps)}")
     if not names:
         raise TensortuneError("name at least one method", param="methods")
+    check_writable(checkpoint, "checkpoint")  # before the dataset's seconds of reading
     data = load_study_data(dataset, held_out, hardware=hardware)
     families = [f"{task_family(n)}|{data.hardware}" for n in data.task_names]
     pool = data.pool

@@ -28,7 +28,7 @@ from tensortune.compare.summary import mean_and_sd, study_args
 from tensortune.costmodel.data import ProgramSet
 from tensortune.costmodel.registry import model_class, new_model
 from tensortune.datasets.build import cpu_of
-from tensortune.errors import about
+from tensortune.errors import about, check_writable
 from tensortune.train.metrics import RANK_METRICS as METRICS
 
 SPLIT_KINDS = ("within-task", "by-task", "by-network", "by-hardware")
@@ -129,6 +129,7 @@ def split_study(
     with about("models"):
         for kind in models:
             model_class(kind)
+    check_writable(checkpoint, "checkpoint")  # before the dataset's seconds of reading
     columns, card = dataset_columns(dataset)
     result = SplitStudy(setup={"dataset": card.get("name"), "programs": card.get("programs"),
                                "splits": list(splits), "models": list(models),
