@@ -288,19 +288,15 @@ def test_two_tuners_on_one_database_share_the_budget_and_measure_nothing_twice(
     assert logs and not [f for f in logs if PASSWORD.encode() in f.read_bytes()]
 
 
+# Two operators, not a network: the leases are the same, without torch's import and export
+# in each collector.
 _COLLECTOR = """
-import sys, torch
+import sys
 from tensortune.collect import collect
-from tensortune.compat import tvm
 from tensortune.hardware import HardwareConfig
-from tensortune.workloads.models import load_model
-torch.manual_seed(0)
-net = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU(), torch.nn.Linear(16, 8)).eval()
 config = HardwareConfig("one-core", {"kind": "llvm", "num-cores": 1}, "1 core")
-model = load_model(net, example_inputs=(torch.randn(2, 16),),
-                   target=tvm.target.Target(config.target), name="tiny")
-result = collect([model], configs=[config], programs_per_task=12, records=sys.argv[1],
-                 work_dir=sys.argv[2], worker=True)
+result = collect(workloads=["matmul:16,16,16", "matmul:16,32,16"], configs=[config],
+                 programs_per_task=12, records=sys.argv[1], work_dir=sys.argv[2], worker=True)
 print(result.measured)
 """
 

@@ -4,6 +4,7 @@ runs on both) and the MetaSchedule ``Database`` adapter over them."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import sqlite3
@@ -876,12 +877,21 @@ def test_a_record_committed_twice_is_kept_once(store) -> None:
     assert store.count() == 4
 
 
+@functools.cache
+def a_dead_workers_name() -> str:
+    """The lease name of a process that has ended; one for the session (its start imports
+    tensortune, a second or two)."""
+    import subprocess
+
+    return subprocess.run([sys.executable, "-c", "from tensortune.search.leases import "
+                           "worker_name; print(worker_name())"], capture_output=True, text=True,
+                          check=True).stdout.strip()  # fmt: skip
+
+
 def test_leases_of_a_tuner_that_dies_beside_this_one_are_freed_while_it_runs(
     store, monkeypatch
 ) -> None:
     import socket
-    import subprocess
-    import sys
 
     import tensortune.search.leases as leases
     from tensortune.search.leases import SharedBudget, worker_name
@@ -891,9 +901,7 @@ def test_leases_of_a_tuner_that_dies_beside_this_one_are_freed_while_it_runs(
     wid, hw, tgt = batch[0].workload_id, batch[0].hardware_id, batch[0].target
     budget = SharedBudget(store, [wid], hw, tgt, total=3, per_task=3, worker=worker_name())
     # another tuner claims after this one started, then dies (a kill -9)
-    dead = subprocess.run([sys.executable, "-c", "from tensortune.search.leases import "
-                           "worker_name; print(worker_name())"], capture_output=True, text=True,
-                          check=True).stdout.strip()  # fmt: skip
+    dead = a_dead_workers_name()
     # Same host name, another pid namespace (a container, a VM of the same name): its pids
     # mean nothing here, and its leases are not freed.
     host, pid = socket.gethostname(), dead.split("/")[1]
@@ -911,7 +919,6 @@ def test_a_live_worker_is_not_taken_for_dead_when_the_wall_clock_steps(monkeypat
     """psutil derives a process's start from the boot time, read against the wall clock: after
     an NTP step or a VM's resume every live worker looked like another process, and its
     siblings freed its leases at every sweep."""
-    import subprocess
 
     import psutil
 
@@ -926,9 +933,7 @@ def test_a_live_worker_is_not_taken_for_dead_when_the_wall_clock_steps(monkeypat
     started = psutil.Process.create_time
     monkeypatch.setattr(psutil.Process, "create_time", lambda self: started(self) + 3600.0)
     assert not leases._gone(me)  # the clock moved on by an hour; the process is the same
-    dead = subprocess.run([sys.executable, "-c", "from tensortune.search.leases import "
-                           "worker_name; print(worker_name())"], capture_output=True, text=True,
-                          check=True).stdout.strip()  # fmt: skip
+    dead = a_dead_workers_name()
     assert leases._gone(dead)
     # An earlier version named it with its start in ms since the epoch, four fields: read as
     # alive (its expiry frees it), as that version reads this one's names.
@@ -1052,16 +1057,12 @@ def test_under_a_deadline_first_rounds_share_the_time_left(tmp_path: Path) -> No
 
 
 def test_leases_of_a_process_that_died_here_are_freed_at_once(store) -> None:
-    import subprocess
-    import sys
 
     from tensortune.search.leases import SharedBudget, worker_name
 
     batch = make_records(store, MM, [1e-3, 2e-3, 3e-3])
     wid, hw, tgt = batch[0].workload_id, batch[0].hardware_id, batch[0].target
-    dead = subprocess.run([sys.executable, "-c", "from tensortune.search.leases import "
-                           "worker_name; print(worker_name())"], capture_output=True, text=True,
-                          check=True).stdout.strip()  # fmt: skip
+    dead = a_dead_workers_name()
     store.claim(wid, hw, tgt, _hashes(batch)[:2], worker=dead, seconds=600)
     store.claim(wid, hw, tgt, _hashes(batch)[2:], worker="remote-host/1/1/x", seconds=600)
     budget = SharedBudget(store, [wid], hw, tgt, total=5, per_task=5, worker=worker_name())
