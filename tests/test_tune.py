@@ -123,9 +123,9 @@ def test_a_store_that_fails_under_the_search_ends_the_run_with_its_error(tmp_pat
 
 
 def test_several_tasks_share_one_budget(tmp_path):
-    result = tune(["matmul:16,16,16", "softmax:4,32"], trials=8, records=f"sqlite:///{tmp_path}/r.db",
+    result = tune(["matmul:16,16,16", "softmax:4,32"], trials=4, records=f"sqlite:///{tmp_path}/r.db",
                   work_dir=tmp_path / "w", trials_per_round=2, **FAST)  # fmt: skip
-    assert sum(t.trials for t in result.tasks) == 8
+    assert sum(t.trials for t in result.tasks) == 4
     assert all(t.trials > 0 for t in result.tasks)
     # Rounds larger than the budget allows: the first pass over the tasks (no round of it
     # committed before every task has had one) still stops at the budget, not 8 + 8, and
@@ -148,10 +148,10 @@ def test_each_round_is_committed_before_the_next_is_measured(tmp_path, monkeypat
     monkeypatch.setattr(RecordToStore._cls, "apply",
                         lambda self, *a: events.append("commit") or commit(self, *a))  # fmt: skip
     specs = ["matmul:16,16,16", "matmul:24,24,24", "matmul:32,32,32"]
-    result = tune(specs, trials=12, records=f"sqlite:///{tmp_path}/r.db", work_dir=tmp_path / "w",
+    result = tune(specs, trials=8, records=f"sqlite:///{tmp_path}/r.db", work_dir=tmp_path / "w",
                   trials_per_round=2, **FAST)  # fmt: skip
-    assert sum(t.trials for t in result.tasks) == 12
-    assert events == ["run", "commit"] * 6
+    assert sum(t.trials for t in result.tasks) == 8  # the first pass and a round after it
+    assert events == ["run", "commit"] * 4
 
 
 def test_the_gradient_rule_picks_as_metaschedules_does():
@@ -305,17 +305,17 @@ def test_a_spent_time_budget_measures_nothing_and_a_rerun_resumes(tmp_path):
 
 def test_under_a_time_budget_every_task_gets_a_round_within_the_trial_budget(tmp_path):
     # With both budgets, rounds of the time budget's size (32) would let the first task spend
-    # the 24 trials and leave the others untuned: a round is cut to an even share (8).
-    specs = ["matmul:16,16,16", "matmul:16,32,16", "matmul:32,16,16"]
-    result = tune(specs, trials=24, max_seconds=3600, records=f"sqlite:///{tmp_path / 'r.db'}",
+    # the 16 trials and leave the other untuned: a round is cut to an even share (8).
+    specs = ["matmul:16,16,16", "matmul:16,32,16"]
+    result = tune(specs, trials=16, max_seconds=3600, records=f"sqlite:///{tmp_path / 'r.db'}",
                   work_dir=tmp_path / "w", **FAST)  # fmt: skip
-    assert result.trials_total == 24 and [t.trials for t in result.tasks] == [8, 8, 8]
+    assert result.trials_total == 16 and [t.trials for t in result.tasks] == [8, 8]
     # every task has a best time: the model's estimate is whole, Σ weight x best
     times = [t.best_seconds for t in result.tasks]
     assert None not in times and result.weighted_seconds() == pytest.approx(sum(times))
     result.tasks[1].best_seconds = None
     assert result.weighted_seconds() is None
-    assert result.weighted_seconds(partial=True) == pytest.approx(times[0] + times[2])
+    assert result.weighted_seconds(partial=True) == pytest.approx(times[0])
 
 
 def test_a_budget_under_8_trials_a_task_still_gives_every_task_a_round(tmp_path):
@@ -492,7 +492,7 @@ def test_a_task_whose_first_round_all_failed_gets_another_round(tmp_path):
 
     runner = FirstRoundFails()
     try:
-        result = tune(["matmul:32,32,32", "matmul:16,16,16"], trials=12, trials_per_round=2,
+        result = tune(["matmul:32,32,32", "matmul:16,16,16"], trials=6, trials_per_round=2,
                       records=f"sqlite:///{tmp_path / 'r.db'}", work_dir=tmp_path / "w",
                       runner=runner, check_correctness=False, **FAST)  # fmt: skip
     finally:
