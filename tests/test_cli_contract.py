@@ -548,7 +548,6 @@ def test_native_messages_go_to_the_log(cli: Cli) -> None:
 def test_native_messages_of_a_command_that_died_reach_the_log_next_time(cli: Cli) -> None:
     """The messages went to an anonymous file, copied into the log at the end: a command
     killed by a segmentation fault or LLVM's abort lost the lines that said why."""
-    import subprocess
 
     from tensortune.cli.app import _native_stderr_to_log, _scope
 
@@ -712,19 +711,17 @@ def test_tune_json_and_log_file_names(cli: Cli, tmp_path: Path) -> None:
     assert not [n for n in logs if set(n) & set(":,")], logs
 
 
-def test_tables_fit_100_columns(tmp_path: Path, store_file: Path) -> None:
-    env = {**os.environ, "COLUMNS": "100", "XDG_CACHE_HOME": str(tmp_path / "cache")}
+def test_tables_fit_100_columns(cli: Cli, store_file: Path, monkeypatch) -> None:
+    monkeypatch.setenv("COLUMNS", "100")  # read at each table, as a terminal's width
     url = f"sqlite:///{store_file}"
     for args in (["records", "stats", "--records", url], ["records", "show", "--records", url],
                  ["workloads", "--no-tasks"]):  # fmt: skip
-        command = [sys.executable, "-m", "tensortune.cli.app", *args]
-        proc = subprocess.run(command, env=env, cwd=tmp_path, capture_output=True, text=True,
-                              timeout=120)  # fmt: skip
-        assert proc.returncode == 0, proc.stderr
-        lines = proc.stdout.splitlines()
+        code, out, err = cli(*args)
+        assert code == 0, err
+        lines = out.splitlines()
         assert max(len(line) for line in lines) <= 100, args
         if args[0] == "records":
-            assert any(MM in line and "1.00 ms" in line for line in lines), proc.stdout
+            assert any(MM in line and "1.00 ms" in line for line in lines), out
 
 
 def test_records_show_names_a_best_record_whose_trace_is_damaged(cli: Cli, store) -> None:
