@@ -1149,7 +1149,7 @@ def test_store_rows_whose_traces_would_crash_tvm_never_reach_it(
     assert "is damaged" in one_error(cli("records", "export", f"sqlite:///{other}", "--records",
                                          url))  # fmt: skip
     assert other.read_bytes() == before
-    tune = ("tune", "--workload", "matmul:16,16,16", "--trials", "3", "--work-dir",
+    tune = ("tune", "--workload", "matmul:16,16,16", "--trials", "1", "--work-dir",
             str(tmp_path / "w"))  # fmt: skip
     for command in (("records", "export", str(tmp_path / "ms")),
                     ("dataset", "build", str(tmp_path / "ds")), tune):  # fmt: skip
@@ -1198,7 +1198,7 @@ def test_damaged_store_rows_are_read_or_refused_in_one_line(
             lambda: list(s.query()), s.hardware, s.summary,
             lambda: [w.mod() for w in s.workloads()])]  # fmt: skip
     assert any(messages) or case == "a record of hardware the store does not describe"
-    tune = ("tune", "--workload", "matmul:16,16,16", "--trials", "3", "--work-dir",
+    tune = ("tune", "--workload", "matmul:16,16,16", "--trials", "1", "--work-dir",
             str(store.parent / "w"))  # fmt: skip
     for command in (("records", "stats"), ("records", "show", "--json"), tune):
         result = cli(*command, "--records", url)
