@@ -334,17 +334,6 @@ def test_a_kernel_without_same_class_sources_takes_a_shorter_epilogues(tmp_path,
         assert origin_of(moved)["inlined"] == 1 and moved.ok
 
 
-def test_warm_start_times_transferred_schedules_first_within_the_budget(tmp_path, source_store):
-    out = f"sqlite:///{tmp_path / 'warm.db'}"
-    result = tune(["dense_bias_relu:96,64,64"], trials=8, records=out, work_dir=tmp_path / "w",
-                  warm_start=source_store, **FAST)  # fmt: skip
-    assert result.tasks[0].trials == 8
-    with open_records(out) as store:
-        first = min(store.query(), key=lambda r: r.id)
-        assert origin_of(first).get("kind") == "transfer"
-        assert store.count() == 8
-
-
 def test_a_budget_too_small_to_warm_start_every_task_starts_the_heaviest(tmp_path,
                                                                         source_store):  # fmt: skip
     # it started none, and said nothing
@@ -360,7 +349,9 @@ def test_a_budget_too_small_to_warm_start_every_task_starts_the_heaviest(tmp_pat
         assert store.workload(first.workload_id).name == "dense_bias_relu:128,64,64"
 
 
-def test_the_warm_start_keeps_the_task_limit_and_the_deadline(tmp_path, source_store, monkeypatch):
+def test_the_warm_start_comes_first_and_keeps_the_task_limit_and_the_deadline(
+    tmp_path, source_store, monkeypatch
+):
     from tensortune.transfer import run as transfer_run
 
     asked, deadlines = [], []
@@ -368,7 +359,6 @@ def test_the_warm_start_keeps_the_task_limit_and_the_deadline(tmp_path, source_s
 
     def spy(*args, per_kernel: int, **kwargs):
         asked.append(per_kernel)
-        deadlines.append((kwargs["deadline"], time.monotonic()))
         return real(*args, per_kernel=per_kernel, **kwargs)
 
     monkeypatch.setattr(transfer_run, "transfer_tasks", spy)
@@ -377,15 +367,14 @@ def test_the_warm_start_keeps_the_task_limit_and_the_deadline(tmp_path, source_s
                       records=f"sqlite:///{tmp_path / f'{cap}.db'}", work_dir=tmp_path / "w",
                       warm_start=source_store, **FAST)  # fmt: skip
         assert asked[-1] == most and result.tasks[0].trials == (cap or 8)
+        if cap is None:  # the transferred schedules are timed first, within the budget
+            with open_records(f"sqlite:///{tmp_path / 'None.db'}") as store:
+                first = min(store.query(), key=lambda r: r.id)
+                assert origin_of(first).get("kind") == "transfer" and store.count() == 8
     # And within the time budget: one spent before it starts times nothing.
     late = tune(["dense_bias_relu:96,64,64"], max_seconds=1e-6, records=f"sqlite:///{tmp_path}/t.db",
                 work_dir=tmp_path / "w", warm_start=source_store, **FAST)  # fmt: skip
     assert late.out_of_time and late.tasks[0].trials == 0
-    # Half the time at most: under --time alone the trials bound nothing (100,000 a task).
-    tune(["dense_bias_relu:96,64,64"], trials=8, max_seconds=600, work_dir=tmp_path / "w",
-         records=f"sqlite:///{tmp_path}/h.db", warm_start=source_store, **FAST)  # fmt: skip
-    deadline, called = deadlines[-1]
-    assert 200 < deadline - called <= 300
 
     # The heaviest kernels first, whatever the room: under a deadline it ends the warm start
     # (they were taken in extraction order wherever the room held every task).
@@ -394,6 +383,7 @@ def test_the_warm_start_keeps_the_task_limit_and_the_deadline(tmp_path, source_s
 
     def order(store, tasks, *args, **kwargs):
         asked.append([t.name for t in tasks])
+        deadlines.append((kwargs["deadline"], time.monotonic()))
         raise Started
 
     monkeypatch.setattr(transfer_run, "transfer_tasks", order)
@@ -402,6 +392,9 @@ def test_the_warm_start_keeps_the_task_limit_and_the_deadline(tmp_path, source_s
         tune([light, heavy], trials=64, max_seconds=600, work_dir=tmp_path / "w",
              records=f"sqlite:///{tmp_path}/o.db", warm_start=source_store, **FAST)  # fmt: skip
     assert asked[-1] == [heavy, light]
+    # Half the time at most: under --time alone the trials bound nothing (100,000 a task).
+    deadline, called = deadlines[-1]
+    assert 200 < deadline - called <= 300
 
 
 # -- the benchmark's arithmetic ------------------------------------------------------------------
