@@ -274,7 +274,9 @@ def test_missing_file(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_resnet18() -> None:
-    model = load_model("resnet18", target=TARGET)
+    from test_zoo import zoo_model  # loaded once for the zoo's tests and this one
+
+    model = zoo_model("resnet18")
     assert len(model.tasks) > 10
     assert sum(task.weight for task in model.tasks) > len(model.tasks)
 
