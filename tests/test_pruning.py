@@ -5,8 +5,6 @@ shape-dedup drops shape variants first), the study, and ``dataset prune`` → ``
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -19,8 +17,6 @@ from tensortune.active.selectors import _distances
 from tensortune.compare.pruning import prune_study
 from tensortune.errors import TensortuneError
 from tensortune.train.pruning import METHODS, prune, prune_dataset, task_family
-
-CLI = [sys.executable, "-m", "tensortune.cli.app"]
 
 
 @pytest.fixture(scope="module")
@@ -291,13 +287,12 @@ def test_pruning_the_pool_keeps_its_test_networks_whole_and_named(tmp_path):
     )
 
 
-def test_bench_prune_prints_json_and_draws_its_plot(tmp_path):
-    out = subprocess.run([*CLI, "bench", "prune", "--dataset", "default", "--held-out",
-                          "gpt2-block", "--hardware", HW,
-                          "--keep", "0.5,1", "--seeds", "1", "--method", "cluster",
-                          "--param", "xgb.n_rounds=30", "--json", "--plot",
-                          str(tmp_path / "p.png")], capture_output=True, text=True,
-                         check=True)  # fmt: skip
-    report = json.loads(out.stdout)
+def test_bench_prune_prints_json_and_draws_its_plot(tmp_path, cli):
+    code, out, err = cli("bench", "prune", "--dataset", "default", "--held-out", "gpt2-block",
+                         "--hardware", HW, "--keep", "0.5,1", "--seeds", "1", "--method",
+                         "cluster", "--param", "xgb.n_rounds=30", "--json", "--plot",
+                         str(tmp_path / "p.png"))  # fmt: skip
+    assert code == 0, err
+    report = json.loads(out)
     assert {e["selector"] for e in report["summary"]} == {"all", "cluster"}
     assert (tmp_path / "p.png").stat().st_size > 10_000
