@@ -118,6 +118,9 @@ def compile_model(
     check_writable(out, "out", parents=True)
     for name, value, least in (("repeat", repeat, 1), ("rounds", rounds, 1), ("retime", retime, 0)):
         check_count(value, name, least)
+    if retime == 1:  # was taken, and did nothing
+        raise TensortuneError("1 record re-timed has nothing to be compared with: give 2 or "
+                              "more, or 0 for the stored best", param="retime")  # fmt: skip
     check_flags(fast_math=fast_math, winograd=winograd)
     from tensortune.workloads.models import Model, load_model
 
@@ -373,6 +376,7 @@ def _time_in_worker(
                     raise TensortuneError(f"timing the {name} build failed: {o.message or o.kind}")
                 results.append(o.value)
             between_rounds()
+        pool.map("release", [()], timeout_s=60.0)  # before it waits idle for the next pool
     return results
 
 
