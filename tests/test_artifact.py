@@ -113,6 +113,31 @@ def test_inputs_of_the_wrong_shape_or_count_get_one_line(shipped):
         m(np.zeros((2, 32), np.float32))
     with pytest.raises(TensortuneError, match="takes 1 input"):
         m(shipped[2], shipped[2])
+    # a tensor NumPy has no type for: the same line, not NumPy's TypeError
+    bf16 = r"input 0: expected float32\[4, 32\], got torch.bfloat16\[4, 32\]"
+    with pytest.raises(TensortuneError, match=bf16):
+        m(shipped[2].to(torch.bfloat16))
+
+
+def test_two_writers_of_one_artifact_keep_to_their_own_partial_files(shipped, tmp_path):
+    """Every compile wrote ``OUT.partial`` and removed it at the end: a second compile to the
+    same file removed, or wrote into, the first one's while it was being written."""
+    from types import SimpleNamespace
+
+    from tensortune.deploy.artifact import read_manifest, save_artifact
+
+    library = tmp_path / "model.so"
+    with zipfile.ZipFile(shipped[0]) as z:
+        library.write_bytes(z.read("model.so"))
+    out = tmp_path / "m.tt"
+    theirs = out.with_name(out.name + ".partial")
+    theirs.write_bytes(b"another compile's, half written")
+    model = SimpleNamespace(name="m", inputs=[np.zeros((4, 32), np.float32)],
+                            mod={"main": SimpleNamespace(ret_ty=None)})  # fmt: skip
+    save_artifact(None, out, model=model, target=TARGET, threads=1, library=library)
+    assert theirs.read_bytes() == b"another compile's, half written"
+    assert read_manifest(out)["model"] == "m"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.tt", "m.tt.partial", "model.so"]
 
 
 def _tampered(src, dst, **changes):

@@ -23,9 +23,7 @@ def write_atomically(path: str | os.PathLike, data: str | bytes) -> None:
     """Write ``data`` (text as UTF-8) to ``path`` through a temporary file in its directory,
     synced to disk before it replaces the old file."""
     path = Path(path).resolve()  # a link's target is replaced, not the link
-    # Named by the process and thread (not mkstemp's, which is private to its owner): the new
-    # file has the permissions the user's umask gives, and two writers never share one.
-    partial = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.partial")
+    partial = partial_path(path)
     try:
         with open(partial, "wb") as f:
             f.write(data.encode() if isinstance(data, str) else data)
@@ -34,6 +32,13 @@ def write_atomically(path: str | os.PathLike, data: str | bytes) -> None:
         os.replace(partial, path)
     finally:
         partial.unlink(missing_ok=True)
+
+
+def partial_path(path: Path) -> Path:
+    """Where ``path`` is written before it is renamed over it.  Named by the process and thread
+    (not mkstemp's, which is private to its owner): the new file has the permissions the
+    user's umask gives, and two writers of one path never write, or remove, each other's."""
+    return path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.partial")
 
 
 def strict_json(value: object, **dumps: object) -> str:

@@ -24,6 +24,7 @@ import numpy as np
 
 from tensortune.deploy.host_call import HostCall
 from tensortune.errors import TensortuneError, last_line
+from tensortune.files import partial_path
 from tensortune.hardware.target import cpu_isa, target_isa
 
 if TYPE_CHECKING:
@@ -79,7 +80,7 @@ def save_artifact(executable: Any, path: str | os.PathLike, *, model: Model, tar
             library = Path(tmp) / _LIBRARY
             executable.export_library(str(library))
         lib = Path(library)
-        partial = path.with_name(path.name + ".partial")  # a crash never leaves half a file
+        partial = partial_path(path)  # a crash never leaves half a file
         try:
             with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as z:
                 z.writestr(_MANIFEST, json.dumps(manifest, indent=2))
@@ -223,12 +224,19 @@ class CompiledModel:
 
 def _as_array(value: Any, spec: TensorSpec, index: int) -> np.ndarray:
     if type(value).__module__.startswith("torch"):
-        value = value.detach().cpu().numpy()
+        try:
+            value = value.detach().cpu().numpy()
+        except TypeError:  # a dtype NumPy has no type for (bfloat16): not this model's input
+            raise _wrong_input(value, spec, index) from None
     a = np.asarray(value, order="C")  # ascontiguousarray would make a scalar 1-d
     if a.shape != spec.shape or str(a.dtype) != spec.dtype:
-        raise TensortuneError(f"input {index}: expected {spec.dtype}{list(spec.shape)}, "
-                              f"got {a.dtype}{list(a.shape)}")  # fmt: skip
+        raise _wrong_input(a, spec, index)
     return a
+
+
+def _wrong_input(value: Any, spec: TensorSpec, index: int) -> TensortuneError:
+    return TensortuneError(f"input {index}: expected {spec.dtype}{list(spec.shape)}, "
+                           f"got {value.dtype}{list(value.shape)}")  # fmt: skip
 
 
 def load(path: str | os.PathLike) -> CompiledModel:
