@@ -45,9 +45,10 @@ _SHIPPED_READS: dict = {}
 def _share_shipped_datasets() -> None:
     """Tests read the shipped datasets (tens of thousands of programs, about 1.5 s a read)
     some forty times: each is read, checked and decoded once for the session, and every
-    caller gets columns of its own.  The feature arrays they share are read-only, so a caller
-    that wrote into them fails here instead of changing what later tests read.  Datasets
-    elsewhere (the ones tests write and damage) are read every time."""
+    caller gets columns of its own (the rows' lists in them are shared; nothing writes them).
+    The feature arrays they share are read-only, so a caller that wrote into them fails here
+    instead of changing what later tests read.  Datasets elsewhere (the ones tests write and
+    damage) are read every time."""
     import copy
 
     import numpy as np

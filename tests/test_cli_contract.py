@@ -121,6 +121,11 @@ BAD = {
     ),
     "train without a dataset": (["train"], "--dataset", "missing"),
     "compile unknown network": (["compile", "nosuchnet"], "NET", "nosuchnet"),
+    "compile re-timing one record": (
+        ["compile", "resnet18", "--retime", "1"],
+        "--retime",
+        "nothing to be compared with",
+    ),
     "bench unknown method": (["bench", "tune", "-w", MM, "--method", "nosuch"], "--method"),
     "tune unknown draft option": (
         [*TUNE, "--draft-option", "nosuch=1"],

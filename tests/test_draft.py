@@ -992,27 +992,28 @@ def test_draft_then_verify_tunes_with_alts_filter_and_ping_pong(tmp_path, target
 
     strategy = DraftThenVerify(population=32, draft_size=16, per_round=4, verify_mutants=4,
                                validity=1, pingpong=1)  # fmt: skip
-    # Three rounds of 4: the filter trains once 8 outcomes are in (alt.MIN_LABELLED).
-    result = tune(["matmul:64,64,64"], trials=12, records=f"sqlite:///{tmp_path / 'r.db'}",
+    # Four rounds of 4: the uncertainty ensemble explores from 8 outcomes on (alt.MIN_LABELLED),
+    # in every other round, so at least once here.
+    result = tune(["matmul:64,64,64"], trials=16, records=f"sqlite:///{tmp_path / 'r.db'}",
                   work_dir=tmp_path / "w", target=target, strategy=strategy,
                   cost_model="xgb", check_correctness=False)  # fmt: skip
-    assert result.tasks[0].trials == 12 and result.tasks[0].ok > 0
-    assert strategy.alt_stats["measured"] == 12
+    assert result.tasks[0].trials == 16 and result.tasks[0].ok > 0
+    assert strategy.alt_stats["measured"] == 16 and strategy.alt_stats["explored"] >= 1
     assert strategy.timings["alt"] > 0
     # A second run on the same store starts from the first's outcomes (resuming: 8 more).
     again = DraftThenVerify(population=32, draft_size=16, per_round=4, verify_mutants=4,
                             validity=1, pingpong=1)  # fmt: skip
-    second = tune(["matmul:64,64,64"], trials=20, records=f"sqlite:///{tmp_path / 'r.db'}",
+    second = tune(["matmul:64,64,64"], trials=24, records=f"sqlite:///{tmp_path / 'r.db'}",
                   work_dir=tmp_path / "w", target=target, strategy=again, cost_model="xgb",
                   check_correctness=False)  # fmt: skip
-    assert again.alt_stats["earlier"] == 12 and again.alt_stats["measured"] == 8
+    assert again.alt_stats["earlier"] == 16 and again.alt_stats["measured"] == 8
     assert second.validity["measured"] == 8
     # The same strategy object again: its counts go on, each result reports its own run's.
-    third = tune(["matmul:64,64,64"], trials=24, records=f"sqlite:///{tmp_path / 'r.db'}",
+    third = tune(["matmul:64,64,64"], trials=28, records=f"sqlite:///{tmp_path / 'r.db'}",
                  work_dir=tmp_path / "w", target=target, strategy=again, cost_model="xgb",
                  check_correctness=False)  # fmt: skip
     assert again.alt_stats["measured"] == 12 and third.validity["measured"] == 4
-    assert third.validity["earlier"] == 20
+    assert third.validity["earlier"] == 24
 
 
 def test_a_filter_that_drops_most_candidates_still_spends_the_budget(tmp_path, target,

@@ -1057,7 +1057,6 @@ def test_under_a_deadline_first_rounds_share_the_time_left(tmp_path: Path) -> No
 
 
 def test_leases_of_a_process_that_died_here_are_freed_at_once(store) -> None:
-
     from tensortune.search.leases import SharedBudget, worker_name
 
     batch = make_records(store, MM, [1e-3, 2e-3, 3e-3])

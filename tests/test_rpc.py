@@ -534,7 +534,7 @@ def test_a_server_killed_mid_batch_costs_its_candidate_and_the_rest_go_on(lab: L
     try:
         start = time.monotonic()
         with Sessions([doomed, survivor]) as sessions:
-            futures = runner.run(built[:4])  # the free servers go first in, first out: both
+            futures = runner.run(built[:4])  # one in flight on each server: the doomed one too
             _wait(lambda: sessions.in_session(doomed.pid, 0.05), "a session on the doomed server",
                   [], poll_s=0.005)  # fmt: skip
             lab.kill(doomed)

@@ -57,7 +57,7 @@ AT_ANOTHER_SIZE = {"resnet18-b4": "resnet18", "mobilenetv2-b4": "mobilenetv2",
 
 @functools.cache
 def zoo_model(name: str) -> Model:
-    """A base network, loaded once for both tests that need it."""
+    """A base network, loaded once for every test that needs it."""
     return load_model(name, target=resolve_platform(None).tvm_target)
 
 
