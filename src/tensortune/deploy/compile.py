@@ -358,9 +358,11 @@ def _time_in_worker(
     """(outputs, median seconds, TVM threads) of each build, in the order of ``builds``, then of
     the last build again for each further round; ``between_rounds`` runs after each round.
     Each build is exported to its path in ``libraries`` and timed from there."""
-    # An idle worker of this process with these threads (a tune's runner, an earlier compile)
-    # times the builds if there is one: a fresh one imports TVM first.
-    with WorkerPool(1, {"TVM_NUM_THREADS": str(threads)}, reuse=True) as pool:
+    # An idle worker of this process with these threads (a tune's runner) times the builds if
+    # there is one: a fresh one imports TVM first.  It is not kept afterwards: TVM never
+    # unloads a library, and the model's weights and activations would stay with it (2.5 GB
+    # for vgg11).
+    with WorkerPool(1, {"TVM_NUM_THREADS": str(threads)}, reuse=True, keep=False) as pool:
         pool.start()  # its TVM import overlaps the exports
         jobs = []
         for name, executable in builds.items():
@@ -376,7 +378,6 @@ def _time_in_worker(
                     raise TensortuneError(f"timing the {name} build failed: {o.message or o.kind}")
                 results.append(o.value)
             between_rounds()
-        pool.map("release", [()], timeout_s=60.0)  # before it waits idle for the next pool
     return results
 
 

@@ -3,11 +3,11 @@
 A request that overruns its deadline, or whose worker dies (a kernel that segfaults), costs that
 one worker: it is killed and a fresh one is started, and the other requests carry on.
 
-A pool made with ``reuse=True`` (the tuner's builders and runner, ``compile``'s timing) leaves
-its healthy workers, when closed, to the next such pool of this process with the same
-environment: a worker takes ~1 s to start and import TVM, and each ``tune()`` call used to pay
-that three times over (a notebook tuning task after task, a benchmark's seeds, a test suite).
-Idle workers wait until the process exits (:func:`close_idle_workers` ends them sooner).
+A pool made with ``reuse=True`` (the tuner's builders and runner) leaves its healthy workers,
+when closed, to the next such pool of this process with the same environment: a worker takes
+~1 s to start and import TVM, and each ``tune()`` call used to pay that three times over (a
+notebook tuning task after task, a benchmark's seeds, a test suite).  Idle workers wait until
+the process exits (:func:`close_idle_workers` ends them sooner).
 """
 
 from __future__ import annotations
@@ -113,7 +113,8 @@ MAX_JOBS = 2000
 class WorkerPool:
     """``size`` persistent workers that share the same environment (e.g. ``TVM_NUM_THREADS``),
     each replaced by a fresh one after ``max_jobs`` jobs (counted over its life).  With
-    ``reuse``, workers come from, and go back to when closed, this process's idle ones."""
+    ``reuse``, workers come from, and go back to when closed, this process's idle ones; with
+    ``keep`` false as well, they still come from there but end with the pool."""
 
     def __init__(
         self,
@@ -123,12 +124,14 @@ class WorkerPool:
         max_jobs: int = MAX_JOBS,
         *,
         reuse: bool = False,
+        keep: bool = True,
     ) -> None:
         self.size = max(1, size)
         self.env = dict(env or {})
         self.log_path = log_path
         self.max_jobs = max_jobs
         self.reuse = reuse
+        self.keep = keep
         self._workers: list[_Worker] = []
         self.restarts = 0
 
@@ -259,7 +262,7 @@ class WorkerPool:
         ending = []
         while self._workers:  # each leaves the pool before it is kept: never in both places
             w = self._workers.pop()
-            if not (self.reuse and _IDLE.keep(w, self.max_jobs)):
+            if not (self.reuse and self.keep and _IDLE.keep(w, self.max_jobs)):
                 ending.append(w)
         _stop(ending)
 

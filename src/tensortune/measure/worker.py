@@ -315,16 +315,6 @@ def time_model(path: str, inputs: list, repeat: int) -> tuple[list, float, int]:
     return outputs, seconds, int(tvm.get_global_func("runtime.NumThreads")())
 
 
-def release() -> None:
-    """Forget the libraries loaded and hand back the memory TVM's VMs pooled: a worker kept
-    idle after timing a whole model (``compile``) would hold both, its weights and its
-    activations, until it was adopted or its process ended."""
-    import tvm
-
-    _loaded.clear()
-    tvm.get_global_func("vm.builtin.memory_manager.clear")()
-
-
 def _ping() -> int:
     return os.getpid()
 
@@ -332,11 +322,11 @@ def _ping() -> int:
 def adopt(cwd: str | None, log_path: str | None) -> int:
     """Take up the working directory and log of the pool that takes this (idle) worker over,
     as if it had been started there, forgetting the kernels it loaded for the last one (a
-    path of theirs, removed, may name another file now), the memory its VMs pooled and the
-    cores its timings kept it off."""
+    path of theirs, removed, may name another file now) and the cores its timings kept it
+    off."""
     from tensortune.measure.affinity import release_caller
 
-    release()
+    _loaded.clear()
     release_caller()
     if cwd is not None:
         try:
@@ -363,7 +353,6 @@ _HANDLERS = {
     "lower": lower,
     "run": run,
     "time_model": time_model,
-    "release": release,
     "ping": _ping,
     "adopt": adopt,
 }
