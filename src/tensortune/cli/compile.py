@@ -47,8 +47,8 @@ def compile_(
         int,
         typer.Option(
             metavar="K",
-            help="Time each task's best K records again, side by side, and build with "
-            "the fastest (0: the stored best).",
+            help="Time each task's best K records (2 or more) again, side by side, and build "
+            "with the fastest (0: the stored best).",
         ),
     ] = 0,
     fast_math: FastMathOpt = True,

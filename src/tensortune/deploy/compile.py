@@ -359,9 +359,9 @@ def _time_in_worker(
     the last build again for each further round; ``between_rounds`` runs after each round.
     Each build is exported to its path in ``libraries`` and timed from there."""
     # An idle worker of this process with these threads (a tune's runner) times the builds if
-    # there is one: a fresh one imports TVM first.  It is not kept afterwards: TVM never
-    # unloads a library, and the model's weights and activations would stay with it (2.5 GB
-    # for vgg11).
+    # there is one: a fresh one imports TVM first.  It is not kept afterwards: one that timed
+    # vgg11 stayed at 2.5 GB resident, and dropping the library and clearing the VM memory
+    # manager freed none of it (measured).
     with WorkerPool(1, {"TVM_NUM_THREADS": str(threads)}, reuse=True, keep=False) as pool:
         pool.start()  # its TVM import overlaps the exports
         jobs = []

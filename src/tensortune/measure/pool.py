@@ -4,10 +4,11 @@ A request that overruns its deadline, or whose worker dies (a kernel that segfau
 one worker: it is killed and a fresh one is started, and the other requests carry on.
 
 A pool made with ``reuse=True`` (the tuner's builders and runner) leaves its healthy workers,
-when closed, to the next such pool of this process with the same environment: a worker takes
-~1 s to start and import TVM, and each ``tune()`` call used to pay that three times over (a
-notebook tuning task after task, a benchmark's seeds, a test suite).  Idle workers wait until
-the process exits (:func:`close_idle_workers` ends them sooner).
+when closed, to the next such pool of this process with the same environment (unless made
+with ``keep=False`` too: ``compile``'s timing, which only takes one): a worker takes ~1 s to
+start and import TVM, and each ``tune()`` call used to pay that three times over (a notebook
+tuning task after task, a benchmark's seeds, a test suite).  Idle workers wait until the
+process exits (:func:`close_idle_workers` ends them sooner).
 """
 
 from __future__ import annotations
