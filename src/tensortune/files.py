@@ -9,13 +9,14 @@ is either the old one or the new one.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import shutil
 import threading
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 
@@ -23,22 +24,25 @@ def write_atomically(path: str | os.PathLike, data: str | bytes) -> None:
     """Write ``data`` (text as UTF-8) to ``path`` through a temporary file in its directory,
     synced to disk before it replaces the old file."""
     path = Path(path).resolve()  # a link's target is replaced, not the link
-    partial = partial_path(path)
+    with replaced_whole(path) as partial, open(partial, "wb") as f:
+        f.write(data.encode() if isinstance(data, str) else data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+@contextlib.contextmanager
+def replaced_whole(path: Path) -> Iterator[Path]:
+    """A file to write ``path``'s new contents to, renamed over ``path`` when the block ends
+    without an error and removed if it does not: a crash never leaves half a file.  Named by
+    the process and thread (not mkstemp's, which is private to its owner): the new file has
+    the permissions the user's umask gives, and two writers of one path never write, or
+    remove, each other's."""
+    partial = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.partial")
     try:
-        with open(partial, "wb") as f:
-            f.write(data.encode() if isinstance(data, str) else data)
-            f.flush()
-            os.fsync(f.fileno())
+        yield partial
         os.replace(partial, path)
     finally:
         partial.unlink(missing_ok=True)
-
-
-def partial_path(path: Path) -> Path:
-    """Where ``path`` is written before it is renamed over it.  Named by the process and thread
-    (not mkstemp's, which is private to its owner): the new file has the permissions the
-    user's umask gives, and two writers of one path never write, or remove, each other's."""
-    return path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.partial")
 
 
 def strict_json(value: object, **dumps: object) -> str:

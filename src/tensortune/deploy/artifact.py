@@ -24,7 +24,7 @@ import numpy as np
 
 from tensortune.deploy.host_call import HostCall
 from tensortune.errors import TensortuneError, last_line
-from tensortune.files import partial_path
+from tensortune.files import replaced_whole
 from tensortune.hardware.target import cpu_isa, target_isa
 
 if TYPE_CHECKING:
@@ -79,15 +79,12 @@ def save_artifact(executable: Any, path: str | os.PathLike, *, model: Model, tar
         if library is None:
             library = Path(tmp) / _LIBRARY
             executable.export_library(str(library))
-        lib = Path(library)
-        partial = partial_path(path)  # a crash never leaves half a file
-        try:
-            with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as z:
-                z.writestr(_MANIFEST, json.dumps(manifest, indent=2))
-                z.write(lib, _LIBRARY)
-            partial.replace(path)
-        finally:
-            partial.unlink(missing_ok=True)
+        with (
+            replaced_whole(path) as partial,
+            zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as z,
+        ):
+            z.writestr(_MANIFEST, json.dumps(manifest, indent=2))
+            z.write(Path(library), _LIBRARY)
     return path
 
 

@@ -187,7 +187,8 @@ def validate_lengths(model: CostModel, data: ProgramSet, steps: int = STEPS) -> 
         test = data.subset(held)
         tasks = {g: test.groups == g for g in np.unique(test.groups)}
         tasks = {g: mine for g, mine in tasks.items() if ranks_anything(test.labels[mine])}
-        weight = {g: int(mine.sum()) * (int(mine.sum()) - 1) // 2 for g, mine in tasks.items()}
+        sizes = {g: int(mine.sum()) for g, mine in tasks.items()}
+        weight = {g: n * (n - 1) // 2 for g, n in sizes.items()}  # pairs of each task
         pairs += sum(weight.values())
         for length, tuned in _trained_to(model, rest, lengths):
             pred = tuned.predict(test)

@@ -300,10 +300,9 @@ def score_predictions(
     two test programs or more, one of which ran (``ranks_anything``; NaN when none has);
     ``topk_score`` is TenSet's score@k (§1.2) per network, averaged over networks.
     ``networks`` maps a network to ``{task_id: weight}``; only its tasks present in the test
-    rows count, and with
-    a ``hardware`` column each (network, hardware) pair is scored on its own.  Networks
-    with no such task, or none with a successful program, are left out of the average.
-    ``networks=None`` makes every task its own network of weight 1.  ``tasks`` and
+    rows count, and with a ``hardware`` column each (network, hardware) pair is scored on its
+    own.  Networks with no such task, or none with a successful program, are left out of the
+    average.  ``networks=None`` makes every task its own network of weight 1.  ``tasks`` and
     ``programs`` count the task groups and rows evaluated.
     """
     task_id = np.asarray(_column(test_rows, "task_id"))
